@@ -1,0 +1,30 @@
+# alineo: see README.md. Every target works on a fresh machine with Go installed.
+GO        ?= go
+PKGS      ?= ./...
+TESTFLAGS ?=
+BENCHTIME ?= 1x
+
+.PHONY: build test test-race lint bench demo clean
+
+build:
+	$(GO) build ./...
+
+test:
+	$(GO) test $(TESTFLAGS) -timeout 20m $(PKGS)
+
+test-race:
+	$(MAKE) test TESTFLAGS="-race $(TESTFLAGS)"
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
+
+demo:
+	$(GO) run ./cmd/demo
+
+clean:
+	rm -rf .alineo alineo.db alineo.db-wal alineo.db-shm bin

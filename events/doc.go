@@ -1,0 +1,11 @@
+// Package events defines the ledger: the Entry every part of alineo writes and
+// reads, the stable event names of the storage format, a documented payload type
+// for each event, the JSON codec used on the bus, validation with typed errors,
+// and the NATS subject names of the ledger stream.
+//
+// The event names and the JSON field names of the payloads are a storage format
+// shared with the TypeScript SDK: they are never derived from Go type names, and
+// a new field is only ever added, never renamed.
+//
+// This package imports the standard library only.
+package events

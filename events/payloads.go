@@ -1,0 +1,136 @@
+package events
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// SandboxCreatedPayload is the payload of sandbox.created, written once the
+// container reached Running. Exactly one of ResumedFrom, ForkedFrom, FromSnapshot
+// and FromEnvironment is set when the sandbox did not start from its image.
+type SandboxCreatedPayload struct {
+	SandboxID string            `json:"sandboxId"`
+	Resources map[string]string `json:"resources,omitempty"`
+	// RunID is resolved once at creation and inherited across resume, fork and restore.
+	RunID string `json:"runId,omitempty"`
+	// ResumedFrom is the sandbox id this one resumed (client.Resume).
+	ResumedFrom string `json:"resumedFrom,omitempty"`
+	// SnapshotID is the snapshot the sandbox was created from, if any.
+	SnapshotID string `json:"snapshotId,omitempty"`
+	// ForkedFrom is the snapshot id a fork started from (sb.Fork).
+	ForkedFrom string `json:"forkedFrom,omitempty"`
+	// FromSnapshot is the snapshot id of client.RestoreSnapshot.
+	FromSnapshot string `json:"fromSnapshot,omitempty"`
+	// FromEnvironment is the environment name a sandbox was spawned from.
+	FromEnvironment string `json:"fromEnvironment,omitempty"`
+}
+
+// ExecStartedPayload is the payload of exec.started. Cmd is set for a command,
+// Code for code; Seq equals the entry's StepIndex.
+type ExecStartedPayload struct {
+	Seq         int      `json:"seq"`
+	Kind        ExecKind `json:"kind,omitempty"`
+	Cmd         string   `json:"cmd,omitempty"`
+	Code        string   `json:"code,omitempty"`
+	Fingerprint string   `json:"fingerprint,omitempty"`
+}
+
+// Text returns the command or the code.
+func (p ExecStartedPayload) Text() string {
+	if p.Kind == KindCode || (p.Cmd == "" && p.Code != "") {
+		return p.Code
+	}
+	return p.Cmd
+}
+
+// Stream names an output stream.
+type Stream string
+
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// ExecOutputPayload is the payload of exec.output: one chunk of one stream.
+// Text is the chunk as valid UTF-8. When the chunk's bytes are not valid UTF-8,
+// Text holds the valid rendering (invalid bytes as U+FFFD) and Data the exact
+// bytes (base64 in JSON); Bytes returns the exact bytes either way.
+type ExecOutputPayload struct {
+	Seq  int    `json:"seq"`
+	Type Stream `json:"type"`
+	Text string `json:"text"`
+	Data []byte `json:"data,omitempty"`
+}
+
+// NewOutput returns the payload for chunk b of stream s of exec seq.
+func NewOutput(seq int, s Stream, b []byte) ExecOutputPayload {
+	p := ExecOutputPayload{Seq: seq, Type: s}
+	if utf8.Valid(b) {
+		p.Text = string(b)
+		return p
+	}
+	p.Text = strings.ToValidUTF8(string(b), "\uFFFD")
+	p.Data = append([]byte(nil), b...)
+	return p
+}
+
+// Bytes returns the chunk's exact bytes.
+func (p ExecOutputPayload) Bytes() []byte {
+	if p.Data != nil {
+		return p.Data
+	}
+	return []byte(p.Text)
+}
+
+// ExecCompletedPayload is the payload of exec.completed, written when the command
+// finished and before a strict failure is raised.
+type ExecCompletedPayload struct {
+	Seq      int `json:"seq"`
+	ExitCode int `json:"exitCode"`
+}
+
+// CheckpointCreatedPayload is the payload of sandbox.checkpoint_created.
+// Name is the checkpoint's tag, if it has one.
+type CheckpointCreatedPayload struct {
+	SnapshotID string `json:"snapshotId"`
+	Name       string `json:"name,omitempty"`
+}
+
+// EgressAction is allow or deny.
+type EgressAction string
+
+const (
+	Allow EgressAction = "allow"
+	Deny  EgressAction = "deny"
+)
+
+// EgressRulePayload is the payload of egress.rule_added and egress.rule_removed.
+// Target is an exact domain, "*.domain", an IP or a CIDR.
+type EgressRulePayload struct {
+	Action EgressAction `json:"action"`
+	Target string       `json:"target"`
+}
+
+// CredentialBinding says where a credential is injected: which outbound requests
+// match and how the header is formed. It never holds the credential's value.
+type CredentialBinding struct {
+	// Hosts the binding applies to: exact names or "*.domain".
+	Hosts   []string `json:"hosts"`
+	Schemes []string `json:"schemes,omitempty"`
+	Ports   []int    `json:"ports,omitempty"`
+	Methods []string `json:"methods,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
+	// Type is "bearer", "basic", "apiKey" or "customHeaders".
+	Type string `json:"type"`
+	// Header is the header name for apiKey; Headers the names for customHeaders.
+	Header  string   `json:"header,omitempty"`
+	Headers []string `json:"headers,omitempty"`
+}
+
+// CredentialPayload is the payload of credential.bound and credential.revoked:
+// the credential's name and binding, never its value.
+type CredentialPayload struct {
+	Name    string             `json:"name"`
+	Binding *CredentialBinding `json:"binding,omitempty"`
+	Source  string             `json:"source,omitempty"`
+}

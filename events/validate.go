@@ -1,0 +1,67 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Validate checks e before it is written: a non-empty Name and SandboxID, a known
+// Event, Ts > 0, a StepIndex of at least -1, and a Payload that is JSON and, for
+// events with a payload type, decodes into that type. It returns a
+// *ValidationError (wrapping ErrInvalidEntry) naming the first wrong field.
+func Validate(e Entry) error {
+	switch {
+	case e.Name == "":
+		return &ValidationError{Field: "name", Reason: "is empty"}
+	case e.SandboxID == "":
+		return &ValidationError{Field: "sandboxId", Reason: "is empty"}
+	case e.Event == "":
+		return &ValidationError{Field: "event", Reason: "is empty"}
+	case !e.Event.Known():
+		return &ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+	case e.Ts <= 0:
+		return &ValidationError{Field: "ts", Reason: fmt.Sprintf("must be > 0, got %d", e.Ts)}
+	case e.StepIndex < SandboxLevel:
+		return &ValidationError{Field: "stepIndex", Reason: fmt.Sprintf("must be >= -1, got %d", e.StepIndex)}
+	}
+	if e.Payload == nil {
+		return nil
+	}
+	if !json.Valid(e.Payload) {
+		return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
+	}
+	p := payloadFor(e.Event)
+	if p == nil || bytes.Equal(bytes.TrimSpace(e.Payload), []byte("null")) {
+		return nil
+	}
+	if err := json.Unmarshal(e.Payload, p); err != nil {
+		field := "payload"
+		if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
+			field = "payload." + te.Field
+		}
+		return &ValidationError{Field: field, Reason: "does not match " + string(e.Event), Err: err}
+	}
+	return nil
+}
+
+// payloadFor returns a pointer to a zero payload of ev's type, or nil when ev has none.
+func payloadFor(ev Event) any {
+	switch ev {
+	case SandboxCreated:
+		return new(SandboxCreatedPayload)
+	case ExecStarted:
+		return new(ExecStartedPayload)
+	case ExecOutput:
+		return new(ExecOutputPayload)
+	case ExecCompleted:
+		return new(ExecCompletedPayload)
+	case CheckpointCreated:
+		return new(CheckpointCreatedPayload)
+	case EgressRuleAdded, EgressRuleRemoved:
+		return new(EgressRulePayload)
+	case CredentialBound, CredentialRevoked:
+		return new(CredentialPayload)
+	}
+	return nil
+}
