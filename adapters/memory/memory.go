@@ -1,0 +1,440 @@
+package memory
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+var (
+	_ adapters.Store           = (*Store)(nil)
+	_ adapters.ProjectionStore = (*Store)(nil)
+)
+
+// Store keeps a ledger in memory. The zero value is not usable; call New.
+// All methods are safe for concurrent use.
+type Store struct {
+	mu sync.RWMutex
+	// closed is set by Close; every later call returns adapters.ErrClosed.
+	closed bool
+	// nextID numbers stored rows (the row id of the SQL stores), from 1.
+	nextID uint64
+	// sessions holds each session's rows ordered by (Ts, id).
+	sessions map[events.Session][]row
+	// ledgerSeqs holds the ledger sequences of projected rows (the unique column).
+	ledgerSeqs map[uint64]events.Session
+	details    map[events.Session]*summary
+	envs       map[string]adapters.EnvironmentRecord
+	offsets    map[string]uint64
+}
+
+// row is one stored entry: id orders it, and e.Seq is what a read returns
+// (the ledger sequence for projected rows, else id).
+type row struct {
+	id uint64
+	e  events.Entry
+}
+
+// summary is a session's sandbox-details row, maintained on every write.
+type summary struct {
+	startedAt   int64 // 0 until a sandbox.created is stored
+	completedAt int64
+	execCount   int
+	runID       string
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		sessions:   make(map[events.Session][]row),
+		ledgerSeqs: make(map[uint64]events.Session),
+		details:    make(map[events.Session]*summary),
+		envs:       make(map[string]adapters.EnvironmentRecord),
+		offsets:    make(map[string]uint64),
+	}
+}
+
+// check checks ctx and the closed flag; callers hold s.mu.
+func (s *Store) check(ctx context.Context) error {
+	if s.closed {
+		return adapters.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Append implements adapters.Store.
+func (s *Store) Append(ctx context.Context, e events.Entry) error {
+	if err := events.Validate(e); err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.insert(e, 0)
+	return nil
+}
+
+// AppendBatch implements adapters.Store.
+func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
+	for i, e := range es {
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("append batch: entry %d: %w", i, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	for _, e := range es {
+		s.insert(e, 0)
+	}
+	return nil
+}
+
+// ApplyBatch implements adapters.ProjectionStore.
+func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	if consumer == "" {
+		return fmt.Errorf("apply batch: %w", &events.ValidationError{Field: "consumer", Reason: "is empty"})
+	}
+	for i, e := range es {
+		if err := validateProjected(e); err != nil {
+			return fmt.Errorf("apply batch: entry %d: %w", i, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	for _, e := range es {
+		if _, dup := s.ledgerSeqs[e.Seq]; dup {
+			continue
+		}
+		s.ledgerSeqs[e.Seq] = e.Session()
+		s.insert(e, e.Seq)
+	}
+	s.offsets[consumer] = offset
+	return nil
+}
+
+func validateProjected(e events.Entry) error {
+	if e.Seq == 0 {
+		return &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"}
+	}
+	return events.Validate(e)
+}
+
+// Offset implements adapters.ProjectionStore.
+func (s *Store) Offset(ctx context.Context, consumer string) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	return s.offsets[consumer], nil
+}
+
+// insert stores a copy of e; seq is its ledger sequence, 0 in direct mode.
+// Callers hold s.mu for writing.
+func (s *Store) insert(e events.Entry, seq uint64) {
+	s.nextID++
+	e = clone(e)
+	e.Seq = s.nextID
+	if seq != 0 {
+		e.Seq = seq
+	}
+	k := e.Session()
+	rows := s.sessions[k]
+	r := row{id: s.nextID, e: e}
+	// Rows usually arrive in ts order: search from the end.
+	i := len(rows)
+	for i > 0 && rows[i-1].e.Ts > e.Ts {
+		i--
+	}
+	s.sessions[k] = slices.Insert(rows, i, r)
+	s.summarise(e)
+}
+
+// summarise folds e into its session's details, as the SQL stores do in the
+// transaction of the append.
+func (s *Store) summarise(e events.Entry) {
+	switch e.Event {
+	case events.SandboxCreated, events.SandboxClosed, events.ExecCompleted:
+	default:
+		return
+	}
+	k := e.Session()
+	d := s.details[k]
+	if d == nil {
+		d = &summary{}
+		s.details[k] = d
+	}
+	switch e.Event {
+	case events.SandboxCreated:
+		if d.startedAt == 0 || e.Ts < d.startedAt {
+			d.startedAt = e.Ts
+			d.runID = runID(e)
+		}
+	case events.SandboxClosed:
+		d.completedAt = max(d.completedAt, e.Ts)
+	case events.ExecCompleted:
+		d.execCount++
+	}
+}
+
+// runID returns the runId of a sandbox.created entry's payload, or its
+// SandboxID when the payload has none.
+func runID(e events.Entry) string {
+	var p struct {
+		RunID string `json:"runId"`
+	}
+	if e.Decode(&p) != nil || p.RunID == "" {
+		return e.SandboxID
+	}
+	return p.RunID
+}
+
+func clone(e events.Entry) events.Entry {
+	if e.Payload != nil {
+		e.Payload = bytes.Clone(e.Payload)
+	}
+	if e.Branch != nil {
+		b := *e.Branch
+		e.Branch = &b
+	}
+	return e
+}
+
+// ReadAll implements adapters.Store.
+func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	rows := s.sessions[events.Session{Name: name, SandboxID: sandboxID}]
+	out := make([]events.Entry, len(rows))
+	for i, r := range rows {
+		out[i] = clone(r.e)
+	}
+	return out, nil
+}
+
+// LastCheckpoint implements adapters.Store.
+func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	rows := s.sessions[events.Session{Name: name, SandboxID: sandboxID}]
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].e.Event == events.CheckpointCreated {
+			e := clone(rows[i].e)
+			return &e, nil
+		}
+	}
+	return nil, nil
+}
+
+// ListCheckpoints implements adapters.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []adapters.CheckpointInfo
+	for _, r := range s.sessions[events.Session{Name: name, SandboxID: sandboxID}] {
+		if r.e.Event != events.CheckpointCreated {
+			continue
+		}
+		var p events.CheckpointCreatedPayload
+		_ = r.e.Decode(&p) // validated on append; a null payload leaves p empty
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: r.e.Ts})
+	}
+	return out, nil
+}
+
+// ListSandboxDetails implements adapters.Store.
+func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.list(ctx, &name, opts)
+}
+
+// ListAllSandboxDetails implements adapters.Store.
+func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.list(ctx, nil, opts)
+}
+
+func (s *Store) list(ctx context.Context, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []adapters.SandboxDetails
+	for k, d := range s.details {
+		if name != nil && k.Name != *name {
+			continue
+		}
+		sd, ok := d.details(k)
+		if !ok || !match(sd, opts) {
+			continue
+		}
+		out = append(out, sd)
+	}
+	slices.SortFunc(out, compareDetails)
+	if opts.Limit > 0 && len(out) > opts.Limit {
+		out = out[:opts.Limit]
+	}
+	return out, nil
+}
+
+// match reports whether d passes the filters of opts (not the limit).
+func match(d adapters.SandboxDetails, opts adapters.ListOptions) bool {
+	return (opts.Status == "" || d.Status == opts.Status) &&
+		(opts.Before == 0 || d.StartedAt < opts.Before) &&
+		(opts.RunID == "" || d.RunID == opts.RunID)
+}
+
+// compareDetails orders details as every store lists them: newest StartedAt first,
+// then by Name and SandboxID ascending.
+func compareDetails(a, b adapters.SandboxDetails) int {
+	return cmp.Or(cmp.Compare(b.StartedAt, a.StartedAt), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SandboxID, b.SandboxID))
+}
+
+func (d *summary) details(k events.Session) (adapters.SandboxDetails, bool) {
+	if d.startedAt == 0 {
+		return adapters.SandboxDetails{}, false
+	}
+	sd := adapters.SandboxDetails{
+		Name: k.Name, SandboxID: k.SandboxID, Status: adapters.StatusRunning,
+		StartedAt: d.startedAt, CompletedAt: d.completedAt, ExecCount: d.execCount, RunID: d.runID,
+	}
+	if d.completedAt != 0 {
+		sd.Status = adapters.StatusCompleted
+	}
+	return sd, true
+}
+
+// GetSandboxDetails implements adapters.Store.
+func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	k := events.Session{Name: name, SandboxID: sandboxID}
+	d := s.details[k]
+	if d == nil {
+		return nil, nil
+	}
+	sd, ok := d.details(k)
+	if !ok {
+		return nil, nil
+	}
+	return &sd, nil
+}
+
+// DeleteSandbox implements adapters.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	k := events.Session{Name: name, SandboxID: sandboxID}
+	for seq, owner := range s.ledgerSeqs {
+		if owner == k {
+			delete(s.ledgerSeqs, seq)
+		}
+	}
+	delete(s.sessions, k)
+	delete(s.details, k)
+	return nil
+}
+
+// GetEnvironment implements adapters.Store.
+func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	rec, ok := s.envs[name]
+	if !ok {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// SaveEnvironment implements adapters.Store.
+func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
+	if err := validateEnvironment(rec); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.envs[rec.Name] = rec
+	return nil
+}
+
+// validateEnvironment checks rec before it is saved: a non-empty Name.
+func validateEnvironment(rec adapters.EnvironmentRecord) error {
+	if rec.Name == "" {
+		return fmt.Errorf("save environment: %w", &events.ValidationError{Field: "environment.name", Reason: "is empty"})
+	}
+	return nil
+}
+
+// DeleteEnvironment implements adapters.Store.
+func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	delete(s.envs, name)
+	return nil
+}
+
+// ListEnvironments implements adapters.Store.
+func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]adapters.EnvironmentRecord, 0, len(s.envs))
+	for _, rec := range s.envs {
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, compareEnv)
+	return out, nil
+}
+
+// compareEnv orders environments newest BuiltAt first, then by name.
+func compareEnv(a, b adapters.EnvironmentRecord) int {
+	return cmp.Or(cmp.Compare(b.BuiltAt, a.BuiltAt), cmp.Compare(a.Name, b.Name))
+}
+
+// Close implements adapters.Store. It drops the contents.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.sessions, s.details, s.ledgerSeqs, s.envs, s.offsets = nil, nil, nil, nil, nil
+	return nil
+}
