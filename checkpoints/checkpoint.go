@@ -1,0 +1,277 @@
+package checkpoints
+
+import (
+	"encoding/json"
+	"path"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Reason says why a checkpoint was written.
+type Reason string
+
+// The reasons of the contract.
+const (
+	ReasonAutomatic Reason = "automatic"
+	ReasonNamed     Reason = "named"
+	ReasonForkRoot  Reason = "fork-root"
+)
+
+// Kind is the kind of a file entry. The contract has file and dir; symlink and
+// whiteout are additions a filesystem snapshot needs.
+type Kind string
+
+// Entry kinds.
+const (
+	KindFile    Kind = "file"
+	KindDir     Kind = "dir"
+	KindSymlink Kind = "symlink"
+	// KindWhiteout records a path deleted in an overlay upper layer (a 0/0
+	// character device there). Restoring it onto the lower layer deletes the path.
+	KindWhiteout Kind = "whiteout"
+)
+
+// Entry is one path of a filesystem snapshot (the contract's
+// SandboxSnapshotEntry). Path is relative, slash-separated and clean.
+// Fields beyond the contract's are additive and omitted when empty.
+type Entry struct {
+	Path    string `json:"path"`
+	Kind    Kind   `json:"kind"`
+	BlobKey string `json:"blobKey,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	// Mode holds the permission bits plus setuid, setgid and sticky (07777).
+	Mode uint32 `json:"mode,omitempty"`
+	// ModTime is the modification time in Unix nanoseconds (0 = unknown).
+	ModTime int64 `json:"mtime,omitempty"`
+	// Target is a symlink's target, as stored in the link.
+	Target string `json:"target,omitempty"`
+	// Opaque marks an overlay opaque directory: nothing of the lower layer below it shows.
+	Opaque bool `json:"opaque,omitempty"`
+	// UID and GID are the owner, restored when the restoring process may chown.
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
+}
+
+// Artifact is a named blob attached to a checkpoint (SandboxSnapshotArtifact).
+type Artifact struct {
+	ArtifactID string    `json:"artifactId"`
+	Name       string    `json:"name"`
+	MimeType   string    `json:"mimeType"`
+	Size       int64     `json:"size"`
+	BlobKey    string    `json:"blobKey"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// Checkpoint is one node of a thread's lineage (SandboxCheckpoint).
+type Checkpoint struct {
+	ID       string `json:"id"`
+	ThreadID string `json:"threadId"`
+	// ParentID is the previous checkpoint of the thread; "" for the first one
+	// and for a fork-root.
+	ParentID string `json:"parentCheckpointId,omitempty"`
+	// CreatedAt is set to the store's clock when zero. Stores keep nanoseconds.
+	CreatedAt   time.Time `json:"createdAt"`
+	Reason      Reason    `json:"reason"`
+	Label       string    `json:"label,omitempty"`
+	SourceRunID string    `json:"sourceRunId,omitempty"`
+	// ForkedFrom is the source checkpoint's id on a fork-root (an addition).
+	ForkedFrom string     `json:"forkedFrom,omitempty"`
+	Files      []Entry    `json:"files"`
+	Artifacts  []Artifact `json:"artifacts"`
+	// Conversation is kept opaque: the contract's ModelMessage list, if any.
+	Conversation json.RawMessage `json:"conversation,omitempty"`
+}
+
+// Clone returns a deep copy of c, so stores never share slices with callers.
+func (c *Checkpoint) Clone() *Checkpoint {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	d.Files = append([]Entry(nil), c.Files...)
+	d.Artifacts = append([]Artifact(nil), c.Artifacts...)
+	if c.Conversation != nil {
+		d.Conversation = append(json.RawMessage(nil), c.Conversation...)
+	}
+	return &d
+}
+
+// BlobKeys returns every blob key c references, once per reference: one per
+// file entry and one per artifact. This is how reference counts are counted.
+func (c *Checkpoint) BlobKeys() []string {
+	var keys []string
+	for _, e := range c.Files {
+		if e.Kind == KindFile {
+			keys = append(keys, e.BlobKey)
+		}
+	}
+	for _, a := range c.Artifacts {
+		keys = append(keys, a.BlobKey)
+	}
+	return keys
+}
+
+// MaxIDLen is the longest id a store accepts, in bytes.
+const MaxIDLen = 256
+
+// ValidateID returns an error wrapping ErrInvalidID unless id is usable as a
+// checkpoint or thread id: 1 to MaxIDLen bytes of valid UTF-8 with no
+// whitespace, control characters, slashes or backslashes (ids appear in URL
+// paths), and not "." or "..".
+func ValidateID(what, id string) error {
+	switch {
+	case id == "":
+		return errorf(CodeInvalidID, "%s is empty", what)
+	case len(id) > MaxIDLen:
+		return errorf(CodeInvalidID, "%s is longer than %d bytes", what, MaxIDLen)
+	case !utf8.ValidString(id):
+		return errorf(CodeInvalidID, "%s %q is not valid UTF-8", what, id)
+	case id == "." || id == "..":
+		return errorf(CodeInvalidID, "%s %q is reserved", what, id)
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == '/' || r == '\\' {
+			return errorf(CodeInvalidID, "%s %q contains %q", what, id, r)
+		}
+	}
+	return nil
+}
+
+// ValidatePath returns an error wrapping ErrInvalidEntry unless p is a
+// relative, clean, slash-separated path inside the snapshot root: not empty,
+// not ".", no leading "/", no ".." element, no NUL, valid UTF-8.
+func ValidatePath(p string) error {
+	switch {
+	case p == "" || p == ".":
+		return errorf(CodeInvalidEntry, "empty path")
+	case !utf8.ValidString(p):
+		return errorf(CodeInvalidEntry, "path %q is not valid UTF-8", p)
+	case strings.IndexByte(p, 0) >= 0:
+		return errorf(CodeInvalidEntry, "path %q contains NUL", p)
+	case strings.HasPrefix(p, "/"):
+		return errorf(CodeInvalidEntry, "path %q is absolute", p)
+	case p == ".." || strings.HasPrefix(p, "../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../"):
+		return errorf(CodeInvalidEntry, "path %q escapes the root", p)
+	case path.Clean(p) != p:
+		return errorf(CodeInvalidEntry, "path %q is not clean (want %q)", p, path.Clean(p))
+	}
+	return nil
+}
+
+// ValidateBlobKey returns an error wrapping ErrInvalidEntry unless key is a
+// plausible blob key: non-empty, at most MaxIDLen bytes, printable ASCII with
+// no spaces or slashes.
+func ValidateBlobKey(key string) error {
+	if key == "" || len(key) > MaxIDLen {
+		return errorf(CodeInvalidEntry, "blob key %q: want 1 to %d bytes", key, MaxIDLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c >= 0x7f || c == '/' || c == '\\' {
+			return errorf(CodeInvalidEntry, "blob key %q contains %q", key, c)
+		}
+	}
+	return nil
+}
+
+// ValidateEntries returns an error wrapping ErrInvalidEntry unless every entry
+// is valid on its own (path, kind and the fields that kind needs, no negative
+// size, mode within 07777), no path appears twice, and no entry lies below a
+// path that is not a directory in the same list (a symlink "a" and a file
+// "a/b" would let a restore write through the link).
+func ValidateEntries(entries []Entry) error {
+	kinds := make(map[string]Kind, len(entries))
+	for i, e := range entries {
+		if err := ValidatePath(e.Path); err != nil {
+			return errorf(CodeInvalidEntry, "files[%d]: %s", i, err.(*Error).Message)
+		}
+		if _, dup := kinds[e.Path]; dup {
+			return errorf(CodeInvalidEntry, "files[%d]: duplicate path %q", i, e.Path)
+		}
+		kinds[e.Path] = e.Kind
+		if e.Mode&^07777 != 0 {
+			return errorf(CodeInvalidEntry, "files[%d] %q: mode %o has bits outside 07777", i, e.Path, e.Mode)
+		}
+		if e.Size < 0 {
+			return errorf(CodeInvalidEntry, "files[%d] %q: negative size %d", i, e.Path, e.Size)
+		}
+		if e.UID < 0 || e.GID < 0 {
+			return errorf(CodeInvalidEntry, "files[%d] %q: negative owner", i, e.Path)
+		}
+		switch e.Kind {
+		case KindFile:
+			if err := ValidateBlobKey(e.BlobKey); err != nil {
+				return errorf(CodeInvalidEntry, "files[%d] %q: %s", i, e.Path, err.(*Error).Message)
+			}
+			if e.Target != "" || e.Opaque {
+				return errorf(CodeInvalidEntry, "files[%d] %q: a file has no target or opaque flag", i, e.Path)
+			}
+		case KindDir:
+			if e.BlobKey != "" || e.Size != 0 || e.Target != "" {
+				return errorf(CodeInvalidEntry, "files[%d] %q: a dir has no blob, size or target", i, e.Path)
+			}
+		case KindSymlink:
+			if e.Target == "" || strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
+				return errorf(CodeInvalidEntry, "files[%d] %q: symlink target must be non-empty UTF-8 without NUL", i, e.Path)
+			}
+			if e.BlobKey != "" || e.Opaque {
+				return errorf(CodeInvalidEntry, "files[%d] %q: a symlink has no blob or opaque flag", i, e.Path)
+			}
+		case KindWhiteout:
+			if e.BlobKey != "" || e.Size != 0 || e.Target != "" || e.Opaque {
+				return errorf(CodeInvalidEntry, "files[%d] %q: a whiteout has no blob, size, target or opaque flag", i, e.Path)
+			}
+		default:
+			return errorf(CodeInvalidEntry, "files[%d] %q: unknown kind %q", i, e.Path, e.Kind)
+		}
+	}
+	for i, e := range entries {
+		for dir := path.Dir(e.Path); dir != "."; dir = path.Dir(dir) {
+			if k, ok := kinds[dir]; ok && k != KindDir {
+				return errorf(CodeInvalidEntry, "files[%d] %q: lies below %q, a %s", i, e.Path, dir, k)
+			}
+		}
+	}
+	return nil
+}
+
+// Validate checks c as Append receives it: valid ids, a known reason, valid
+// entries and artifacts. It returns an *Error with CodeInvalidID or
+// CodeInvalidEntry.
+func (c *Checkpoint) Validate() error {
+	if err := ValidateID("checkpoint id", c.ID); err != nil {
+		return err
+	}
+	if err := ValidateID("thread id", c.ThreadID); err != nil {
+		return err
+	}
+	if c.ParentID != "" {
+		if err := ValidateID("parent checkpoint id", c.ParentID); err != nil {
+			return err
+		}
+	}
+	switch c.Reason {
+	case ReasonAutomatic, ReasonNamed, ReasonForkRoot:
+	default:
+		return errorf(CodeInvalidEntry, "checkpoint %q: unknown reason %q", c.ID, c.Reason)
+	}
+	if err := ValidateEntries(c.Files); err != nil {
+		return err
+	}
+	for i, a := range c.Artifacts {
+		if a.ArtifactID == "" {
+			return errorf(CodeInvalidEntry, "artifacts[%d]: empty artifact id", i)
+		}
+		if a.Size < 0 {
+			return errorf(CodeInvalidEntry, "artifacts[%d] %q: negative size %d", i, a.ArtifactID, a.Size)
+		}
+		if err := ValidateBlobKey(a.BlobKey); err != nil {
+			return errorf(CodeInvalidEntry, "artifacts[%d] %q: %s", i, a.ArtifactID, err.(*Error).Message)
+		}
+	}
+	if len(c.Conversation) > 0 && !json.Valid(c.Conversation) {
+		return errorf(CodeInvalidEntry, "checkpoint %q: conversation is not valid JSON", c.ID)
+	}
+	return nil
+}

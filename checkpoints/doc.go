@@ -1,0 +1,21 @@
+// Package checkpoints is the Go form of the checkpoint-store contract
+// (checkpoint-store.d.ts): snapshot lineage for sandboxes and threads.
+//
+// A thread is a chain of checkpoints. Each checkpoint names its parent; the
+// newest one is the thread's head. Appends compare-and-set the head (the caller
+// says which head it expects, and the new checkpoint's parent must be that head),
+// and only the holder of the thread's writer lease may write. A lease carries a
+// fencing token that grows with every acquisition, so a writer whose lease
+// expired or was taken over gets ErrWriterLost on every write instead of
+// interleaving with its successor. A checkpoint can be forked atomically into an
+// empty thread, where it becomes a fork-root.
+//
+// Checkpoints do not hold file data: their file entries name content-addressed
+// blobs (see sandboxd/snapshots for a blob store). ListBlobReferences counts the
+// references, and GC deletes the blobs that no checkpoint references.
+//
+// Implementations live in memory and sqlite; both pass the conformance suite in
+// checkpointtest. Validation, error codes and the lease type live here once.
+//
+// This package imports the standard library only.
+package checkpoints
