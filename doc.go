@@ -1,0 +1,26 @@
+// Package alineo is the SDK: a Client that creates sandboxes on an OpenSandbox
+// server, a Sandbox handle for each one, and an Exec handle for each command,
+// where everything that happens is appended to a ledger (an adapters.Store)
+// before the caller sees it.
+//
+//	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
+//	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+//	defer sb.Close(ctx)
+//	res, err := sb.Exec(ctx, "npm ci").Wait()                       // the whole result
+//	err = sb.Exec(ctx, "npm test").Pipe(os.Stdout)                  // stream it somewhere
+//	for chunk, err := range sb.Exec(ctx, "npm test").Stdout() { … } // chunk by chunk
+//
+// The ledger rules (storage.md, DESIGN.md §4.1 and §4.5):
+//   - sandbox.created once the container is Running; sandbox.paused, sandbox.resumed
+//     and sandbox.closed at StepIndex -1.
+//   - Each Exec or ExecCode call takes the handle's next step number (1, 2, 3…)
+//     when it is called, failed calls included; its events carry it as StepIndex.
+//   - exec.started when the call is made; every exec.output chunk is in the ledger
+//     before any consumer sees it; exec.completed before a strict failure is raised.
+//   - Writes from one handle keep their order and take their timestamp when they
+//     are made; a failed write fails only its own caller.
+//
+// The package imports events, adapters and opensandbox, never the server
+// (sandboxd): a program without an OpenSandbox server starts sandboxd in-process
+// and passes its URL as Options.BaseURL.
+package alineo

@@ -1,0 +1,107 @@
+package alineo
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+var (
+	// ErrClosed is returned by every operation on a Sandbox after Close.
+	ErrClosed = errors.New("alineo: sandbox closed")
+	// ErrPaused is returned by command and file operations on a paused Sandbox.
+	ErrPaused = errors.New("alineo: sandbox is paused; call Resume first")
+	// ErrInvalidOptions is wrapped by every *OptionError.
+	ErrInvalidOptions = errors.New("alineo: invalid options")
+)
+
+// OptionError reports a bad option passed to New, Client.Sandbox, Exec or ExecCode.
+// It wraps ErrInvalidOptions.
+type OptionError struct {
+	Field  string // e.g. "BaseURL", "Adapter", "Timeout"
+	Reason string
+}
+
+func (e *OptionError) Error() string { return "alineo: invalid option " + e.Field + ": " + e.Reason }
+
+// Unwrap returns ErrInvalidOptions.
+func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
+
+// CommandError is returned by a strict exec (the default) whose command exited
+// with a non-zero code. exec.completed is already in the ledger when it is returned.
+type CommandError struct {
+	ExitCode  int
+	Command   string // the command or code as the caller passed it
+	SandboxID string
+	Stdout    string
+	Stderr    string
+}
+
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("alineo: sandbox %s: command exited with code %d: %s", e.SandboxID, e.ExitCode, e.Command)
+}
+
+// SandboxError reports that an operation on a sandbox failed for a reason other
+// than a command's exit code: the sandbox did not reach Running, a lifecycle call
+// failed, or the ledger refused a write. Err is the cause.
+type SandboxError struct {
+	SandboxID string
+	Op        string // "create", "wait running", "record sandbox.created", "pause", "resume", "close", ...
+	Err       error
+}
+
+func (e *SandboxError) Error() string {
+	if e.SandboxID == "" {
+		return fmt.Sprintf("alineo: %s sandbox: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("alineo: sandbox %s: %s: %v", e.SandboxID, e.Op, e.Err)
+}
+
+func (e *SandboxError) Unwrap() error { return e.Err }
+
+// ExecConnectionError reports that the connection to a sandbox's execd failed:
+// it never became ready, or a command stream broke, stalled, carried garbage or
+// ended before its terminal event. The events recorded up to then stay in the
+// ledger; no exec.completed is written. Step is the exec's step index (0 when the
+// failure was not in an exec).
+type ExecConnectionError struct {
+	SandboxID string
+	Step      int
+	Err       error
+}
+
+func (e *ExecConnectionError) Error() string {
+	if e.Step > 0 {
+		return fmt.Sprintf("alineo: sandbox %s: exec %d: execd connection: %v", e.SandboxID, e.Step, e.Err)
+	}
+	return fmt.Sprintf("alineo: sandbox %s: execd connection: %v", e.SandboxID, e.Err)
+}
+
+func (e *ExecConnectionError) Unwrap() error { return e.Err }
+
+// ClientError is the seed's SandboxClientError: a client-level call failed with an
+// HTTP-like status. 404: the session or sandbox is unknown; 408: the sandbox did
+// not reach Running in time; 409: the sandbox is in the wrong state; 500: the
+// sandbox failed (Failed or Terminated while waiting).
+type ClientError struct {
+	Status    int
+	SandboxID string
+	Message   string
+	Err       error
+}
+
+func (e *ClientError) Error() string {
+	s := fmt.Sprintf("alineo: %d %s", e.Status, http.StatusText(e.Status))
+	if e.SandboxID != "" {
+		s += ": sandbox " + e.SandboxID
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *ClientError) Unwrap() error { return e.Err }

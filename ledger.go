@@ -1,0 +1,144 @@
+package alineo
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+const (
+	// ledgerQueueMax bounds the entries queued and not yet written per handle;
+	// a producer beyond it waits.
+	ledgerQueueMax = 4096
+	// ledgerBatchMax bounds one AppendBatch.
+	ledgerBatchMax = 512
+	// ledgerWriteTimeout bounds one store call. Writes do not follow the caller's
+	// ctx: an entry that was queued is written (or fails) on its own.
+	ledgerWriteTimeout = 30 * time.Second
+)
+
+// ledger is one handle's ordered writer. Entries are stamped and queued when
+// they are emitted, in emit order, and written by at most one goroutine at a
+// time in that order, in batches when several are waiting. A batch that fails
+// is retried entry by entry (AppendBatch is all or nothing), so a failed entry
+// fails only its own emitter. The writer goroutine exists only while the queue
+// is non-empty.
+type ledger struct {
+	store     adapters.Store
+	name      string
+	sandboxID string
+	now       func() time.Time
+
+	slots chan struct{} // one per queued entry, bounds the queue
+
+	mu      sync.Mutex
+	queue   []pendingEntry
+	running bool
+	lastTs  int64
+}
+
+type pendingEntry struct {
+	e    events.Entry
+	done chan error // buffered, receives the write's result
+}
+
+func newLedger(store adapters.Store, name, sandboxID string) *ledger {
+	return &ledger{
+		store: store, name: name, sandboxID: sandboxID, now: time.Now,
+		slots: make(chan struct{}, ledgerQueueMax),
+	}
+}
+
+// emit queues an event and returns a channel that receives the result of its
+// write. The event's Ts is taken now; events emitted one after the other keep
+// that order in the ledger (Ts never goes backwards within a handle). It waits
+// only while the queue is full, and returns ctx.Err() if ctx ends first.
+func (l *ledger) emit(ctx context.Context, ev events.Event, step int, payload any) (<-chan error, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	done := make(chan error, 1)
+	l.mu.Lock()
+	ts := l.now().UnixMilli()
+	if ts < l.lastTs {
+		ts = l.lastTs
+	}
+	l.lastTs = ts
+	l.queue = append(l.queue, pendingEntry{e: events.New(ts, l.name, l.sandboxID, step, ev, payload), done: done})
+	if !l.running {
+		l.running = true
+		go l.drain()
+	}
+	l.mu.Unlock()
+	return done, nil
+}
+
+// write emits an event and waits for it to be written. The write itself does not
+// stop when ctx ends once the entry is queued: the result is always known.
+func (l *ledger) write(ctx context.Context, ev events.Event, step int, payload any) error {
+	done, err := l.emit(ctx, ev, step, payload)
+	if err != nil {
+		return err
+	}
+	return <-done
+}
+
+func (l *ledger) drain() {
+	for {
+		l.mu.Lock()
+		n := min(len(l.queue), ledgerBatchMax)
+		if n == 0 {
+			l.running = false
+			l.queue = nil
+			l.mu.Unlock()
+			return
+		}
+		batch := make([]pendingEntry, n)
+		copy(batch, l.queue)
+		l.queue = l.queue[n:]
+		l.mu.Unlock()
+
+		l.writeBatch(batch)
+		for range batch {
+			<-l.slots
+		}
+	}
+}
+
+func (l *ledger) writeBatch(batch []pendingEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
+	defer cancel()
+	if len(batch) == 1 {
+		batch[0].done <- l.store.Append(ctx, batch[0].e)
+		return
+	}
+	es := make([]events.Entry, len(batch))
+	for i, p := range batch {
+		es[i] = p.e
+	}
+	err := l.store.AppendBatch(ctx, es)
+	if err == nil {
+		for _, p := range batch {
+			p.done <- nil
+		}
+		return
+	}
+	if errors.Is(err, adapters.ErrClosed) {
+		for _, p := range batch {
+			p.done <- err
+		}
+		return
+	}
+	// Nothing was written: find out which entries fail, in order.
+	for _, p := range batch {
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
+		p.done <- l.store.Append(ctx, p.e)
+		cancel()
+	}
+}

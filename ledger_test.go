@@ -1,0 +1,183 @@
+package alineo
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/events"
+)
+
+func TestLedgerKeepsEmitOrderUnderConcurrency(t *testing.T) {
+	st := &fakeStore{}
+	l := newLedger(st, "order", "sb-1")
+	const goroutines, each = 8, 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var emitted []int // step indexes in the order emit returned
+	for g := range goroutines {
+		wg.Go(func() {
+			var dones []<-chan error
+			for i := range each {
+				step := g*each + i + 1
+				mu.Lock()
+				done, err := l.emit(context.Background(), events.ExecCompleted, step, events.ExecCompletedPayload{Seq: step})
+				emitted = append(emitted, step)
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("emit: %v", err)
+					return
+				}
+				dones = append(dones, done)
+			}
+			for _, d := range dones {
+				if err := <-d; err != nil {
+					t.Errorf("write: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := st.all()
+	if len(got) != goroutines*each {
+		t.Fatalf("stored %d entries, want %d", len(got), goroutines*each)
+	}
+	for i, e := range got {
+		if e.StepIndex != emitted[i] {
+			t.Fatalf("entry %d has step %d, want %d (emit order)", i, e.StepIndex, emitted[i])
+		}
+		if i > 0 && e.Ts < got[i-1].Ts {
+			t.Fatalf("entry %d ts %d < previous %d: (ts, seq) order would differ from emit order", i, e.Ts, got[i-1].Ts)
+		}
+	}
+}
+
+func TestLedgerLaterWriteWaitsForSlowerEarlier(t *testing.T) {
+	release := make(chan struct{})
+	st := &fakeStore{before: func(e events.Entry) error {
+		if e.StepIndex == 1 {
+			<-release
+		}
+		return nil
+	}}
+	l := newLedger(st, "slow", "sb-1")
+	first, err := l.emit(context.Background(), events.ExecCompleted, 1, events.ExecCompletedPayload{Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.emit(context.Background(), events.ExecCompleted, 2, events.ExecCompletedPayload{Seq: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second:
+		t.Fatal("second write finished before the slower first one")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	got := st.all()
+	if len(got) != 2 || got[0].StepIndex != 1 || got[1].StepIndex != 2 {
+		t.Fatalf("entries = %+v, want steps 1 then 2", got)
+	}
+}
+
+func TestLedgerFailedWriteFailsOnlyItsCaller(t *testing.T) {
+	boom := errors.New("boom")
+	st := &fakeStore{before: func(e events.Entry) error {
+		if e.StepIndex == 3 {
+			return boom
+		}
+		return nil
+	}}
+	l := newLedger(st, "fail", "sb-1")
+	var dones []<-chan error
+	for step := 1; step <= 6; step++ {
+		d, err := l.emit(context.Background(), events.ExecCompleted, step, events.ExecCompletedPayload{Seq: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dones = append(dones, d)
+	}
+	for i, d := range dones {
+		err := <-d
+		if step := i + 1; step == 3 {
+			if !errors.Is(err, boom) {
+				t.Errorf("step 3 write = %v, want boom", err)
+			}
+		} else if err != nil {
+			t.Errorf("step %d write = %v, want nil", step, err)
+		}
+	}
+	var steps []int
+	for _, e := range st.all() {
+		steps = append(steps, e.StepIndex)
+	}
+	if want := []int{1, 2, 4, 5, 6}; !equalInts(steps, want) {
+		t.Fatalf("stored steps %v, want %v", steps, want)
+	}
+	// The queue keeps going after the failure.
+	if err := l.write(context.Background(), events.SandboxClosed, events.SandboxLevel, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLedgerTsIsEmitTime(t *testing.T) {
+	release := make(chan struct{})
+	st := &fakeStore{before: func(e events.Entry) error {
+		<-release
+		return nil
+	}}
+	l := newLedger(st, "ts", "sb-1")
+	var clock atomic.Int64
+	clock.Store(1_000)
+	l.now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	done, err := l.emit(context.Background(), events.SandboxPaused, events.SandboxLevel, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(5_000) // the write happens "later"
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := st.all()[0].Ts; got != 1_000 {
+		t.Fatalf("ts = %d, want 1000 (emit time, not write time)", got)
+	}
+	// A clock that steps back never reorders the handle's entries.
+	clock.Store(500)
+	if err := l.write(context.Background(), events.SandboxResumed, events.SandboxLevel, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.all()[1].Ts; got != 1_000 {
+		t.Fatalf("ts after clock step back = %d, want 1000", got)
+	}
+}
+
+func TestLedgerInvalidEntryIsTypedError(t *testing.T) {
+	l := newLedger(&fakeStore{}, "", "sb-1") // empty name
+	err := l.write(context.Background(), events.SandboxClosed, events.SandboxLevel, nil)
+	if !errors.Is(err, events.ErrInvalidEntry) {
+		t.Fatalf("write = %v, want ErrInvalidEntry", err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

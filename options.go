@@ -1,0 +1,156 @@
+package alineo
+
+import (
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+)
+
+// Options configures a Client. They mirror the seed's SandboxClientOptions.
+type Options struct {
+	// BaseURL is the OpenSandbox server URL, e.g. "http://localhost:8080". Required.
+	BaseURL string
+	// APIKey is the OpenSandbox API key; empty for a server without auth.
+	APIKey string
+	// Adapter is the ledger every event is appended to. Required.
+	Adapter adapters.Store
+	// MaxConcurrency caps the sandboxes alive at once through this client: each
+	// holds a slot from creation until Close, and creators wait first come first
+	// served. 0 means no limit.
+	MaxConcurrency int
+	// UseServerProxy routes execd and proxy traffic through the server.
+	UseServerProxy bool
+	// Logger receives debug and warning logs. Default: discard.
+	Logger *slog.Logger
+	// HTTPClient is used for every call to the server. Default: a client on
+	// http.DefaultTransport. Its Timeout is not applied to command streams.
+	HTTPClient *http.Client
+}
+
+func (o Options) validate() error {
+	if strings.TrimSpace(o.BaseURL) == "" {
+		return &OptionError{Field: "BaseURL", Reason: "is empty"}
+	}
+	u, err := url.Parse(o.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &OptionError{Field: "BaseURL", Reason: "must be an absolute http(s) URL, got " + quote(o.BaseURL)}
+	}
+	if o.Adapter == nil {
+		return &OptionError{Field: "Adapter", Reason: "is nil; pass a storage adapter (memory, sqlite, postgres)"}
+	}
+	if o.MaxConcurrency < 0 {
+		return &OptionError{Field: "MaxConcurrency", Reason: "is negative"}
+	}
+	return nil
+}
+
+// Resources are the sandbox's resource limits, in Kubernetes quantity notation.
+type Resources struct {
+	CPU    string // e.g. "500m"; default "1"
+	Memory string // e.g. "512Mi"; default "1Gi"
+	GPU    string // e.g. "1"; empty for none
+}
+
+func (r Resources) withDefaults() Resources {
+	if r.CPU == "" {
+		r.CPU = "1"
+	}
+	if r.Memory == "" {
+		r.Memory = "1Gi"
+	}
+	return r
+}
+
+func (r Resources) limits() map[string]string {
+	m := map[string]string{"cpu": r.CPU, "memory": r.Memory}
+	if r.GPU != "" {
+		m["gpu"] = r.GPU
+	}
+	return m
+}
+
+// DefaultEntrypoint keeps a sandbox alive when SandboxOptions.Entrypoint is empty.
+var DefaultEntrypoint = []string{"tail", "-f", "/dev/null"}
+
+// MinTimeout is the shortest sandbox Timeout the server accepts.
+const MinTimeout = 60 * time.Second
+
+// SandboxOptions configure one sandbox. They mirror the seed's SandboxOptions.
+type SandboxOptions struct {
+	// Image is the container image, e.g. "ubuntu:22.04". Required.
+	Image string
+	// Resources are the limits; CPU and Memory default to "1" and "1Gi".
+	Resources Resources
+	// Name is the session name in the ledger; default "sandbox-<first 8 of the id>".
+	Name string
+	// Env is set in the sandbox.
+	Env map[string]string
+	// Metadata is attached to the sandbox on the server; "runId" is added.
+	Metadata map[string]string
+	// Timeout is the sandbox's time to live; 0 for none (removed by Close). At
+	// least MinTimeout when set.
+	Timeout time.Duration
+	// Entrypoint is the sandbox's main process; default DefaultEntrypoint.
+	Entrypoint []string
+	// Shell runs every Exec of this sandbox unless ExecOptions.Shell is set, e.g.
+	// "/bin/bash". Empty: the command goes to execd as is (execd's own shell).
+	Shell string
+	// RunID correlates sandboxes of one run across resume and fork; default a new UUID.
+	RunID string
+}
+
+func (o SandboxOptions) validate() error {
+	switch {
+	case strings.TrimSpace(o.Image) == "":
+		return &OptionError{Field: "Image", Reason: "is empty"}
+	case o.Timeout < 0:
+		return &OptionError{Field: "Timeout", Reason: "is negative"}
+	case o.Timeout > 0 && o.Timeout < MinTimeout:
+		return &OptionError{Field: "Timeout", Reason: "must be 0 (none) or at least " + MinTimeout.String() + ", got " + o.Timeout.String()}
+	case o.Timeout%time.Second != 0:
+		return &OptionError{Field: "Timeout", Reason: "must be whole seconds, got " + o.Timeout.String()}
+	}
+	if strings.ContainsRune(o.Shell, 0) {
+		return &OptionError{Field: "Shell", Reason: "contains a NUL byte"}
+	}
+	return nil
+}
+
+// ExecOptions configure one Exec. The zero value runs the command strictly in the
+// sandbox's working directory with its environment.
+type ExecOptions struct {
+	// Cwd is the working directory; empty for execd's default.
+	Cwd string
+	// Env is added to the command's environment.
+	Env map[string]string
+	// Timeout kills the command after this long (it then exits with -1); 0 for none.
+	// It is enforced by execd; cancel ctx to stop waiting on the client side.
+	Timeout time.Duration
+	// Strict (default true) makes a non-zero exit code an error: *CommandError.
+	// Set it with Strict: new(false).
+	Strict *bool
+	// Shell runs the command with this shell ("/bin/bash" for pipefail scripts)
+	// instead of the sandbox's; the command is quoted so that any text survives.
+	Shell string
+}
+
+func (o ExecOptions) strict() bool { return o.Strict == nil || *o.Strict }
+
+// CodeOptions configure one ExecCode.
+type CodeOptions struct {
+	// Language selects the interpreter ("python", "bash", ...); empty runs the code
+	// as a shell script.
+	Language string
+	// ContextID runs the code in an existing code context (state carries over).
+	ContextID string
+	// Strict (default true) makes a non-zero exit code, or an exception, an error.
+	Strict *bool
+}
+
+func (o CodeOptions) strict() bool { return o.Strict == nil || *o.Strict }
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }

@@ -1,0 +1,181 @@
+package alineo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/alineo-labs/alineo/events"
+)
+
+// outputWindow bounds the bytes of output an Exec keeps in memory for its
+// readers. Past it, the producer waits for the slowest attached reader; a reader
+// that attaches after chunks were dropped reads them back from the ledger.
+const outputWindow = 4 << 20
+
+// chunk is one recorded output chunk.
+type chunk struct {
+	stream events.Stream
+	data   []byte
+}
+
+// output is the fan-out of one Exec's chunks: one producer (the stream reader,
+// which publishes a chunk only once it is in the ledger) and any number of
+// readers, each starting from the first chunk. Memory is bounded by
+// outputWindow: chunks that every attached reader has passed are dropped, and
+// with no reader attached the oldest ones are dropped; a reader that needs a
+// dropped chunk gets it from refetch (the ledger).
+type output struct {
+	window  int
+	refetch func(ctx context.Context, from, to int) ([]chunk, error)
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+	chunks  []chunk       // chunks[i] is chunk number base+i
+	base    int
+	size    int // bytes in chunks
+	readers map[*outputReader]struct{}
+	done    bool
+	err     error // the exec's terminal error, valid once done
+}
+
+type outputReader struct{ pos int }
+
+func newOutput(window int, refetch func(ctx context.Context, from, to int) ([]chunk, error)) *output {
+	return &output{window: window, refetch: refetch, changed: make(chan struct{}), readers: map[*outputReader]struct{}{}}
+}
+
+func (o *output) broadcastLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// dropLocked drops the oldest chunks while the window is full, but none that an
+// attached reader has not passed yet.
+func (o *output) dropLocked() {
+	limit := o.base + len(o.chunks)
+	for r := range o.readers {
+		limit = min(limit, r.pos)
+	}
+	n := 0
+	for n < len(o.chunks) && o.base+n < limit && o.size >= o.window {
+		o.size -= len(o.chunks[n].data)
+		o.chunks[n] = chunk{}
+		n++
+	}
+	if n > 0 {
+		o.chunks = o.chunks[n:]
+		o.base += n
+	}
+}
+
+// publish appends c for the readers. With the window full it waits for the
+// slowest attached reader, or until ctx ends (then it returns ctx.Err()).
+func (o *output) publish(ctx context.Context, c chunk) error {
+	o.mu.Lock()
+	for {
+		o.dropLocked()
+		if o.size < o.window || len(o.readers) == 0 {
+			break
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		o.mu.Lock()
+	}
+	o.chunks = append(o.chunks, c)
+	o.size += len(c.data)
+	o.dropLocked()
+	o.broadcastLocked()
+	o.mu.Unlock()
+	return nil
+}
+
+// finish marks the end of the output with the exec's terminal error (nil on success).
+func (o *output) finish(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return
+	}
+	o.done, o.err = true, err
+	o.broadcastLocked()
+}
+
+// result waits for the end and returns the terminal error.
+func (o *output) result() error {
+	o.mu.Lock()
+	for !o.done {
+		ch := o.changed
+		o.mu.Unlock()
+		<-ch
+		o.mu.Lock()
+	}
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// each calls f for every chunk from the first, in order, as they arrive, until
+// the output ends or f returns false. It returns the terminal error (nil if f
+// stopped early or the exec succeeded), or the error of a ledger read-back.
+func (o *output) each(f func(chunk) bool) error {
+	r := &outputReader{}
+	o.mu.Lock()
+	o.readers[r] = struct{}{}
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		delete(o.readers, r)
+		o.broadcastLocked()
+		o.mu.Unlock()
+	}()
+
+	for {
+		o.mu.Lock()
+		if r.pos < o.base {
+			// Dropped before this reader came: read them back from the ledger.
+			from, to := r.pos, o.base
+			o.mu.Unlock()
+			cs, err := o.refetch(context.Background(), from, to)
+			if err != nil {
+				return err
+			}
+			if len(cs) != to-from {
+				return fmt.Errorf("read output back from the ledger: got %d chunks from %d, want %d", len(cs), from, to-from)
+			}
+			for _, c := range cs {
+				if !f(c) {
+					return nil
+				}
+				o.mu.Lock()
+				r.pos++
+				o.mu.Unlock()
+			}
+			continue
+		}
+		if i := r.pos - o.base; i < len(o.chunks) {
+			c := o.chunks[i]
+			r.pos++
+			if o.size >= o.window {
+				o.broadcastLocked() // the producer may be waiting for this reader
+			}
+			o.mu.Unlock()
+			if !f(c) {
+				return nil
+			}
+			continue
+		}
+		if o.done {
+			err := o.err
+			o.mu.Unlock()
+			return err
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		<-ch
+	}
+}
