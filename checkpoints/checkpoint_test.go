@@ -1,0 +1,112 @@
+package checkpoints_test
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/alineo-labs/alineo/checkpoints"
+)
+
+func TestValidatePath(t *testing.T) {
+	tests := []struct {
+		path string
+		ok   bool
+	}{
+		{"a", true},
+		{"a/b/c", true},
+		{"ü/名前 with space", true},
+		{"..a", true},
+		{"a..", true},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"../a", false},
+		{"a/..", false},
+		{"a/../b", false},
+		{"/a", false},
+		{"a/", false},
+		{"a//b", false},
+		{"./a", false},
+		{"a/./b", false},
+		{"a\x00b", false},
+		{"\xff", false},
+	}
+	for _, tt := range tests {
+		err := checkpoints.ValidatePath(tt.path)
+		if got := err == nil; got != tt.ok {
+			t.Errorf("ValidatePath(%q) = %v, want ok=%v", tt.path, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, checkpoints.ErrInvalidEntry) {
+			t.Errorf("ValidatePath(%q) = %v, want ErrInvalidEntry", tt.path, err)
+		}
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for _, id := range []string{"c1", "snap_123", "9f1c-uuid", "名前", "a.b:c@d"} {
+		if err := checkpoints.ValidateID("id", id); err != nil {
+			t.Errorf("ValidateID(%q) = %v, want nil", id, err)
+		}
+	}
+	for _, id := range []string{"", ".", "..", "a/b", `a\b`, "a b", "a\tb", "a\nb", "\xff", strings.Repeat("x", 257)} {
+		if err := checkpoints.ValidateID("id", id); !errors.Is(err, checkpoints.ErrInvalidID) {
+			t.Errorf("ValidateID(%q) = %v, want ErrInvalidID", id, err)
+		}
+	}
+}
+
+func TestErrorMatching(t *testing.T) {
+	err := fmt.Errorf("snapshot: %w", checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q moved", "t"))
+	if !errors.Is(err, checkpoints.ErrStaleHead) {
+		t.Fatalf("errors.Is(%v, ErrStaleHead) = false", err)
+	}
+	if errors.Is(err, checkpoints.ErrWriterLost) {
+		t.Fatalf("errors.Is(%v, ErrWriterLost) = true", err)
+	}
+	var ce *checkpoints.Error
+	if !errors.As(err, &ce) || ce.Code != checkpoints.CodeStaleHead {
+		t.Fatalf("errors.As = %v, want code %s", ce, checkpoints.CodeStaleHead)
+	}
+	if got, want := ce.Error(), `SANDBOX_SNAPSHOT_STALE_HEAD: thread "t" moved`; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+}
+
+// FuzzValidateEntries checks that whatever ValidateEntries accepts stays
+// inside the root: no absolute path, no ".." element, and no entry below a
+// non-directory.
+func FuzzValidateEntries(f *testing.F) {
+	f.Add("a", "a/b", "file", "dir")
+	f.Add("../x", "y", "file", "file")
+	f.Add("l", "l/x", "symlink", "file")
+	f.Fuzz(func(t *testing.T, p1, p2, k1, k2 string) {
+		mk := func(p, k string) checkpoints.Entry {
+			e := checkpoints.Entry{Path: p, Kind: checkpoints.Kind(k)}
+			switch e.Kind {
+			case checkpoints.KindFile:
+				e.BlobKey = "k"
+			case checkpoints.KindSymlink:
+				e.Target = "t"
+			}
+			return e
+		}
+		es := []checkpoints.Entry{mk(p1, k1), mk(p2, k2)}
+		if err := checkpoints.ValidateEntries(es); err != nil {
+			if !errors.Is(err, checkpoints.ErrInvalidEntry) {
+				t.Fatalf("error %v does not wrap ErrInvalidEntry", err)
+			}
+			return
+		}
+		for _, e := range es {
+			if path.IsAbs(e.Path) || e.Path != path.Clean(e.Path) || e.Path == ".." || strings.HasPrefix(e.Path, "../") {
+				t.Fatalf("accepted %q", e.Path)
+			}
+		}
+		if p1 != p2 && strings.HasPrefix(p2, p1+"/") && k1 != string(checkpoints.KindDir) {
+			t.Fatalf("accepted %q below %s %q", p2, k1, p1)
+		}
+	})
+}
