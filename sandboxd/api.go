@@ -1,0 +1,299 @@
+package sandboxd
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// State is a sandbox lifecycle state (API-NOTES §5).
+type State string
+
+// The sandbox states. Clients must tolerate values they do not know.
+const (
+	StatePending    State = "Pending"
+	StateRunning    State = "Running"
+	StatePausing    State = "Pausing"
+	StatePaused     State = "Paused"
+	StateResuming   State = "Resuming"
+	StateStopping   State = "Stopping"
+	StateTerminated State = "Terminated"
+	StateFailed     State = "Failed"
+)
+
+// Final reports whether s is a state a sandbox never leaves.
+func (s State) Final() bool { return s == StateTerminated || s == StateFailed }
+
+// Status reasons this server sets.
+const (
+	ReasonUserDelete      = "user_delete"
+	ReasonTTLExpiry       = "ttl_expiry"
+	ReasonRuntimeError    = "runtime_error"
+	ReasonProvisionTimout = "provision_timeout"
+	ReasonEntrypointExit  = "entrypoint_exited"
+	ReasonRestart         = "sandboxd_restart"
+	ReasonShutdown        = "sandboxd_shutdown"
+)
+
+// ExecdPort is the port clients ask an endpoint for to reach execd.
+const ExecdPort = 44772
+
+// ExecdTokenHeader carries the per-sandbox execd token.
+const ExecdTokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// APIKeyHeader carries the lifecycle API key.
+const APIKeyHeader = "OPEN-SANDBOX-API-KEY"
+
+// ImageSpec names the image of a sandbox.
+type ImageSpec struct {
+	URI  string          `json:"uri"`
+	Auth json.RawMessage `json:"auth,omitempty"`
+}
+
+// Platform is a platform constraint.
+type Platform struct {
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+}
+
+// Status is a sandbox's lifecycle status.
+type Status struct {
+	State            State      `json:"state"`
+	Reason           string     `json:"reason,omitempty"`
+	Message          string     `json:"message,omitempty"`
+	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
+}
+
+// CreateRequest is the body of POST /sandboxes.
+type CreateRequest struct {
+	Image          *ImageSpec        `json:"image,omitempty"`
+	SnapshotID     string            `json:"snapshotId,omitempty"`
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
+	Timeout        *int64            `json:"timeout,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Platform       *Platform         `json:"platform,omitempty"`
+	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
+	SecureAccess   bool              `json:"secureAccess,omitempty"`
+	Volumes        json.RawMessage   `json:"volumes,omitempty"`
+	Extensions     map[string]string `json:"extensions,omitempty"`
+}
+
+// Sandbox is the resource returned by get, list and metadata patch.
+type Sandbox struct {
+	ID         string            `json:"id"`
+	Image      *ImageSpec        `json:"image,omitempty"`
+	Platform   *Platform         `json:"platform,omitempty"`
+	Status     Status            `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// createResponse is the body of a 202 create: no image.
+type createResponse struct {
+	ID         string            `json:"id"`
+	Platform   *Platform         `json:"platform,omitempty"`
+	Status     Status            `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// Pagination is the pagination object of list responses.
+type Pagination struct {
+	Page        int  `json:"page"`
+	PageSize    int  `json:"pageSize"`
+	TotalItems  int  `json:"totalItems"`
+	TotalPages  int  `json:"totalPages"`
+	HasNextPage bool `json:"hasNextPage"`
+}
+
+type listResponse struct {
+	Items      []Sandbox  `json:"items"`
+	Pagination Pagination `json:"pagination"`
+}
+
+// Endpoint is the body of GET /sandboxes/{id}/endpoints/{port}.
+type Endpoint struct {
+	Endpoint string            `json:"endpoint"`
+	Headers  map[string]string `json:"headers,omitempty"`
+}
+
+type renewRequest struct {
+	ExpiresAt *string `json:"expiresAt"`
+}
+
+type renewResponse struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// limits are parsed resource limits; zero means none.
+type limits struct {
+	MilliCPU    int64 `json:"milliCpu,omitempty"`
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+}
+
+// record is what the server persists per sandbox.
+type record struct {
+	Sandbox
+	Env         map[string]string `json:"env,omitempty"`
+	Limits      limits            `json:"limits"`
+	ExecdPort   int               `json:"execdPort,omitempty"`
+	ExecdToken  string            `json:"execdToken,omitempty"`
+	InitPID     int               `json:"initPid,omitempty"`
+	ImageSource string            `json:"imageSource,omitempty"`
+}
+
+var (
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	dnsSubdom   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	envName     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	maxMetaVal  = 1024
+	reservedPfx = "opensandbox.io/"
+)
+
+// validateMetaKey applies the Kubernetes label-key rules: an optional DNS
+// subdomain prefix and a name of at most 63 characters. Keys under
+// opensandbox.io/ are reserved.
+func validateMetaKey(k string) error {
+	if strings.HasPrefix(k, reservedPfx) {
+		return invalid("INVALID_METADATA_FORMAT", "metadata", "key %q uses the reserved prefix %s", k, reservedPfx)
+	}
+	name := k
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		prefix := k[:i]
+		name = k[i+1:]
+		if len(prefix) == 0 || len(prefix) > 253 || !dnsSubdom.MatchString(prefix) {
+			return invalid("INVALID_METADATA_FORMAT", "metadata", "key %q: prefix must be a DNS subdomain", k)
+		}
+	}
+	if len(name) == 0 || len(name) > 63 || !labelName.MatchString(name) {
+		return invalid("INVALID_METADATA_FORMAT", "metadata", "key %q: name must be 1-63 characters of [A-Za-z0-9-_.], alphanumeric at both ends", k)
+	}
+	return nil
+}
+
+// validateMetaValue is more lenient than Kubernetes label values (which forbid
+// spaces) because the protocol's own examples use free text: at most 1024 bytes
+// of valid UTF-8 without control characters.
+func validateMetaValue(k, v string) error {
+	if len(v) > maxMetaVal {
+		return invalid("INVALID_METADATA_FORMAT", "metadata", "value of %q is longer than %d bytes", k, maxMetaVal)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
+			return invalid("INVALID_METADATA_FORMAT", "metadata", "value of %q contains a control character or invalid UTF-8", k)
+		}
+	}
+	return nil
+}
+
+func validateMetadata(m map[string]string) error {
+	for k, v := range m {
+		if err := validateMetaKey(k); err != nil {
+			return err
+		}
+		if err := validateMetaValue(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateCreate checks a create request and returns its parsed limits.
+func (c Config) validateCreate(req *CreateRequest) (limits, error) {
+	var lim limits
+	switch {
+	case req.SnapshotID != "" && req.Image != nil:
+		return lim, invalid("INVALID_REQUEST", "image", "image and snapshotId are mutually exclusive")
+	case req.SnapshotID != "":
+		return lim, &RequestError{Code: "NOT_IMPLEMENTED", Field: "snapshotId", Message: "creating a sandbox from a snapshot is not supported by this server yet"}
+	case req.Image == nil || strings.TrimSpace(req.Image.URI) == "":
+		return lim, invalid("INVALID_REQUEST", "image", "image.uri is required")
+	}
+	if len(req.Entrypoint) == 0 || req.Entrypoint[0] == "" {
+		return lim, invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image and its first element must be a command")
+	}
+	if req.Timeout != nil {
+		t := *req.Timeout
+		if t < 60 {
+			return lim, invalid("INVALID_REQUEST", "timeout", "timeout must be at least 60 seconds or null, got %d", t)
+		}
+		if time.Duration(t)*time.Second > c.MaxTimeout {
+			return lim, invalid("INVALID_REQUEST", "timeout", "timeout %d s exceeds the maximum of %d s", t, int64(c.MaxTimeout/time.Second))
+		}
+	}
+	if req.Platform != nil {
+		if req.Platform.OS != "linux" || req.Platform.Arch != runtime.GOARCH {
+			return lim, invalid("INVALID_REQUEST", "platform", "platform %s/%s cannot be satisfied: this server runs linux/%s", req.Platform.OS, req.Platform.Arch, runtime.GOARCH)
+		}
+	}
+	if req.SecureAccess {
+		return lim, invalid("INVALID_REQUEST", "secureAccess", "secureAccess is only supported by the Kubernetes gateway")
+	}
+	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
+		return lim, invalid("INVALID_REQUEST", "volumes", "volumes are not supported by this server")
+	}
+	for k := range req.Env {
+		if !envName.MatchString(k) {
+			return lim, invalid("INVALID_REQUEST", "env", "invalid environment variable name %q", k)
+		}
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return lim, err
+	}
+	return parseLimits(req.ResourceLimits)
+}
+
+// parseMetadataFilter decodes the metadata query value: URL-encoded form data
+// where every pair must have a '='.
+func parseMetadataFilter(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, invalid("INVALID_METADATA_FORMAT", "metadata", "filter pair %q has no '='", pair)
+		}
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, invalid("INVALID_METADATA_FORMAT", "metadata", "filter key %q: %v", k, err)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, invalid("INVALID_METADATA_FORMAT", "metadata", "filter value %q: %v", v, err)
+		}
+		if key == "" {
+			return nil, invalid("INVALID_METADATA_FORMAT", "metadata", "empty filter key")
+		}
+		out[key] = val
+	}
+	return out, nil
+}
+
+func sandboxTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+func (r *record) setStatus(s State, reason, msg string) {
+	now := sandboxTime(time.Now())
+	r.Status = Status{State: s, Reason: reason, Message: msg, LastTransitionAt: &now}
+}
+
+func (r *record) String() string { return fmt.Sprintf("sandbox %s (%s)", r.ID, r.Status.State) }

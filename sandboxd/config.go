@@ -1,0 +1,87 @@
+package sandboxd
+
+import (
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Server. The zero value is valid: an ephemeral server on
+// 127.0.0.1:0 with a temporary data directory removed by Close.
+type Config struct {
+	// Listen is the TCP address Start listens on. Default "127.0.0.1:0".
+	Listen string
+	// DataDir holds records, images and each sandbox's upper layer. Empty means a
+	// fresh temporary directory, removed by Close (the daemon defaults to
+	// ./.alineo/sandboxd instead).
+	DataDir string
+	// APIKey, when set, is required in the OPEN-SANDBOX-API-KEY header of every
+	// route but /health and the proxy route.
+	APIKey string
+	// Images maps an image name (the uri of a create request, e.g.
+	// "ubuntu:22.04") to a root filesystem directory or a tarball of one.
+	Images map[string]string
+	// NoIsolation runs sandboxes as plain host processes (development only).
+	NoIsolation bool
+	// Logger receives the server's logs. Default: discard.
+	Logger *slog.Logger
+
+	// DefaultTimeout is the TTL of a sandbox created without a timeout; zero
+	// means no expiry, as the protocol says.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps the timeout of a create request. Default 7 days.
+	MaxTimeout time.Duration
+	// StartTimeout bounds Pending: a sandbox not running by then goes Failed.
+	// Default 30 s.
+	StartTimeout time.Duration
+	// StartupGrace is how long an entrypoint must stay alive before the sandbox
+	// counts as Running, so that one exiting at once goes straight to Failed.
+	// Default 10 ms; negative disables it.
+	StartupGrace time.Duration
+	// Retention is how long Terminated and Failed records are kept. Default 1 h.
+	Retention time.Duration
+	// SweepInterval is the period of the TTL and retention sweep. Default 1 s.
+	SweepInterval time.Duration
+	// CgroupRoot is the cgroup v1 mount root. Default "/sys/fs/cgroup".
+	CgroupRoot string
+	// CgroupParent names the parent group of every sandbox's cgroup in each
+	// controller. Default "alineo-sandboxd".
+	CgroupParent string
+	// MaxSandboxes bounds live sandboxes; a create beyond it gets 409.
+	// Default 256.
+	MaxSandboxes int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 7 * 24 * time.Hour
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	if c.StartupGrace == 0 {
+		c.StartupGrace = 10 * time.Millisecond
+	}
+	if c.Retention == 0 {
+		c.Retention = time.Hour
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "alineo-sandboxd"
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = 256
+	}
+	return c
+}

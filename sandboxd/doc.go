@@ -1,0 +1,69 @@
+// Package sandboxd is a Docker-free, OpenSandbox-compatible sandbox server: the
+// lifecycle API of the OpenSandbox protocol (create, get, list, delete, pause,
+// resume, renew-expiration, metadata, endpoints and the server proxy, under /v1
+// and at the root) in front of a small runtime that isolates each sandbox with
+// Linux namespaces, overlayfs and cgroups. Each sandbox serves the execd API of
+// package sandboxd/execd on a loopback port.
+//
+// # Runtime
+//
+// A sandbox is a process tree in new user (identity-mapped: root stays root),
+// mount, PID, UTS and IPC namespaces. The network namespace is the host's, so
+// execd listens on 127.0.0.1 and is reachable from the host.
+//
+// The server starts a sandbox by re-executing its own binary (/proc/self/exe)
+// with the environment variable ALINEO_SANDBOXD_INIT set. A package-level init
+// function of this package checks that variable before main (or a test's main)
+// runs, so every binary that imports sandboxd, including go test binaries and
+// programs that embed the server, can act as a sandbox init. The init, PID 1 of
+// the sandbox:
+//
+//  1. reads its configuration from a pipe the server writes after it has placed
+//     the process in the sandbox's cgroups;
+//  2. mounts an overlay root: the image root filesystem read-only below, a
+//     private upper layer under DataDir/sandboxes/<id>/ above; a private tmpfs
+//     on /tmp; a minimal /dev (null, zero, full, random, urandom, tty); its own
+//     /proc; then pivot_root into it and detaches the old root;
+//  3. starts execd in a child process (re-executed the same way) on a
+//     127.0.0.1:0 listener it opened itself, and reports the port to the server;
+//  4. starts the entrypoint as a child, its output appended to
+//     DataDir/sandboxes/<id>/entrypoint.log;
+//  5. reaps every orphan (it is PID 1) and exits when the entrypoint or execd
+//     exits, or when the pipe from the server closes (the server died): the
+//     kernel then kills every process of the sandbox.
+//
+// execd runs in its own process so that PID 1 can reap with wait4(-1) without
+// stealing exit statuses from the commands execd waits for.
+//
+// # Images
+//
+// Images cannot be pulled. An image name resolves, in order, to Config.Images
+// (a root filesystem directory or a tarball, extracted once into
+// DataDir/images/), to DataDir/images/<name> (see ImportImage and
+// `sandboxd image import`), and else to the host's own system directories:
+// /usr, /etc and /bin, /sbin, /lib* (each a private overlay with the host
+// directory read-only below), so any image name, e.g. "ubuntu:22.04", works with
+// zero set-up. The server logs which one it used.
+//
+// # State and restart
+//
+// Records are JSON files under DataDir/sandboxes/<id>/sandbox.json. They
+// survive a restart; a sandbox that was live (Pending, Running, Pausing, Paused,
+// Resuming, Stopping) when the server stopped comes back Terminated with reason
+// "sandboxd_restart": its processes do not survive the server (they exit when
+// the pipe from the server closes). Terminated and Failed records are kept for
+// Config.Retention, then removed.
+//
+// Pause freezes every process of the sandbox with the cgroup v1 freezer, or
+// with SIGSTOP/SIGCONT of every process of the tree where no freezer is
+// available. CPU and memory limits use the cpu and memory cgroup controllers
+// where present; where not, the server logs that they are not enforced.
+//
+// With Config.NoIsolation (development only) a sandbox is a plain host process
+// tree whose execd root is DataDir/sandboxes/<id>/root; the server warns loudly.
+// Without it, a kernel that refuses namespaces makes sandbox creation fail with
+// ErrIsolationUnavailable.
+//
+// This package imports the standard library, golang.org/x/sys and
+// sandboxd/execd; it must not import the SDK, the ledger, the bus or testenv.
+package sandboxd

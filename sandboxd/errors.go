@@ -1,0 +1,59 @@
+package sandboxd
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound reports an unknown sandbox id.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrConflict reports an operation the sandbox's current state does not allow.
+	ErrConflict = errors.New("conflict with the sandbox state")
+	// ErrInvalidRequest reports a request that fails validation.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrClosed is returned by operations on a closed server.
+	ErrClosed = errors.New("sandboxd closed")
+	// ErrIsolationUnavailable reports a kernel that refuses the namespaces a
+	// sandbox needs. Config.NoIsolation runs sandboxes without them.
+	ErrIsolationUnavailable = errors.New("namespace isolation unavailable")
+	// ErrImage reports an image that cannot be resolved or imported.
+	ErrImage = errors.New("image unavailable")
+)
+
+// RequestError is a request that failed validation: Code is the machine code of
+// the JSON error body, Field the offending field. It wraps ErrInvalidRequest.
+type RequestError struct {
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *RequestError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// Unwrap returns ErrInvalidRequest.
+func (e *RequestError) Unwrap() error { return ErrInvalidRequest }
+
+func invalid(code, field, format string, args ...any) *RequestError {
+	return &RequestError{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// StateError is an operation refused in the sandbox's current state. It wraps
+// ErrConflict.
+type StateError struct {
+	SandboxID string
+	Op        string
+	State     State
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("%s sandbox %s: not allowed in state %s", e.Op, e.SandboxID, e.State)
+}
+
+// Unwrap returns ErrConflict.
+func (e *StateError) Unwrap() error { return ErrConflict }

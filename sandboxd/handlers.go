@@ -1,0 +1,330 @@
+package sandboxd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const maxBody = 1 << 20
+
+// routes builds the lifecycle API, mounted under /v1 and at the root.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, p := range []string{"", "/v1"} {
+		mux.HandleFunc("GET "+p+"/health", s.handleHealth)
+		mux.HandleFunc("POST "+p+"/sandboxes", s.handleCreate)
+		mux.HandleFunc("GET "+p+"/sandboxes", s.handleList)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}", s.handleGet)
+		mux.HandleFunc("DELETE "+p+"/sandboxes/{id}", s.handleDelete)
+		mux.HandleFunc("PATCH "+p+"/sandboxes/{id}/metadata", s.handlePatchMetadata)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/pause", s.handlePause)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/resume", s.handleResume)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/renew-expiration", s.handleRenew)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}/endpoints/{port}", s.handleEndpoint)
+		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}", s.handleProxy)
+		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}/{rest...}", s.handleProxy)
+		s.snapshotRoutes(mux, p)
+	}
+	return s.middleware(mux)
+}
+
+var proxyPath = regexp.MustCompile(`^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)`)
+
+// middleware echoes or assigns X-Request-ID, checks the API key and turns the
+// mux's plain-text 404/405 into JSON errors.
+func (s *Server) middleware(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := r.Header.Get("X-Request-ID")
+		if rid == "" {
+			rid = newID()
+		}
+		w.Header().Set("X-Request-ID", rid)
+		path := r.URL.Path
+		isProxy := proxyPath.MatchString(path) && !strings.Contains(path, "..")
+		if s.cfg.APIKey != "" && !isProxy && path != "/health" && path != "/v1/health" {
+			key := r.Header.Get(APIKeyHeader)
+			switch {
+			case key == "":
+				writeError(w, http.StatusUnauthorized, "MISSING_API_KEY", "missing header "+APIKeyHeader)
+				return
+			case key != s.cfg.APIKey:
+				writeError(w, http.StatusUnauthorized, "INVALID_API_KEY", "invalid "+APIKeyHeader)
+				return
+			}
+		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			// Find out whether the path exists with another method.
+			status, code := http.StatusNotFound, "NOT_FOUND"
+			for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete, http.MethodPatch} {
+				r2 := r.Clone(r.Context())
+				r2.Method = m
+				if _, p := mux.Handler(r2); p != "" {
+					status, code = http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED"
+					break
+				}
+			}
+			writeError(w, status, code, fmt.Sprintf("no route for %s %s", r.Method, path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, errorBody{Code: code, Message: msg})
+}
+
+// writeErr maps an error to its status and {code,message} body.
+func (s *Server) writeErr(w http.ResponseWriter, err error) {
+	var re *RequestError
+	switch {
+	case errors.As(err, &re):
+		status := http.StatusBadRequest
+		if re.Code == "NOT_IMPLEMENTED" {
+			status = http.StatusNotImplemented
+		}
+		writeError(w, status, re.Code, re.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "SANDBOX_NOT_FOUND", err.Error())
+	case errors.Is(err, ErrConflict):
+		writeError(w, http.StatusConflict, "INVALID_STATE", err.Error())
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", err.Error())
+	default:
+		s.log.Error("sandboxd: request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "GENERAL::UNKNOWN_ERROR", err.Error())
+	}
+}
+
+// decode reads a JSON body into v; a malformed body is a RequestError.
+func decode(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return invalid("INVALID_REQUEST", "", "read body: %v", err)
+	}
+	if len(b) > maxBody {
+		return invalid("INVALID_REQUEST", "", "body larger than %d bytes", maxBody)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return invalid("INVALID_REQUEST", "", "empty body; a JSON object is required")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return invalid("INVALID_REQUEST", "", "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+}
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := decode(r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	sb, err := s.create(&req)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.Header().Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/"+sb.ID)
+	writeJSON(w, http.StatusAccepted, createResponse{
+		ID: sb.ID, Platform: sb.Platform, Status: sb.Status, Metadata: sb.Metadata,
+		Entrypoint: sb.Entrypoint, ExpiresAt: sb.ExpiresAt, CreatedAt: sb.CreatedAt,
+	})
+}
+
+func positiveInt(q string, def int, name string) (int, error) {
+	if q == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 {
+		return 0, invalid("INVALID_REQUEST", name, "%s must be an integer >= 1, got %q", name, q)
+	}
+	return n, nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, err := positiveInt(q.Get("page"), 1, "page")
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	size, err := positiveInt(q.Get("pageSize"), 20, "pageSize")
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	size = min(size, 200)
+	meta, err := parseMetadataFilter(q.Get("metadata"))
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	states := map[State]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				states[State(st)] = true
+			}
+		}
+	}
+	all := s.list(states, meta)
+	total := len(all)
+	pages := (total + size - 1) / size
+	lo := min((page-1)*size, total)
+	hi := min(lo+size, total)
+	items := all[lo:hi]
+	if items == nil {
+		items = []Sandbox{}
+	}
+	writeJSON(w, http.StatusOK, listResponse{Items: items, Pagination: Pagination{
+		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
+	}})
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.get(r.PathValue("id"))
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb.snapshot())
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	if err := s.remove(r.PathValue("id")); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
+	var patch map[string]*string
+	if err := decode(r, &patch); err != nil {
+		s.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object of string or null values: %v", err))
+		return
+	}
+	if patch == nil {
+		s.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object"))
+		return
+	}
+	sb, err := s.patchMetadata(r.PathValue("id"), patch)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
+	if err := s.pause(r.PathValue("id")); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	if err := s.resume(r.PathValue("id")); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.get(id); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	var req renewRequest
+	if err := decode(r, &req); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	if req.ExpiresAt == nil {
+		s.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt is required"))
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, *req.ExpiresAt)
+	if err != nil {
+		s.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt must be an RFC 3339 time: %v", err))
+		return
+	}
+	got, err := s.renew(id, at)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, renewResponse{ExpiresAt: got})
+}
+
+func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sb, err := s.get(id)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		s.writeErr(w, invalid("INVALID_REQUEST", "port", "port must be an integer in 1..65535, got %q", r.PathValue("port")))
+		return
+	}
+	q := r.URL.Query()
+	if q.Get("expires") != "" {
+		s.writeErr(w, invalid("INVALID_REQUEST", "expires", "signed endpoints (expires) are not supported by this server"))
+		return
+	}
+	useProxy := false
+	if v := q.Get("use_server_proxy"); v != "" {
+		useProxy, err = strconv.ParseBool(v)
+		if err != nil {
+			s.writeErr(w, invalid("INVALID_REQUEST", "use_server_proxy", "use_server_proxy must be a boolean, got %q", v))
+			return
+		}
+	}
+	sb.mu.Lock()
+	st, execdPort, token := sb.rec.Status.State, sb.rec.ExecdPort, sb.rec.ExecdToken
+	sb.mu.Unlock()
+	if st.Final() || st == StateStopping {
+		s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+		return
+	}
+	ep := Endpoint{}
+	switch {
+	case port == ExecdPort && !useProxy:
+		if execdPort == 0 {
+			s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+			return
+		}
+		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(execdPort)
+	default:
+		ep.Endpoint = r.Host + "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
+	}
+	if port == ExecdPort {
+		ep.Headers = map[string]string{ExecdTokenHeader: token}
+	}
+	writeJSON(w, http.StatusOK, ep)
+}

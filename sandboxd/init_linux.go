@@ -1,0 +1,369 @@
+package sandboxd
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// initEnv selects the role of a re-executed sandboxd binary: "init" (a
+// sandbox's PID 1), "execd" (its execd server) or "probe" (the namespace check).
+const initEnv = "ALINEO_SANDBOXD_INIT"
+
+// File descriptors handed to a re-executed init (ExtraFiles start at 3).
+const (
+	fdCtl    = 3 // server → init: the config line, then held open; EOF = server gone
+	fdStatus = 4 // init → server: JSON status lines
+	fdLog    = 5 // the entrypoint log (append)
+)
+
+// File descriptors handed to the execd child.
+const (
+	fdExecdListener = 3
+	fdExecdConfig   = 4
+)
+
+// initConfig is what the server sends the init.
+type initConfig struct {
+	ID         string   `json:"id"`
+	Isolated   bool     `json:"isolated"`
+	Lower      string   `json:"lower,omitempty"`
+	HostDirs   []string `json:"hostDirs,omitempty"`
+	SandboxDir string   `json:"sandboxDir"`
+	Entrypoint []string `json:"entrypoint"`
+	Env        []string `json:"env"`
+	Token      string   `json:"token"`
+}
+
+// initMsg is one status line from the init.
+type initMsg struct {
+	Port   int    `json:"port,omitempty"`
+	Exit   *int   `json:"exit,omitempty"`
+	Signal string `json:"signal,omitempty"`
+	Execd  string `json:"execd,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ExecdConfig is what the sandbox init passes to the execd factory.
+type ExecdConfig struct {
+	Token  string
+	Root   string
+	Env    []string
+	Logger *slog.Logger
+}
+
+// execdFactory builds the execd handler inside a sandbox; set by execd_link.go
+// (or by tests before the init hook runs).
+var execdFactory func(ExecdConfig) (http.Handler, func() error, error)
+
+func init() {
+	switch os.Getenv(initEnv) {
+	case "":
+		return
+	case "init":
+		os.Exit(runInit())
+	case "execd":
+		os.Exit(runExecdChild())
+	case "probe":
+		os.Exit(runProbe())
+	default:
+		fmt.Fprintf(os.Stderr, "sandboxd: unknown %s role %q\n", initEnv, os.Getenv(initEnv))
+		os.Exit(2)
+	}
+}
+
+// runProbe checks, inside fresh namespaces, that a mount works.
+func runProbe() int {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "make / private:", err)
+		return 1
+	}
+	return 0
+}
+
+func runInit() int {
+	ctl := os.NewFile(fdCtl, "ctl")
+	status := os.NewFile(fdStatus, "status")
+	logf := os.NewFile(fdLog, "log")
+	enc := json.NewEncoder(status)
+	report := func(m initMsg) { _ = enc.Encode(m) }
+	fail := func(format string, args ...any) int {
+		msg := fmt.Sprintf(format, args...)
+		report(initMsg{Error: msg})
+		fmt.Fprintln(logf, "sandboxd init:", msg)
+		return 1
+	}
+
+	br := bufio.NewReader(ctl)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return fail("read config: %v", err)
+	}
+	var cfg initConfig
+	if err := json.Unmarshal(line, &cfg); err != nil {
+		return fail("decode config: %v", err)
+	}
+	os.Clearenv()
+	for _, kv := range cfg.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			os.Setenv(k, v)
+		}
+	}
+	root := "/"
+	if cfg.Isolated {
+		if err := setupRoot(&cfg); err != nil {
+			return fail("set up root: %v", err)
+		}
+		host := cfg.ID
+		if len(host) > 12 {
+			host = host[:12]
+		}
+		_ = unix.Sethostname([]byte(host))
+	} else {
+		root = filepath.Join(cfg.SandboxDir, "root")
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	lnf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return fail("listener file: %v", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cr, cw, err := os.Pipe()
+	if err != nil {
+		return fail("pipe: %v", err)
+	}
+	execd := exec.Command("/proc/self/exe")
+	execd.Args = []string{"sandboxd-execd"}
+	execd.Env = append([]string{initEnv + "=execd"}, cfg.Env...)
+	execd.Dir = root
+	execd.ExtraFiles = []*os.File{lnf, cr}
+	execd.Stdout, execd.Stderr = logf, logf
+	execd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !cfg.Isolated {
+		execd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := execd.Start(); err != nil {
+		return fail("start execd: %v", err)
+	}
+	cr.Close()
+	lnf.Close()
+	ln.Close()
+	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env}); err != nil {
+		return fail("configure execd: %v", err)
+	}
+	cw.Close()
+
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return fail("open %s: %v", os.DevNull, err)
+	}
+	entry := exec.Command(cfg.Entrypoint[0], cfg.Entrypoint[1:]...)
+	entry.Env = cfg.Env
+	entry.Dir = root
+	entry.Stdin, entry.Stdout, entry.Stderr = devnull, logf, logf
+	entry.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if !cfg.Isolated {
+		entry.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := entry.Start(); err != nil {
+		_ = execd.Process.Kill()
+		return fail("start entrypoint %q: %v", cfg.Entrypoint[0], err)
+	}
+	report(initMsg{Port: port})
+
+	// The server holds the control pipe open; EOF means it is gone.
+	killAll := func() {
+		_ = syscall.Kill(-execd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-entry.Process.Pid, syscall.SIGKILL)
+		_ = execd.Process.Kill()
+		_ = entry.Process.Kill()
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, br)
+		killAll()
+		os.Exit(0)
+	}()
+
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			// No children left (cannot happen while the entrypoint lives).
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		switch pid {
+		case entry.Process.Pid:
+			code := ws.ExitStatus()
+			m := initMsg{Exit: &code}
+			if ws.Signaled() {
+				code = -1
+				m.Signal = ws.Signal().String()
+			}
+			report(m)
+			killAll()
+			return 0
+		case execd.Process.Pid:
+			report(initMsg{Execd: describeWait(ws)})
+			killAll()
+			return 1
+		}
+	}
+}
+
+func describeWait(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
+// execdChildConfig is what the init sends the execd child.
+type execdChildConfig struct {
+	Token string   `json:"token"`
+	Root  string   `json:"root"`
+	Env   []string `json:"env"`
+}
+
+func runExecdChild() int {
+	os.Unsetenv(initEnv)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var cfg execdChildConfig
+	if err := json.NewDecoder(os.NewFile(fdExecdConfig, "execd-config")).Decode(&cfg); err != nil {
+		logger.Error("sandboxd execd: read config", "err", err)
+		return 1
+	}
+	ln, err := net.FileListener(os.NewFile(fdExecdListener, "execd-listener"))
+	if err != nil {
+		logger.Error("sandboxd execd: listener", "err", err)
+		return 1
+	}
+	if execdFactory == nil {
+		logger.Error("sandboxd execd: no execd implementation linked")
+		return 1
+	}
+	h, closeFn, err := execdFactory(ExecdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger})
+	if err != nil {
+		logger.Error("sandboxd execd: start", "err", err)
+		return 1
+	}
+	defer closeFn()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Error("sandboxd execd: serve", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// setupRoot builds the sandbox's root filesystem and pivots into it. It runs in
+// the sandbox's fresh mount namespace.
+func setupRoot(cfg *initConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	dir := cfg.SandboxDir
+	merged := filepath.Join(dir, "merged")
+	if err := overlay(cfg.Lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
+		return err
+	}
+	for _, d := range cfg.HostDirs {
+		target := filepath.Join(merged, d)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := overlay("/"+d, filepath.Join(dir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
+			return err
+		}
+	}
+	mounts := []struct {
+		src, target, fstype string
+		flags               uintptr
+		data                string
+	}{
+		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"tmpfs", "tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+		{"tmpfs", "dev", "tmpfs", unix.MS_NOSUID, "mode=755"},
+	}
+	for _, m := range mounts {
+		t := filepath.Join(merged, m.target)
+		if err := os.MkdirAll(t, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, t, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount %s on /%s: %w", m.fstype, m.target, err)
+		}
+	}
+	dev := filepath.Join(merged, "dev")
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		t := filepath.Join(dev, d)
+		f, err := os.OpenFile(t, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount("/dev/"+d, t, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dev, "shm"), 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	if err := unix.Chdir(merged); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+func overlay(lower, upper, work, target string) error {
+	for _, d := range []string{upper, work, target} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := "lowerdir=" + escapeOverlay(lower) + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", target, err)
+	}
+	return nil
+}
+
+func escapeOverlay(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
+}

@@ -1,0 +1,61 @@
+package sandboxd
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+)
+
+// strippedHeaders are headers the proxy never forwards to a sandbox, besides the standard
+// hop-by-hop ones httputil.ReverseProxy drops.
+var strippedHeaders = []string{"Authorization", "Cookie", APIKeyHeader}
+
+// handleProxy forwards /sandboxes/{id}/proxy/{port}/{rest...} to the sandbox:
+// port 44772 to its execd, any other port to 127.0.0.1:port (sandboxes share
+// the host network). HTTP and WebSocket; responses are flushed at once, so
+// command streams arrive event by event. The caller must send the execd token
+// itself: the proxy adds no credentials.
+func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sb, err := s.get(id)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		s.writeErr(w, invalid("INVALID_REQUEST", "port", "port must be an integer in 1..65535, got %q", r.PathValue("port")))
+		return
+	}
+	sb.mu.Lock()
+	st, execdPort := sb.rec.Status.State, sb.rec.ExecdPort
+	sb.mu.Unlock()
+	if st != StateRunning {
+		s.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
+		return
+	}
+	target := port
+	if port == ExecdPort {
+		target = execdPort
+	}
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(target)}
+	rest := "/" + r.PathValue("rest")
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.URL.Path = rest
+			pr.Out.URL.RawPath = ""
+			pr.Out.URL.RawQuery = r.URL.RawQuery
+			pr.SetXForwarded()
+			for _, h := range strippedHeaders {
+				pr.Out.Header.Del(h)
+			}
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadGateway, "BAD_GATEWAY", "sandbox "+id+" port "+strconv.Itoa(port)+": "+err.Error())
+		},
+	}
+	rp.ServeHTTP(w, r)
+}

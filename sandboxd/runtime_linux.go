@@ -1,0 +1,377 @@
+package sandboxd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a running sandbox as seen from the server: its init process, the
+// control pipe that keeps it alive, its cgroups and its status messages.
+type proc struct {
+	cmd  *exec.Cmd
+	ctl  *os.File
+	cg   *cgroups
+	port int
+
+	done chan struct{} // closed once the init has been waited for
+
+	mu sync.Mutex
+	// last is the last status message that explains an exit.
+	last    initMsg
+	stopped bool // paused with SIGSTOP (no freezer)
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// lastMsg returns the last status message received.
+func (p *proc) lastMsg() initMsg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// baseEnv is the environment of every sandbox process before the request's env.
+func baseEnv(id string, env map[string]string) []string {
+	out := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		"HOSTNAME=" + shortID(id),
+		"LANG=C.UTF-8",
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// probeIsolation starts a process in the namespaces a sandbox uses and checks
+// that it can mount; it returns an error wrapping ErrIsolationUnavailable when
+// the kernel refuses.
+func probeIsolation(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, "/proc/self/exe")
+	cmd.Args = []string{"sandboxd-probe"}
+	cmd.Env = []string{initEnv + "=probe"}
+	cmd.SysProcAttr = isolatedAttr()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: the kernel refused a user, mount, PID, UTS and IPC namespace with a mount in it (%v %s); start with --no-isolation (Config.NoIsolation) for development only", ErrIsolationUnavailable, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func isolatedAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		// Identity mapping: root in the sandbox is root on the host for file
+		// ownership, but its capabilities only hold in the sandbox's namespaces.
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}},
+		GidMappingsEnableSetgroups: true,
+		Setsid:                     true,
+	}
+}
+
+// launch starts a sandbox's init and waits until execd listens and the
+// entrypoint survived the startup grace.
+func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, error) {
+	dir := s.sandboxDir(rec.ID)
+	if s.cfg.NoIsolation {
+		if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, err
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"sandboxd-init", rec.ID}
+	cmd.Env = []string{initEnv + "=init"}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{ctlR, stW, logf}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if s.cfg.NoIsolation {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		cmd.SysProcAttr = isolatedAttr()
+	}
+	err = cmd.Start()
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		ctlW.Close()
+		stR.Close()
+		if !s.cfg.NoIsolation {
+			return nil, fmt.Errorf("%w: start sandbox init: %v", ErrIsolationUnavailable, err)
+		}
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	p := &proc{cmd: cmd, ctl: ctlW, done: make(chan struct{})}
+	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits)
+	if len(p.cg.missing) > 0 {
+		s.log.Warn("sandboxd: cgroup features unavailable for sandbox", "id", rec.ID, "missing", strings.Join(p.cg.missing, "; "))
+	}
+	if err := p.cg.add(cmd.Process.Pid); err != nil {
+		s.log.Warn("sandboxd: cgroup placement failed", "id", rec.ID, "err", err)
+	}
+	msgs := make(chan initMsg, 4)
+	go func() {
+		defer close(msgs)
+		sc := bufio.NewScanner(stR)
+		for sc.Scan() {
+			var m initMsg
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				p.mu.Lock()
+				if m.Port == 0 {
+					p.last = m
+				}
+				p.mu.Unlock()
+				select {
+				case msgs <- m:
+				default: // nobody waits any more; the exit is recorded in last
+				}
+			}
+		}
+		stR.Close()
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+
+	cfg := initConfig{
+		ID:         rec.ID,
+		Isolated:   !s.cfg.NoIsolation,
+		Lower:      fs.Lower,
+		HostDirs:   fs.HostDirs,
+		SandboxDir: dir,
+		Entrypoint: rec.Entrypoint,
+		Env:        baseEnv(rec.ID, rec.Env),
+		Token:      rec.ExecdToken,
+	}
+	line, _ := json.Marshal(cfg)
+	if _, err := ctlW.Write(append(line, '\n')); err != nil {
+		s.kill(p)
+		return nil, fmt.Errorf("configure sandbox init: %w", err)
+	}
+
+	failure := func(m initMsg, ok bool) error {
+		if !ok {
+			<-p.done
+			return fmt.Errorf("sandbox init exited during start-up: %s; %s", cmd.ProcessState, s.logTail(rec.ID))
+		}
+		return errors.New(describeMsg(m, s.logTail(rec.ID)))
+	}
+	select {
+	case m, ok := <-msgs:
+		if !ok || m.Port == 0 {
+			s.kill(p)
+			return nil, failure(m, ok)
+		}
+		p.port = m.Port
+	case <-ctx.Done():
+		s.kill(p)
+		return nil, fmt.Errorf("sandbox start: %w", ctx.Err())
+	}
+	if g := s.cfg.StartupGrace; g > 0 {
+		t := time.NewTimer(g)
+		defer t.Stop()
+		select {
+		case m, ok := <-msgs:
+			s.kill(p)
+			return nil, failure(m, ok)
+		case <-t.C:
+		case <-ctx.Done():
+			s.kill(p)
+			return nil, fmt.Errorf("sandbox start: %w", ctx.Err())
+		}
+	}
+	return p, nil
+}
+
+// describeMsg explains an init status message that ends a sandbox.
+func describeMsg(m initMsg, tail string) string {
+	var b strings.Builder
+	switch {
+	case m.Error != "":
+		b.WriteString(m.Error)
+	case m.Exit != nil && m.Signal != "":
+		b.WriteString("entrypoint killed by " + m.Signal)
+	case m.Exit != nil:
+		b.WriteString("entrypoint exited with code " + strconv.Itoa(*m.Exit))
+	case m.Execd != "":
+		b.WriteString("execd exited: " + m.Execd)
+	default:
+		b.WriteString("sandbox init exited")
+	}
+	if tail != "" {
+		b.WriteString("; ")
+		b.WriteString(tail)
+	}
+	return b.String()
+}
+
+// logTail returns the end of a sandbox's entrypoint log, for failure messages.
+func (s *Server) logTail(id string) string {
+	f, err := os.Open(filepath.Join(s.sandboxDir(id), "entrypoint.log"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return ""
+	}
+	const max = 512
+	off := st.Size() - max
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, st.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	return "log: " + strings.TrimSpace(string(buf[:n]))
+}
+
+// kill stops every process of the sandbox and waits for the init, then removes
+// the cgroups. Safe to call more than once.
+func (s *Server) kill(p *proc) {
+	if p.cg.hasFreezer() {
+		// Frozen tasks do not die until thawed.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = p.cg.setFreezer(ctx, "THAWED")
+		cancel()
+	}
+	var tree []int
+	if s.cfg.NoIsolation {
+		tree = descendants(p.pid())
+	}
+	_ = p.ctl.Close()
+	_ = p.cmd.Process.Kill()
+	for _, pid := range tree {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range p.cg.pids() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		s.log.Error("sandboxd: sandbox init did not exit after SIGKILL", "pid", p.pid())
+	}
+	for i := 0; i < 100 && len(p.cg.pids()) > 0; i++ {
+		for _, pid := range p.cg.pids() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := p.cg.remove(); err != nil {
+		s.log.Warn("sandboxd: cgroup cleanup", "err", err)
+	}
+}
+
+// freeze pauses every process of the sandbox.
+func (s *Server) freeze(ctx context.Context, p *proc) error {
+	if p.cg.hasFreezer() {
+		return p.cg.setFreezer(ctx, "FROZEN")
+	}
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	return signalTree(p.pid(), syscall.SIGSTOP)
+}
+
+// thaw resumes a paused sandbox.
+func (s *Server) thaw(ctx context.Context, p *proc) error {
+	if p.cg.hasFreezer() {
+		return p.cg.setFreezer(ctx, "THAWED")
+	}
+	p.mu.Lock()
+	p.stopped = false
+	p.mu.Unlock()
+	return signalTree(p.pid(), syscall.SIGCONT)
+}
+
+// signalTree sends sig to root and every descendant.
+func signalTree(root int, sig syscall.Signal) error {
+	pids := append([]int{root}, descendants(root)...)
+	var errs []error
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// descendants lists every process below root, from /proc.
+func descendants(root int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name is in parentheses and may contain spaces.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err != nil {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,657 @@
+package sandboxd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Server is an OpenSandbox-compatible lifecycle server and the runtime of its
+// sandboxes. It is an http.Handler (routes under /v1 and at the root); Start
+// serves it on Config.Listen. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	dataDir string
+	tempDir bool
+	handler http.Handler
+
+	probeOnce sync.Once
+	probeErr  error
+	hostOnce  sync.Once
+	host      rootfs
+	hostErr   error
+	importMu  sync.Mutex
+
+	stop     chan struct{}
+	bg       sync.WaitGroup // janitor and sandbox goroutines
+	httpSrv  *http.Server
+	serveErr chan error
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	closed    bool
+	started   bool
+}
+
+// sandbox is one sandbox: its record and, while it runs, its process.
+type sandbox struct {
+	// op serializes lifecycle operations (launch, pause, resume, stop).
+	op sync.Mutex
+
+	mu     sync.Mutex
+	rec    record
+	proc   *proc
+	cancel context.CancelFunc // cancels a launch in progress
+	ended  time.Time          // when it reached a final state
+}
+
+func (sb *sandbox) snapshot() Sandbox {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return cloneSandbox(sb.rec.Sandbox)
+}
+
+func cloneSandbox(s Sandbox) Sandbox {
+	if s.Metadata != nil {
+		m := make(map[string]string, len(s.Metadata))
+		for k, v := range s.Metadata {
+			m[k] = v
+		}
+		s.Metadata = m
+	}
+	s.Entrypoint = append([]string(nil), s.Entrypoint...)
+	if s.Image != nil {
+		img := *s.Image
+		img.Auth = nil
+		s.Image = &img
+	}
+	return s
+}
+
+// New returns a server for cfg. It creates the data directory and loads the
+// records a previous run left there: sandboxes that were live come back
+// Terminated with reason "sandboxd_restart". It starts no process or listener.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}}
+	if cfg.DataDir == "" {
+		d, err := os.MkdirTemp("", "sandboxd-*")
+		if err != nil {
+			return nil, fmt.Errorf("sandboxd: data dir: %w", err)
+		}
+		s.dataDir, s.tempDir = d, true
+	} else {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("sandboxd: data dir: %w", err)
+		}
+		s.dataDir = cfg.DataDir
+	}
+	recs, err := s.loadRecords()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		sb := &sandbox{rec: *r}
+		if !r.Status.State.Final() {
+			sb.rec.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
+			sb.rec.ExecdPort, sb.rec.InitPID = 0, 0
+			if err := s.saveRecord(&sb.rec); err != nil {
+				return nil, err
+			}
+			s.removeRuntimeDirs(r.ID)
+			newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}).remove() //nolint:errcheck // best effort: leftover groups of a crashed run
+		}
+		if sb.rec.Status.LastTransitionAt != nil {
+			sb.ended = *sb.rec.Status.LastTransitionAt
+		}
+		s.sandboxes[r.ID] = sb
+	}
+	if cfg.NoIsolation {
+		s.log.Warn("sandboxd: *** NO ISOLATION *** sandboxes run as plain host processes with full access to this machine; development only")
+	}
+	s.handler = s.routes()
+	s.bg.Add(1)
+	go s.janitor()
+	return s, nil
+}
+
+// DataDir returns the directory the server keeps its state in.
+func (s *Server) DataDir() string { return s.dataDir }
+
+// ServeHTTP serves the lifecycle API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Start listens on Config.Listen and serves in the background; it returns the
+// base URL (http://host:port, without /v1). It fails with ErrIsolationUnavailable
+// when the kernel refuses namespaces and NoIsolation is not set.
+func (s *Server) Start(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return "", ErrClosed
+	}
+	if s.started {
+		s.mu.Unlock()
+		return "", errors.New("sandboxd: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.checkIsolation(ctx); err != nil {
+		return "", err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return "", fmt.Errorf("sandboxd: listen: %w", err)
+	}
+	s.httpSrv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
+	s.serveErr = make(chan error, 1)
+	go func() { s.serveErr <- s.httpSrv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	s.log.Info("sandboxd: listening", "url", url, "data", s.dataDir, "isolation", !s.cfg.NoIsolation)
+	return url, nil
+}
+
+func (s *Server) checkIsolation(ctx context.Context) error {
+	if s.cfg.NoIsolation {
+		return nil
+	}
+	s.probeOnce.Do(func() { s.probeErr = probeIsolation(ctx) })
+	return s.probeErr
+}
+
+// Close stops serving, kills every sandbox (each goes Terminated with reason
+// "sandboxd_shutdown"), waits for its goroutines and removes a temporary data
+// directory. Later calls return nil.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	var errs []error
+	if s.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := s.httpSrv.Shutdown(sctx); err != nil {
+			_ = s.httpSrv.Close()
+		}
+		cancel()
+		if err := <-s.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.terminate(sb, ReasonShutdown, "sandboxd shut down")
+		}()
+	}
+	wg.Wait()
+	s.bg.Wait()
+	if s.tempDir {
+		if err := os.RemoveAll(s.dataDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) get(id string) (*sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return sb, nil
+}
+
+// create validates req, records a Pending sandbox and launches it in the
+// background.
+func (s *Server) create(req *CreateRequest) (Sandbox, error) {
+	lim, err := s.cfg.validateCreate(req)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	now := sandboxTime(time.Now())
+	rec := record{
+		Sandbox: Sandbox{
+			ID:         newID(),
+			Image:      &ImageSpec{URI: req.Image.URI},
+			Platform:   req.Platform,
+			Metadata:   req.Metadata,
+			Entrypoint: req.Entrypoint,
+			CreatedAt:  now,
+		},
+		Env:        req.Env,
+		Limits:     lim,
+		ExecdToken: newID(),
+	}
+	ttl := s.cfg.DefaultTimeout
+	if req.Timeout != nil {
+		ttl = time.Duration(*req.Timeout) * time.Second
+	}
+	if ttl > 0 {
+		exp := now.Add(ttl)
+		rec.ExpiresAt = &exp
+	}
+	rec.setStatus(StatePending, "provisioning", "starting the sandbox")
+	if len(req.NetworkPolicy) > 0 && string(req.NetworkPolicy) != "null" {
+		s.log.Warn("sandboxd: networkPolicy is not enforced yet (shared host network)", "id", rec.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartTimeout)
+	sb := &sandbox{rec: rec, cancel: cancel}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		return Sandbox{}, ErrClosed
+	}
+	live := 0
+	for _, o := range s.sandboxes {
+		o.mu.Lock()
+		if !o.rec.Status.State.Final() {
+			live++
+		}
+		o.mu.Unlock()
+	}
+	if live >= s.cfg.MaxSandboxes {
+		s.mu.Unlock()
+		cancel()
+		return Sandbox{}, fmt.Errorf("%w: %d live sandboxes, the configured maximum", ErrConflict, live)
+	}
+	if err := s.saveRecord(&sb.rec); err != nil {
+		s.mu.Unlock()
+		cancel()
+		return Sandbox{}, err
+	}
+	s.sandboxes[rec.ID] = sb
+	sb.op.Lock() // held by the launch goroutine
+	s.bg.Add(1)
+	s.mu.Unlock()
+
+	out := cloneSandbox(sb.rec.Sandbox)
+	go func() {
+		defer s.bg.Done()
+		defer sb.op.Unlock()
+		defer cancel()
+		s.start(ctx, sb)
+	}()
+	return out, nil
+}
+
+// start runs with sb.op held.
+func (s *Server) start(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	rec := sb.rec
+	sb.mu.Unlock()
+	failed := func(reason string, err error) {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if sb.rec.Status.State != StatePending {
+			return
+		}
+		sb.rec.setStatus(StateFailed, reason, err.Error())
+		sb.ended = time.Now()
+		s.persist(&sb.rec)
+		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
+	}
+	if err := s.checkIsolation(ctx); err != nil {
+		failed(ReasonRuntimeError, err)
+		return
+	}
+	fs, err := s.resolveImage(ctx, rec.Image.URI)
+	if err != nil {
+		failed(ReasonRuntimeError, err)
+		return
+	}
+	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.Image.URI, "rootfs", fs.Source)
+	p, err := s.launch(ctx, &rec, fs)
+	if err != nil {
+		reason := ReasonRuntimeError
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason = ReasonProvisionTimout
+		}
+		failed(reason, err)
+		s.removeRuntimeDirs(rec.ID)
+		return
+	}
+	sb.mu.Lock()
+	if sb.rec.Status.State != StatePending {
+		sb.mu.Unlock()
+		s.kill(p)
+		return
+	}
+	sb.proc = p
+	sb.rec.ExecdPort = p.port
+	sb.rec.InitPID = p.pid()
+	sb.rec.ImageSource = fs.Source
+	sb.rec.setStatus(StateRunning, "running", "")
+	s.persist(&sb.rec)
+	sb.mu.Unlock()
+	s.bg.Add(1)
+	go s.watch(sb, p)
+}
+
+func (s *Server) persist(r *record) {
+	if err := s.saveRecord(r); err != nil {
+		s.log.Error("sandboxd: persist record", "id", r.ID, "err", err)
+	}
+}
+
+// watch marks the sandbox Failed when its init exits on its own.
+func (s *Server) watch(sb *sandbox, p *proc) {
+	defer s.bg.Done()
+	<-p.done
+	sb.mu.Lock()
+	if sb.proc != p || sb.rec.Status.State == StateStopping || sb.rec.Status.State.Final() {
+		sb.mu.Unlock()
+		return
+	}
+	id := sb.rec.ID
+	msg := describeMsg(p.lastMsg(), s.logTail(id))
+	reason := ReasonRuntimeError
+	if p.lastMsg().Exit != nil {
+		reason = ReasonEntrypointExit
+	}
+	sb.rec.setStatus(StateFailed, reason, msg)
+	sb.rec.ExecdPort = 0
+	sb.ended = time.Now()
+	sb.proc = nil
+	s.persist(&sb.rec)
+	sb.mu.Unlock()
+	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
+	s.kill(p)
+	s.removeRuntimeDirs(id)
+}
+
+// terminate stops a live sandbox and records it Terminated with reason. It
+// reports whether the sandbox was live.
+func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
+	sb.mu.Lock()
+	st := sb.rec.Status.State
+	if st.Final() {
+		sb.mu.Unlock()
+		return false
+	}
+	if st != StateStopping {
+		sb.rec.setStatus(StateStopping, reason, msg)
+		s.persist(&sb.rec)
+	}
+	if sb.cancel != nil {
+		sb.cancel()
+	}
+	sb.mu.Unlock()
+
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	sb.mu.Lock()
+	p := sb.proc
+	sb.proc = nil
+	sb.mu.Unlock()
+	if p != nil {
+		s.kill(p)
+	}
+	s.removeRuntimeDirs(sb.rec.ID)
+	sb.mu.Lock()
+	if !sb.rec.Status.State.Final() {
+		sb.rec.setStatus(StateTerminated, reason, msg)
+		sb.rec.ExecdPort = 0
+		sb.ended = time.Now()
+		s.persist(&sb.rec)
+	}
+	sb.mu.Unlock()
+	return true
+}
+
+// remove deletes a sandbox: a live one is terminated (and its record kept as
+// Terminated until Retention passes), a final one is forgotten at once.
+func (s *Server) remove(id string) error {
+	sb, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	if s.terminate(sb, ReasonUserDelete, "deleted by the user") {
+		return nil
+	}
+	s.forget(id)
+	return nil
+}
+
+func (s *Server) forget(id string) {
+	s.mu.Lock()
+	delete(s.sandboxes, id)
+	s.mu.Unlock()
+	if err := os.RemoveAll(s.sandboxDir(id)); err != nil {
+		s.log.Warn("sandboxd: remove sandbox dir", "id", id, "err", err)
+	}
+}
+
+// pause moves a Running sandbox to Pausing and freezes it in the background.
+func (s *Server) pause(id string) error {
+	return s.transition(id, "pause", StateRunning, StatePausing, StatePaused, s.freeze)
+}
+
+// resume moves a Paused sandbox to Resuming and thaws it in the background.
+func (s *Server) resume(id string) error {
+	return s.transition(id, "resume", StatePaused, StateResuming, StateRunning, s.thaw)
+}
+
+func (s *Server) transition(id, op string, from, via, to State, f func(context.Context, *proc) error) error {
+	sb, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	if sb.rec.Status.State != from || sb.proc == nil {
+		st := sb.rec.Status.State
+		sb.mu.Unlock()
+		return &StateError{SandboxID: id, Op: op, State: st}
+	}
+	sb.rec.setStatus(via, op+"_requested", "")
+	s.persist(&sb.rec)
+	sb.mu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		sb.op.Lock()
+		defer sb.op.Unlock()
+		sb.mu.Lock()
+		p := sb.proc
+		if sb.rec.Status.State != via || p == nil {
+			sb.mu.Unlock()
+			return
+		}
+		sb.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := f(ctx, p)
+		cancel()
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if sb.rec.Status.State != via {
+			return
+		}
+		if err != nil {
+			s.log.Error("sandboxd: "+op, "id", id, "err", err)
+			sb.rec.setStatus(from, op+"_failed", err.Error())
+		} else {
+			sb.rec.setStatus(to, "", "")
+		}
+		s.persist(&sb.rec)
+	}()
+	return nil
+}
+
+// renew sets a new expiry, which must be in the future and later than the
+// current one.
+func (s *Server) renew(id string, at time.Time) (time.Time, error) {
+	sb, err := s.get(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at = sandboxTime(at)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.rec.Status.State.Final() || sb.rec.Status.State == StateStopping {
+		return time.Time{}, &StateError{SandboxID: id, Op: "renew", State: sb.rec.Status.State}
+	}
+	if !at.After(time.Now()) {
+		return time.Time{}, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt %s is not in the future", at.Format(time.RFC3339))
+	}
+	if sb.rec.ExpiresAt != nil && !at.After(*sb.rec.ExpiresAt) {
+		return time.Time{}, invalid("EXPIRATION_NOT_EXTENDED", "expiresAt", "expiresAt %s is not later than the current %s", at.Format(time.RFC3339), sb.rec.ExpiresAt.Format(time.RFC3339))
+	}
+	sb.rec.ExpiresAt = &at
+	s.persist(&sb.rec)
+	return at, nil
+}
+
+// patchMetadata applies a JSON merge patch to the sandbox's metadata.
+func (s *Server) patchMetadata(id string, patch map[string]*string) (Sandbox, error) {
+	sb, err := s.get(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	for k, v := range patch {
+		if err := validateMetaKey(k); err != nil {
+			return Sandbox{}, err
+		}
+		if v != nil {
+			if err := validateMetaValue(k, *v); err != nil {
+				return Sandbox{}, err
+			}
+		}
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if len(patch) > 0 {
+		if sb.rec.Metadata == nil {
+			sb.rec.Metadata = map[string]string{}
+		}
+		for k, v := range patch {
+			if v == nil {
+				delete(sb.rec.Metadata, k)
+			} else {
+				sb.rec.Metadata[k] = *v
+			}
+		}
+		if len(sb.rec.Metadata) == 0 {
+			sb.rec.Metadata = nil
+		}
+		s.persist(&sb.rec)
+	}
+	return cloneSandbox(sb.rec.Sandbox), nil
+}
+
+// list returns the sandboxes matching the filters, oldest first.
+func (s *Server) list(states map[State]bool, meta map[string]string) []Sandbox {
+	s.mu.Lock()
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	var out []Sandbox
+	for _, sb := range all {
+		v := sb.snapshot()
+		if len(states) > 0 && !states[v.Status.State] {
+			continue
+		}
+		ok := true
+		for k, want := range meta {
+			if got, has := v.Metadata[k]; !has || got != want {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// janitor expires sandboxes past their TTL and forgets final records past
+// Retention.
+func (s *Server) janitor() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.sweep(time.Now())
+	}
+}
+
+func (s *Server) sweep(now time.Time) {
+	s.mu.Lock()
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range all {
+		sb.mu.Lock()
+		st, exp, ended, id := sb.rec.Status.State, sb.rec.ExpiresAt, sb.ended, sb.rec.ID
+		sb.mu.Unlock()
+		switch {
+		case st.Final() && !ended.IsZero() && now.Sub(ended) > s.cfg.Retention:
+			s.forget(id)
+		case !st.Final() && st != StateStopping && exp != nil && now.After(*exp):
+			s.log.Info("sandboxd: sandbox expired", "id", id)
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				return
+			}
+			s.bg.Add(1)
+			s.mu.Unlock()
+			go func() {
+				defer s.bg.Done()
+				s.terminate(sb, ReasonTTLExpiry, "the sandbox's timeout expired")
+			}()
+		}
+	}
+}
