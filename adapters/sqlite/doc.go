@@ -1,0 +1,16 @@
+// Package sqlite is the SQLite adapters.Store and adapters.ProjectionStore, on
+// modernc.org/sqlite (pure Go, driver name "sqlite").
+//
+// The tables, columns and composite index are those of the seed's storage.md,
+// so a ledger written by the TypeScript SDK reads back here and the other way
+// round. The additions (a unique ledger_seq column, the alineo_sandbox_details
+// summary table, alineo_projection_offsets and a fingerprint column on
+// alineo_environments) come from the same idempotent migration, run inside an
+// immediate transaction so that several processes may start at once.
+//
+// A Store opens nothing until first used. It then creates missing parent
+// folders, migrates, switches on WAL, and keeps one writer connection (every
+// write is an immediate transaction) beside a pool of readers.
+//
+// It imports events, adapters and the driver; never the bus or the SDK.
+package sqlite

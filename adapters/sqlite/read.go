@@ -1,0 +1,229 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// entryCols are read by scanEntry; Seq is the ledger sequence of a projected
+// row, else the row id.
+const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
+
+// read runs a query on the reader pool.
+func (s *Store) query(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
+	_, r, err := s.dbs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.QueryContext(ctx, q, a...)
+}
+
+func scanEntry(rows *sql.Rows) (events.Entry, error) {
+	var (
+		e       events.Entry
+		seq     int64
+		branch  sql.NullInt64
+		payload []byte
+		errText sql.NullString
+		ev      string
+	)
+	if err := rows.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &e.StepIndex, &branch, &ev, &payload, &errText); err != nil {
+		return e, err
+	}
+	e.Seq, e.Event, e.Error = uint64(seq), events.Event(ev), errText.String
+	if branch.Valid {
+		b := int(branch.Int64)
+		e.Branch = &b
+	}
+	if payload != nil {
+		e.Payload = json.RawMessage(payload)
+	}
+	return e, nil
+}
+
+func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+	rows, err := s.query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	var out []events.Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
+// ReadAll implements adapters.Store.
+func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = ? AND sandbox_id = ? ORDER BY ts, id`, name, sandboxID)
+}
+
+// LastCheckpoint implements adapters.Store.
+func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
+	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts DESC, id DESC LIMIT 1`,
+		name, sandboxID, string(events.CheckpointCreated))
+	if err != nil || len(es) == 0 {
+		return nil, err
+	}
+	return &es[0], nil
+}
+
+// ListCheckpoints implements adapters.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
+	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts, id`,
+		name, sandboxID, string(events.CheckpointCreated))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adapters.CheckpointInfo, 0, len(es))
+	for _, e := range es {
+		var p events.CheckpointCreatedPayload
+		if err := e.Decode(&p); err != nil {
+			return nil, fmt.Errorf("sqlite: list checkpoints: entry %d: %w", e.Seq, err)
+		}
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	}
+	return out, nil
+}
+
+const detailsCols = `name, sandbox_id, status, started_at, COALESCE(completed_at, 0), exec_count, COALESCE(run_id, sandbox_id)`
+
+// ListSandboxDetails implements adapters.Store.
+func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.details(ctx, "list sandbox details", &name, opts)
+}
+
+// ListAllSandboxDetails implements adapters.Store.
+func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.details(ctx, "list all sandbox details", nil, opts)
+}
+
+// details queries the summary table: filters, order and limit all in SQL, on
+// the indexes of detailsSchema.
+func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	var (
+		where = []string{"started_at IS NOT NULL"}
+		a     []any
+	)
+	if name != nil {
+		where, a = append(where, "name = ?"), append(a, *name)
+	}
+	if opts.Status != "" {
+		where, a = append(where, "status = ?"), append(a, string(opts.Status))
+	}
+	if opts.Before != 0 {
+		where, a = append(where, "started_at < ?"), append(a, opts.Before)
+	}
+	if opts.RunID != "" {
+		where, a = append(where, "COALESCE(run_id, sandbox_id) = ?"), append(a, opts.RunID)
+	}
+	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY started_at DESC, name, sandbox_id`
+	if opts.Limit > 0 {
+		q, a = q+` LIMIT ?`, append(a, opts.Limit)
+	}
+	rows, err := s.query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	var out []adapters.SandboxDetails
+	for rows.Next() {
+		var d adapters.SandboxDetails
+		if err := rows.Scan(&d.Name, &d.SandboxID, &d.Status, &d.StartedAt, &d.CompletedAt, &d.ExecCount, &d.RunID); err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
+// GetSandboxDetails implements adapters.Store.
+func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	rows, err := s.query(ctx, `SELECT `+detailsCols+` FROM alineo_sandbox_details
+		WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL`, name, sandboxID)
+	if err != nil {
+		return nil, s.translate("get sandbox details", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, s.translate("get sandbox details", rows.Err())
+	}
+	var d adapters.SandboxDetails
+	if err := rows.Scan(&d.Name, &d.SandboxID, &d.Status, &d.StartedAt, &d.CompletedAt, &d.ExecCount, &d.RunID); err != nil {
+		return nil, s.translate("get sandbox details", err)
+	}
+	return &d, nil
+}
+
+const envCols = `name, snapshot_id, image, built_at, COALESCE(fingerprint, '')`
+
+func (s *Store) environments(ctx context.Context, op, q string, a ...any) ([]adapters.EnvironmentRecord, error) {
+	rows, err := s.query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []adapters.EnvironmentRecord{}
+	for rows.Next() {
+		var rec adapters.EnvironmentRecord
+		if err := rows.Scan(&rec.Name, &rec.SnapshotID, &rec.Image, &rec.BuiltAt, &rec.Fingerprint); err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
+// GetEnvironment implements adapters.Store.
+func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
+	recs, err := s.environments(ctx, "get environment", `SELECT `+envCols+` FROM alineo_environments WHERE name = ?`, name)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	return &recs[0], nil
+}
+
+// ListEnvironments implements adapters.Store.
+func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
+	return s.environments(ctx, "list environments", `SELECT `+envCols+` FROM alineo_environments ORDER BY built_at DESC, name`)
+}
+
+// Offset implements adapters.ProjectionStore.
+func (s *Store) Offset(ctx context.Context, consumer string) (uint64, error) {
+	rows, err := s.query(ctx, `SELECT "offset" FROM alineo_projection_offsets WHERE consumer = ?`, consumer)
+	if err != nil {
+		return 0, s.translate("offset", err)
+	}
+	defer rows.Close()
+	var off int64
+	if rows.Next() {
+		if err := rows.Scan(&off); err != nil {
+			return 0, s.translate("offset", err)
+		}
+	}
+	return uint64(off), s.translate("offset", rows.Err())
+}

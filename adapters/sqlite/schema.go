@@ -1,0 +1,152 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+)
+
+// The schema of storage.md, verbatim: a ledger written by the TypeScript SDK
+// has exactly these tables.
+const seedSchema = `
+CREATE TABLE IF NOT EXISTS alineo_events (
+  id          INTEGER  PRIMARY KEY,
+  sandbox_id  TEXT     NOT NULL,
+  name        TEXT     NOT NULL,
+  step_idx    INTEGER  NOT NULL,
+  branch      INTEGER,
+  event       TEXT     NOT NULL,
+  payload     TEXT,
+  error       TEXT,
+  ts          INTEGER  NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alineo_events_name_sandbox_ts
+  ON alineo_events(name, sandbox_id, ts, id);
+CREATE TABLE IF NOT EXISTS alineo_environments (
+  name        TEXT    PRIMARY KEY,
+  snapshot_id TEXT    NOT NULL,
+  image       TEXT    NOT NULL,
+  built_at    INTEGER NOT NULL
+);
+DROP INDEX IF EXISTS alineo_events_sandbox_id;
+DROP INDEX IF EXISTS alineo_events_name;
+`
+
+// Our additions. Columns are added by addColumn, which checks first.
+const additions = `
+CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
+CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
+  consumer    TEXT    PRIMARY KEY,
+  "offset"    INTEGER NOT NULL
+);
+`
+
+// The summary the details queries read: one row per session with any
+// sandbox.created, sandbox.closed or exec.completed entry; sessions whose
+// started_at is NULL (no sandbox.created yet) are not listed.
+const detailsSchema = `
+CREATE TABLE IF NOT EXISTS alineo_sandbox_details (
+  name         TEXT    NOT NULL,
+  sandbox_id   TEXT    NOT NULL,
+  status       TEXT    NOT NULL,
+  started_at   INTEGER,
+  completed_at INTEGER,
+  exec_count   INTEGER NOT NULL DEFAULT 0,
+  run_id       TEXT,
+  PRIMARY KEY (name, sandbox_id)
+);
+CREATE INDEX IF NOT EXISTS alineo_sandbox_details_started
+  ON alineo_sandbox_details(started_at DESC, name, sandbox_id) WHERE started_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS alineo_sandbox_details_name_started
+  ON alineo_sandbox_details(name, started_at DESC, sandbox_id) WHERE started_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS alineo_sandbox_details_status_started
+  ON alineo_sandbox_details(status, started_at DESC, name, sandbox_id) WHERE started_at IS NOT NULL;
+`
+
+// backfill fills the summary from the entries of a ledger that had none.
+const backfill = `
+INSERT INTO alineo_sandbox_details (name, sandbox_id, status, started_at, completed_at, exec_count, run_id)
+SELECT name, sandbox_id,
+  CASE WHEN MAX(CASE WHEN event = 'sandbox.closed' THEN ts END) IS NULL THEN 'running' ELSE 'completed' END,
+  MIN(CASE WHEN event = 'sandbox.created' THEN ts END),
+  MAX(CASE WHEN event = 'sandbox.closed' THEN ts END),
+  SUM(CASE WHEN event = 'exec.completed' THEN 1 ELSE 0 END),
+  (SELECT COALESCE(NULLIF(CASE WHEN json_valid(c.payload) AND json_type(c.payload) = 'object'
+                               THEN CAST(json_extract(c.payload, '$.runId') AS TEXT) END, ''), c.sandbox_id)
+     FROM alineo_events c
+    WHERE c.name = e.name AND c.sandbox_id = e.sandbox_id AND c.event = 'sandbox.created'
+    ORDER BY c.ts, c.id LIMIT 1)
+FROM alineo_events e
+WHERE event IN ('sandbox.created', 'sandbox.closed', 'exec.completed')
+GROUP BY name, sandbox_id
+`
+
+// migrate brings the database to the current schema. It is idempotent and runs
+// in one immediate transaction, so concurrent migrations from several
+// processes run one after the other and the later ones change nothing.
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: _txlock=immediate
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	hadDetails, err := exists(ctx, tx, "table", "alineo_sandbox_details")
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, seedSchema); err != nil {
+		return fmt.Errorf("migrate: seed schema: %w", err)
+	}
+	if err := addColumn(ctx, tx, "alineo_events", "ledger_seq", "INTEGER"); err != nil {
+		return err
+	}
+	if err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, additions+detailsSchema); err != nil {
+		return fmt.Errorf("migrate: additions: %w", err)
+	}
+	if !hadDetails {
+		res, err := tx.ExecContext(ctx, backfill)
+		if err != nil {
+			return fmt.Errorf("migrate: backfill sandbox details: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			log.Info("sqlite: backfilled sandbox details from the ledger", "sessions", n)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+func exists(ctx context.Context, tx *sql.Tx, typ, name string) (bool, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = ? AND name = ?`, typ, name).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("migrate: look for %s %s: %w", typ, name, err)
+	}
+	return n > 0, nil
+}
+
+// addColumn adds a nullable column unless the table has it.
+func addColumn(ctx context.Context, tx *sql.Tx, table, column, typ string) error {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("migrate: inspect %s: %w", table, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN %s %s`, table, column, typ)); err != nil {
+		return fmt.Errorf("migrate: add %s.%s: %w", table, column, err)
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package sqlite_test
+
+import (
+	"testing"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/adaptertest"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+func open(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatalf("Open(%q): %v", path, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformanceFile(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T) adapters.Store { return open(t, testenv.SQLitePath(t)) })
+}
+
+func TestConformanceMemory(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T) adapters.Store { return open(t, sqlite.Memory) })
+}
+
+func TestProjection(t *testing.T) {
+	adaptertest.RunProjection(t, func(t *testing.T) adaptertest.ProjectionStore { return open(t, testenv.SQLitePath(t)) })
+}

@@ -1,0 +1,229 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq) VALUES `
+
+const insertOne = insertCols + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertProjected skips an entry whose ledger sequence is stored already.
+const insertProjected = insertOne + ` ON CONFLICT (ledger_seq) DO NOTHING`
+
+// chunk is the number of rows of one multi-row INSERT of AppendBatch.
+const chunk = 100
+
+var insertChunk = insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, chunk), ", ")
+
+// upsertDetails folds a delta into a session's summary row.
+const upsertDetails = `
+INSERT INTO alineo_sandbox_details AS d (name, sandbox_id, status, started_at, completed_at, exec_count, run_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name, sandbox_id) DO UPDATE SET
+  started_at   = CASE WHEN d.started_at IS NULL OR excluded.started_at < d.started_at THEN excluded.started_at ELSE d.started_at END,
+  run_id       = CASE WHEN d.started_at IS NULL OR excluded.started_at < d.started_at THEN excluded.run_id ELSE d.run_id END,
+  completed_at = CASE WHEN d.completed_at IS NULL OR excluded.completed_at > d.completed_at THEN excluded.completed_at ELSE d.completed_at END,
+  status       = CASE WHEN d.completed_at IS NULL AND excluded.completed_at IS NULL THEN 'running' ELSE 'completed' END,
+  exec_count   = d.exec_count + excluded.exec_count`
+
+// args appends the column values of e (ledger_seq is seq, NULL when 0).
+func args(dst []any, e events.Entry, seq uint64) []any {
+	var branch, payload, errText, ledgerSeq any
+	if e.Branch != nil {
+		branch = int64(*e.Branch)
+	}
+	if e.Payload != nil {
+		payload = string(e.Payload) // TEXT, as the TypeScript SDK stores it
+	}
+	if e.Error != "" {
+		errText = e.Error
+	}
+	if seq != 0 {
+		ledgerSeq = int64(seq)
+	}
+	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq)
+}
+
+// write runs f in one immediate transaction on the writer connection.
+func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+	w, _, err := s.dbs(ctx)
+	if err != nil {
+		return s.translate(op, err)
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.translate(op, err)
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return s.translate(op, err)
+	}
+	return s.translate(op, tx.Commit())
+}
+
+// Append implements adapters.Store.
+func (s *Store) Append(ctx context.Context, e events.Entry) error {
+	if err := events.Validate(e); err != nil {
+		return fmt.Errorf("sqlite: append: %w", err)
+	}
+	if !summarised(e.Event) {
+		// One statement: atomic without an explicit transaction.
+		w, _, err := s.dbs(ctx)
+		if err != nil {
+			return s.translate("append", err)
+		}
+		_, err = w.ExecContext(ctx, insertOne, args(nil, e, 0)...)
+		return s.translate("append", err)
+	}
+	return s.write(ctx, "append", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, insertOne, args(nil, e, 0)...); err != nil {
+			return err
+		}
+		var d deltas
+		d.add(e)
+		return d.apply(ctx, tx)
+	})
+}
+
+// AppendBatch implements adapters.Store.
+func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
+	for i, e := range es {
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("sqlite: append batch: entry %d: %w", i, err)
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	return s.write(ctx, "append batch", func(tx *sql.Tx) error {
+		var d deltas
+		a := make([]any, 0, 9*chunk)
+		if len(es) >= chunk {
+			stmt, err := tx.PrepareContext(ctx, insertChunk)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			for len(es) >= chunk {
+				a = a[:0]
+				for _, e := range es[:chunk] {
+					a = args(a, e, 0)
+					d.add(e)
+				}
+				if _, err := stmt.ExecContext(ctx, a...); err != nil {
+					return err
+				}
+				es = es[chunk:]
+			}
+		}
+		if len(es) > 0 {
+			a = a[:0]
+			for _, e := range es {
+				a = args(a, e, 0)
+				d.add(e)
+			}
+			q := insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, len(es)), ", ")
+			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
+				return err
+			}
+		}
+		return d.apply(ctx, tx)
+	})
+}
+
+// ApplyBatch implements adapters.ProjectionStore.
+func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	if err := validateProjected(consumer, es); err != nil {
+		return fmt.Errorf("sqlite: apply batch: %w", err)
+	}
+	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
+		var d deltas
+		if len(es) > 0 {
+			stmt, err := tx.PrepareContext(ctx, insertProjected)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			a := make([]any, 0, 9)
+			for _, e := range es {
+				res, err := stmt.ExecContext(ctx, args(a[:0], e, e.Seq)...)
+				if err != nil {
+					return err
+				}
+				if n, err := res.RowsAffected(); err != nil {
+					return err
+				} else if n == 1 {
+					d.add(e)
+				}
+			}
+		}
+		if err := d.apply(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES (?, ?)
+			ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`, consumer, int64(offset))
+		return err
+	})
+}
+
+// validateProjected checks a projected batch: a consumer name, and entries
+// that are valid and carry their ledger sequence.
+func validateProjected(consumer string, es []events.Entry) error {
+	if consumer == "" {
+		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// DeleteSandbox implements adapters.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details WHERE name = ? AND sandbox_id = ?`, name, sandboxID)
+		return err
+	})
+}
+
+// SaveEnvironment implements adapters.Store.
+func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
+	if rec.Name == "" {
+		return fmt.Errorf("sqlite: save environment: %w", &events.ValidationError{Field: "environment.name", Reason: "is empty"})
+	}
+	var fp any
+	if rec.Fingerprint != "" {
+		fp = rec.Fingerprint
+	}
+	return s.write(ctx, "save environment", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO alineo_environments (name, snapshot_id, image, built_at, fingerprint)
+			VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET snapshot_id = excluded.snapshot_id, image = excluded.image,
+			  built_at = excluded.built_at, fingerprint = excluded.fingerprint`,
+			rec.Name, rec.SnapshotID, rec.Image, rec.BuiltAt, fp)
+		return err
+	})
+}
+
+// DeleteEnvironment implements adapters.Store.
+func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
+	return s.write(ctx, "delete environment", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM alineo_environments WHERE name = ?`, name)
+		return err
+	})
+}
