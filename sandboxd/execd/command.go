@@ -1,0 +1,491 @@
+package execd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	killSignalClose      = syscall.SIGKILL
+	killSignalTimeout    = syscall.SIGKILL
+	killSignalDisconnect = syscall.SIGKILL
+	killSignalInterrupt  = syscall.SIGTERM // escalated to SIGKILL after interruptGrace
+)
+
+// command is one started process (and its process group): a /command, /code or session run.
+type command struct {
+	id         string
+	content    string
+	background bool
+	logPath    string // background only: merged stdout+stderr
+	started    time.Time
+	done       chan struct{} // closed once the process is reaped and the result recorded
+
+	mu       sync.Mutex
+	pid      int // process group id (the process is its group leader); 0 before start
+	exited   bool
+	timers   []*time.Timer
+	finished time.Time
+	exitCode int
+	errMsg   string
+}
+
+func newCommand(content string, background bool) *command {
+	return &command{id: newID(), content: content, background: background, done: make(chan struct{})}
+}
+
+// kill signals the command's whole process group. SIGTERM is followed by SIGKILL after
+// interruptGrace if the command is still running. Killing an exited command does nothing.
+func (c *command) kill(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exited || c.pid == 0 {
+		return
+	}
+	_ = syscall.Kill(-c.pid, sig)
+	if sig == syscall.SIGTERM {
+		c.timers = append(c.timers, time.AfterFunc(interruptGrace, func() { c.kill(syscall.SIGKILL) }))
+	}
+}
+
+// killAfter arms a timeout that kills the process group.
+func (c *command) killAfter(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.exited {
+		c.timers = append(c.timers, time.AfterFunc(d, func() { c.kill(killSignalTimeout) }))
+	}
+}
+
+// result returns the exit code and error text once done is closed.
+func (c *command) result() (code int, msg string, elapsed time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exitCode, c.errMsg, c.finished.Sub(c.started)
+}
+
+// procSpec says how to start a process.
+type procSpec struct {
+	argv   []string
+	dir    string // host path
+	env    []string
+	uid    *uint32
+	gid    *uint32
+	stdout *os.File
+	stderr *os.File
+}
+
+// start starts c as described by spec, in its own process group, registers it and reaps it in
+// the background. stdout/stderr of spec are the caller's to close after start returns.
+func (s *Server) start(c *command, spec procSpec) error {
+	cmd := &exec.Cmd{
+		Path:   spec.argv[0],
+		Args:   spec.argv,
+		Dir:    spec.dir,
+		Env:    spec.env,
+		Stdout: spec.stdout,
+		Stderr: spec.stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid: true,
+		},
+	}
+	if spec.uid != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: *spec.uid, Gid: *spec.gid}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	if err := cmd.Start(); err != nil {
+		s.wg.Done()
+		return fmt.Errorf("start %s: %w", spec.argv[0], err)
+	}
+	c.mu.Lock()
+	c.pid = cmd.Process.Pid
+	c.started = time.Now()
+	c.mu.Unlock()
+
+	s.mu.Lock()
+	s.cmds[c.id] = c
+	closed := s.closed
+	s.mu.Unlock()
+	if closed { // Close ran while we were starting: it did not see c.
+		c.kill(killSignalClose)
+	}
+	go func() {
+		defer s.wg.Done()
+		err := cmd.Wait()
+		c.mu.Lock()
+		c.exited = true
+		c.finished = time.Now()
+		for _, t := range c.timers {
+			t.Stop()
+		}
+		c.exitCode = cmd.ProcessState.ExitCode()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			c.errMsg = ee.Error() // "exit status 3", "signal: killed"
+		default:
+			c.errMsg = err.Error()
+			if c.exitCode == 0 {
+				c.exitCode = -1
+			}
+		}
+		c.mu.Unlock()
+		close(c.done)
+		s.retire(c)
+	}()
+	return nil
+}
+
+// retire records c as finished and forgets the oldest finished commands beyond maxFinishedCmds.
+func (s *Server) retire(c *command) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = append(s.finished, c.id)
+	for len(s.finished) > maxFinishedCmds {
+		old := s.cmds[s.finished[0]]
+		delete(s.cmds, s.finished[0])
+		s.finished = s.finished[1:]
+		if old != nil && old.logPath != "" {
+			_ = os.Remove(old.logPath)
+		}
+	}
+}
+
+func (s *Server) lookupCommand(id string) *command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmds[id]
+}
+
+// runStream starts c with spec, streams its output as events until it ends and then sends the
+// terminal event. timeout <= 0 means none. The command is killed if the client goes away.
+func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, spec procSpec, timeout time.Duration) error {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return runtimeError(err, "create pipe: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return runtimeError(err, "create pipe: %v", err)
+	}
+	spec.stdout, spec.stderr = outW, errW
+	err = s.start(c, spec)
+	outW.Close()
+	errW.Close()
+	defer outR.Close()
+	defer errR.Close()
+	if err != nil {
+		if errors.Is(err, ErrClosed) {
+			return apiErr(http.StatusServiceUnavailable, CodeUnavailable, err, "execd is shutting down")
+		}
+		return runtimeError(err, "%v", err)
+	}
+	if timeout > 0 {
+		c.killAfter(timeout)
+	}
+
+	sw := newStreamWriter(w)
+	var sendMu sync.Mutex
+	send := func(ev event) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if sw.send(ev) != nil {
+			c.kill(killSignalDisconnect)
+		}
+	}
+	send(event{Type: evInit, Text: c.id})
+	send(event{Type: evPing, Text: "pong"})
+
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go s.pump(outR, evStdout, send, &readers)
+	go s.pump(errR, evStderr, send, &readers)
+	rd := make(chan struct{})
+	var readersDone <-chan struct{} = rd
+	go func() { readers.Wait(); close(rd) }()
+
+	ticker := time.NewTicker(s.cfg.PingInterval)
+	defer ticker.Stop()
+	// Run until the process is reaped and both pipes are drained, whichever comes last.
+	exited, ctxDone := c.done, r.Context().Done()
+	for readersDone != nil || exited != nil {
+		select {
+		case <-readersDone:
+			readersDone = nil
+		case <-ticker.C:
+			send(event{Type: evPing, Text: "pong"})
+		case <-ctxDone:
+			c.kill(killSignalDisconnect)
+			ctxDone = nil
+		case <-exited:
+			// Output already in the pipes is read at once; a grandchild that keeps them open
+			// does not hold the stream past drainAfterExit.
+			deadline := time.Now().Add(drainAfterExit)
+			_ = outR.SetReadDeadline(deadline)
+			_ = errR.SetReadDeadline(deadline)
+			exited = nil
+		}
+	}
+	send(terminalEvent(c))
+	return nil
+}
+
+// pump reads f to EOF (or its read deadline) and sends one event per line.
+func (s *Server) pump(f *os.File, typ string, send func(event), wg *sync.WaitGroup) {
+	defer wg.Done()
+	sp := newLineSplitter(s.cfg.MaxLine, func(line []byte) error {
+		send(outputEvent(typ, line))
+		return nil
+	})
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			_, _ = sp.Write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = sp.Flush()
+}
+
+func terminalEvent(c *command) event {
+	code, msg, elapsed := c.result()
+	if code == 0 && msg == "" {
+		return event{Type: evComplete, ExecutionTime: elapsed.Milliseconds()}
+	}
+	return event{Type: evError, Error: &eventError{
+		Ename:     "CommandExecError",
+		Evalue:    strconv.Itoa(code),
+		Traceback: []string{msg},
+	}}
+}
+
+type runCommandRequest struct {
+	Command    string            `json:"command"`
+	Cwd        string            `json:"cwd"`
+	Background bool              `json:"background"`
+	Timeout    int64             `json:"timeout"` // milliseconds
+	UID        *int64            `json:"uid"`
+	GID        *int64            `json:"gid"`
+	Envs       map[string]string `json:"envs"`
+}
+
+func (s *Server) handleRunCommand(w http.ResponseWriter, r *http.Request) error {
+	var req runCommandRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Command) == "" {
+		return badRequest(CodeInvalidRequestBody, "command is required")
+	}
+	if req.Timeout < 0 {
+		return badRequest(CodeInvalidRequestBody, "timeout must be >= 0 milliseconds, got %d", req.Timeout)
+	}
+	spec, err := s.shellSpec(req.Command, req.Cwd, req.Envs)
+	if err != nil {
+		return err
+	}
+	if spec.uid, spec.gid, err = s.credentials(req.UID, req.GID); err != nil {
+		return err
+	}
+	timeout := time.Duration(req.Timeout) * time.Millisecond
+	c := newCommand(req.Command, req.Background)
+	if !req.Background {
+		return s.runStream(w, r, c, spec, timeout)
+	}
+	return s.runBackground(w, c, spec, timeout)
+}
+
+// runBackground starts c detached with its output in a log file and answers at once.
+func (s *Server) runBackground(w http.ResponseWriter, c *command, spec procSpec, timeout time.Duration) error {
+	c.logPath = filepath.Join(s.tmpDir, c.id+".log")
+	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return runtimeError(err, "create log file: %v", err)
+	}
+	spec.stdout, spec.stderr = logf, logf
+	err = s.start(c, spec)
+	logf.Close()
+	if err != nil {
+		_ = os.Remove(c.logPath)
+		if errors.Is(err, ErrClosed) {
+			return apiErr(http.StatusServiceUnavailable, CodeUnavailable, err, "execd is shutting down")
+		}
+		return runtimeError(err, "%v", err)
+	}
+	if timeout > 0 {
+		c.killAfter(timeout)
+	}
+	sw := newStreamWriter(w)
+	_ = sw.send(event{Type: evInit, Text: c.id})
+	_ = sw.send(event{Type: evPing, Text: "pong"})
+	_ = sw.send(event{Type: evComplete})
+	return nil
+}
+
+// shellSpec builds the spec for `shell -c script` in cwd (resolved under Root) with extra envs.
+func (s *Server) shellSpec(script, cwd string, envs map[string]string) (procSpec, error) {
+	dir, err := s.workDir(cwd)
+	if err != nil {
+		return procSpec{}, err
+	}
+	for k := range envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return procSpec{}, badRequest(CodeInvalidRequestBody, "invalid environment variable name %q", k)
+		}
+	}
+	return procSpec{argv: []string{s.shell, "-c", script}, dir: dir, env: mergeEnv(s.env, envs)}, nil
+}
+
+// workDir resolves a command cwd under Root; "" is Root itself.
+func (s *Server) workDir(cwd string) (string, error) {
+	if cwd == "" {
+		return s.root, nil
+	}
+	host, err := s.resolve(cwd, true)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(host)
+	if err != nil || !fi.IsDir() {
+		return "", badRequest(CodeInvalidRequestBody, "cwd %q is not an existing directory", cwd)
+	}
+	return host, nil
+}
+
+func (s *Server) credentials(uid, gid *int64) (*uint32, *uint32, error) {
+	if uid == nil {
+		if gid != nil {
+			return nil, nil, badRequest(CodeInvalidRequestBody, "gid requires uid")
+		}
+		return nil, nil, nil
+	}
+	if *uid < 0 || *uid > 1<<32-2 {
+		return nil, nil, badRequest(CodeInvalidRequestBody, "uid %d out of range", *uid)
+	}
+	u := uint32(*uid)
+	g := u
+	if gid != nil {
+		if *gid < 0 || *gid > 1<<32-2 {
+			return nil, nil, badRequest(CodeInvalidRequestBody, "gid %d out of range", *gid)
+		}
+		g = uint32(*gid)
+	} else if pg, ok := s.primaryGroup(u); ok {
+		g = pg
+	}
+	return &u, &g, nil
+}
+
+func (s *Server) handleInterruptCommand(w http.ResponseWriter, r *http.Request) error {
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		return badRequest(CodeMissingQuery, "missing query parameter id")
+	}
+	c := s.lookupCommand(id)
+	if c == nil {
+		return runtimeError(ErrNotFound, "no such session: %s", id)
+	}
+	c.kill(killSignalInterrupt)
+	return nil
+}
+
+type commandStatus struct {
+	ID         string  `json:"id"`
+	Content    string  `json:"content"`
+	Running    bool    `json:"running"`
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	StartedAt  string  `json:"started_at"`
+	FinishedAt *string `json:"finished_at,omitempty"`
+}
+
+// handleCommandGet serves GET /command/status/{id} and GET /command/{id}/logs.
+func (s *Server) handleCommandGet(w http.ResponseWriter, r *http.Request) error {
+	a, b := r.PathValue("a"), r.PathValue("b")
+	switch {
+	case a == "status":
+		return s.commandStatus(w, b)
+	case b == "logs":
+		return s.commandLogs(w, r, a)
+	}
+	return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no route %s %s", r.Method, r.URL.Path)
+}
+
+func (s *Server) commandStatus(w http.ResponseWriter, id string) error {
+	c := s.lookupCommand(id)
+	if c == nil {
+		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no such command: %s", id)
+	}
+	c.mu.Lock()
+	st := commandStatus{ID: c.id, Content: c.content, Running: !c.exited, StartedAt: c.started.UTC().Format(time.RFC3339Nano)}
+	if c.exited {
+		code := c.exitCode
+		st.ExitCode = &code
+		st.Error = c.errMsg
+		f := c.finished.UTC().Format(time.RFC3339Nano)
+		st.FinishedAt = &f
+	}
+	c.mu.Unlock()
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// TailCursorHeader carries the byte offset to pass as ?cursor= on the next logs call.
+const TailCursorHeader = "EXECD-COMMANDS-TAIL-CURSOR"
+
+func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) error {
+	c := s.lookupCommand(id)
+	if c == nil {
+		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no such command: %s", id)
+	}
+	if !c.background {
+		return badRequest(CodeInvalidRequestBody, "command %s is not a background command; its output was streamed", id)
+	}
+	var cursor int64
+	if q := r.URL.Query().Get("cursor"); q != "" {
+		n, err := strconv.ParseInt(q, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest(CodeInvalidRequestBody, "cursor must be a byte offset >= 0, got %q", q)
+		}
+		cursor = n
+	}
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return runtimeError(err, "open log of %s: %v", id, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return runtimeError(err, "stat log of %s: %v", id, err)
+	}
+	size := fi.Size()
+	cursor = min(cursor, size)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set(TailCursorHeader, strconv.FormatInt(size, 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(size-cursor, 10))
+	w.WriteHeader(http.StatusOK)
+	_, err = io.Copy(w, io.NewSectionReader(f, cursor, size-cursor))
+	return err
+}

@@ -1,0 +1,370 @@
+package execd
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TokenHeader is the request header that carries the access token.
+const TokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultPingInterval = 3 * time.Second
+	DefaultMaxLine      = 4 << 20
+	DefaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+	maxJSONBody      = 8 << 20 // request bodies other than uploads
+	maxFinishedCmds  = 1024    // finished command records kept for /command/status
+	interruptGrace   = 3 * time.Second
+	drainAfterExit   = 100 * time.Millisecond
+	minMaxLine       = 16
+	eventQueueLength = 64
+)
+
+// Config configures a Server. The zero value is valid (no auth, real root, defaults below).
+type Config struct {
+	Token string   // required on every route (X-EXECD-ACCESS-TOKEN); empty = no auth (tests only)
+	Root  string   // filesystem root that file-API paths and command cwd resolve under; "" or "/" = real root
+	Env   []string // base environment of commands (default: a sane PATH, HOME=/root, LANG=C.UTF-8)
+	// Shell runs /command, /code and session scripts as Shell -c script. Default: bash if it is on
+	// the PATH of Env (the real execd runs bash), else /bin/sh.
+	Shell        string
+	Logger       *slog.Logger
+	PingInterval time.Duration // default 3 s (stream keep-alive ping)
+	MaxLine      int           // default 4 MiB: longer output lines are split into several events, never lost
+}
+
+// Server is the execd HTTP API. It is safe for concurrent use. After Close every request is
+// answered 503 and no new process is started.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	root    string // absolute, cleaned; "/" = real root
+	env     []string
+	shell   string
+	tmpDir  string // background logs and session state; removed by Close
+	mux     *http.ServeMux
+	closing chan struct{} // closed by Close: ends /metrics/watch streams
+
+	// wg counts goroutines that wait for processes; Close waits for it.
+	wg sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	cmds     map[string]*command
+	finished []string // ids of finished commands, oldest first
+	sessions map[string]*session
+}
+
+// New validates cfg, fills in defaults and returns a Server. It creates a private temporary
+// directory (for background-command logs and session state) that Close removes.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = DefaultMaxLine
+	}
+	if cfg.MaxLine < minMaxLine {
+		return nil, fmt.Errorf("new execd: MaxLine %d below minimum %d: %w", cfg.MaxLine, minMaxLine, ErrInvalid)
+	}
+	root := cfg.Root
+	if root == "" {
+		root = "/"
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("new execd: root %q: %w", cfg.Root, err)
+	}
+	if root != "/" {
+		// The root itself may be reached through host symlinks; resolve them once so that
+		// later prefix checks compare real paths.
+		if root, err = filepath.EvalSymlinks(root); err != nil {
+			return nil, fmt.Errorf("new execd: root %q: %w", cfg.Root, err)
+		}
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("new execd: root %q: %w", cfg.Root, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("new execd: root %q is not a directory: %w", cfg.Root, ErrInvalid)
+	}
+	env := cfg.Env
+	if len(env) == 0 {
+		env = []string{"PATH=" + DefaultPath, "HOME=/root", "LANG=C.UTF-8"}
+	}
+	shell := cfg.Shell
+	if shell == "" {
+		shell = "/bin/sh"
+		if p, err := lookPath("bash", envValue(env, "PATH")); err == nil {
+			shell = p
+		}
+	}
+	tmp, err := os.MkdirTemp("", "execd-")
+	if err != nil {
+		return nil, fmt.Errorf("new execd: temp dir: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		root:     root,
+		env:      env,
+		shell:    shell,
+		tmpDir:   tmp,
+		cmds:     make(map[string]*command),
+		sessions: make(map[string]*session),
+		closing:  make(chan struct{}),
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	h := func(pattern string, f func(http.ResponseWriter, *http.Request) error) {
+		m.HandleFunc(pattern, s.adapt(f))
+	}
+	h("GET /ping", func(w http.ResponseWriter, r *http.Request) error { return nil })
+
+	h("POST /command", s.handleRunCommand)
+	h("DELETE /command", s.handleInterruptCommand)
+	h("GET /command/{a}/{b}", s.handleCommandGet) // status/{id} and {id}/logs share a shape
+
+	h("POST /session", s.handleCreateSession)
+	h("POST /session/{id}/run", s.handleRunInSession)
+	h("DELETE /session/{id}", s.handleDeleteSession)
+
+	h("POST /code", s.handleRunCode)
+	h("DELETE /code", s.handleInterruptCode)
+	h("POST /code/context", s.handleCreateContext)
+	h("GET /code/contexts", s.handleListContexts)
+	h("DELETE /code/contexts", s.handleDeleteContexts)
+	h("GET /code/contexts/{id}", s.handleGetContext)
+	h("DELETE /code/contexts/{id}", s.handleDeleteContext)
+
+	h("GET /files/info", s.handleFilesInfo)
+	h("DELETE /files", s.handleDeleteFiles)
+	h("POST /files/permissions", s.handleChmod)
+	h("POST /files/mv", s.handleMove)
+	h("GET /files/search", s.handleSearch)
+	h("POST /files/replace", s.handleReplace)
+	h("POST /files/upload", s.handleUpload)
+	h("GET /files/download", s.handleDownload)
+	h("GET /directories/list", s.handleListDir)
+	h("POST /directories", s.handleMakeDirs)
+	h("DELETE /directories", s.handleRemoveDirs)
+
+	h("GET /metrics", s.handleMetrics)
+	h("GET /metrics/watch", s.handleWatchMetrics)
+
+	pty := func(http.ResponseWriter, *http.Request) error { return notSupported("PTY (/pty)") }
+	h("POST /pty", pty)
+	h("/pty/", pty)
+	h("/proxy/{port}/{rest...}", s.handleProxy)
+	h("/proxy/{port}", s.handleProxy)
+
+	h("/", func(w http.ResponseWriter, r *http.Request) error {
+		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no route %s %s", r.Method, r.URL.Path)
+	})
+	s.mux = m
+}
+
+// ServeHTTP checks the access token and dispatches to the API routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Token != "" {
+		got := r.Header.Get(TokenHeader)
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthorized, ErrUnauthorized,
+				"Unauthorized: invalid or missing header %s", TokenHeader))
+			return
+		}
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		writeError(w, apiErr(http.StatusServiceUnavailable, CodeUnavailable, ErrClosed, "execd is shutting down"))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// Close kills every command and session run still running (their whole process groups), waits
+// for them to be reaped and removes the server's temporary files. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	var running []*command
+	for _, c := range s.cmds {
+		running = append(running, c)
+	}
+	for _, ss := range s.sessions {
+		if c := ss.current(); c != nil {
+			running = append(running, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range running {
+		c.kill(killSignalClose)
+	}
+	s.wg.Wait()
+	return os.RemoveAll(s.tmpDir)
+}
+
+// adapt turns a handler returning an error into an http.HandlerFunc. The error is answered as
+// JSON unless the handler already committed a response (then it is only logged).
+func (s *Server) adapt(f func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cw := &commitWriter{ResponseWriter: w}
+		err := f(cw, r)
+		if err == nil {
+			return
+		}
+		if cw.committed {
+			s.log.Debug("execd request failed after response started", "method", r.Method, "path", r.URL.Path, "err", err)
+			return
+		}
+		var ae *APIError
+		if !errors.As(err, &ae) {
+			ae = runtimeError(err, "%v", err)
+		}
+		if ae.Status >= 500 {
+			s.log.Warn("execd request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		writeError(cw, ae)
+	}
+}
+
+// commitWriter records whether a handler has started its response.
+type commitWriter struct {
+	http.ResponseWriter
+	committed bool
+}
+
+func (c *commitWriter) WriteHeader(code int) {
+	c.committed = true
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *commitWriter) Write(b []byte) (int, error) {
+	c.committed = true
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *commitWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// ReadFrom keeps io.Copy into the response on the sendfile path.
+func (c *commitWriter) ReadFrom(r io.Reader) (int64, error) {
+	c.committed = true
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(c.ResponseWriter, r)
+}
+
+func writeError(w http.ResponseWriter, e *APIError) {
+	writeJSON(w, e.Status, map[string]string{"code": e.Code, "message": e.Message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"code":"UNKNOWN","message":"encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// decodeJSON reads a JSON request body into v. An empty body is an error unless allowEmpty.
+func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		return badRequest(CodeInvalidRequestBody, "read request body: %v", err)
+	}
+	if len(b) > maxJSONBody {
+		return badRequest(CodeInvalidRequestBody, "request body larger than %d bytes", maxJSONBody)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return badRequest(CodeInvalidRequestBody, "empty request body")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return badRequest(CodeInvalidRequestBody, "error parsing request body: %v", err)
+	}
+	return nil
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// mergeEnv returns base with the overrides applied (later keys win, one entry per key).
+func mergeEnv(base []string, over map[string]string) []string {
+	out := make([]string, 0, len(base)+len(over))
+	idx := make(map[string]int, len(base)+len(over))
+	add := func(k, v string) {
+		if i, ok := idx[k]; ok {
+			out[i] = k + "=" + v
+			return
+		}
+		idx[k] = len(out)
+		out = append(out, k+"="+v)
+	}
+	for _, kv := range base {
+		k, v, _ := strings.Cut(kv, "=")
+		add(k, v)
+	}
+	for k, v := range over {
+		add(k, v)
+	}
+	return out
+}
+
+// lookPath finds an executable named file in the colon-separated path list.
+func lookPath(file, path string) (string, error) {
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return exec.LookPath(file)
+}

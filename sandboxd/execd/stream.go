@@ -1,0 +1,197 @@
+package execd
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"time"
+	"unicode/utf8"
+)
+
+// Event types of the command stream (API-NOTES §6.1).
+const (
+	evInit     = "init"
+	evPing     = "ping"
+	evStdout   = "stdout"
+	evStderr   = "stderr"
+	evError    = "error"
+	evComplete = "execution_complete"
+)
+
+// event is one object of the execd command stream. Every field is omitempty, as in the real execd.
+type event struct {
+	Type           string         `json:"type,omitempty"`
+	Text           string         `json:"text,omitempty"`
+	Data           string         `json:"data,omitempty"` // extension: exact bytes (base64) of a non-UTF-8 line
+	ExecutionCount int            `json:"execution_count,omitempty"`
+	ExecutionTime  int64          `json:"execution_time,omitempty"`
+	Timestamp      int64          `json:"timestamp,omitempty"`
+	Results        map[string]any `json:"results,omitempty"`
+	Error          *eventError    `json:"error,omitempty"`
+}
+
+type eventError struct {
+	Ename     string   `json:"ename,omitempty"`
+	Evalue    string   `json:"evalue,omitempty"`
+	Traceback []string `json:"traceback,omitempty"`
+}
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+// outputEvent builds the stdout/stderr event for one line (without its terminator).
+func outputEvent(typ string, line []byte) event {
+	ev := event{Type: typ, Timestamp: nowMs()}
+	switch {
+	case len(line) == 0:
+		ev.Text = "\n"
+	case utf8.Valid(line):
+		ev.Text = string(line)
+	default:
+		// encoding/json turns each invalid byte into U+FFFD, exactly like the real execd;
+		// Data keeps the original bytes.
+		ev.Text = string(line)
+		ev.Data = base64.StdEncoding.EncodeToString(line)
+	}
+	return ev
+}
+
+// streamWriter writes events as `<json>\n\n` and flushes each one. Headers are committed on the
+// first event, so errors found before it are still answered as ordinary JSON errors.
+type streamWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	err     error // first write error; later sends are dropped
+}
+
+func newStreamWriter(w http.ResponseWriter) *streamWriter {
+	return &streamWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (sw *streamWriter) send(ev event) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	if !sw.started {
+		sw.started = true
+		h := sw.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Connection", "keep-alive")
+		h.Set("X-Accel-Buffering", "no")
+		// A server-wide WriteTimeout must not cut long-running streams.
+		_ = sw.rc.SetWriteDeadline(time.Time{})
+		sw.w.WriteHeader(http.StatusOK)
+	}
+	if ev.Timestamp == 0 {
+		ev.Timestamp = nowMs()
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		sw.err = err
+		return err
+	}
+	b = append(b, '\n', '\n')
+	if _, err := sw.w.Write(b); err != nil {
+		sw.err = err
+		return err
+	}
+	if err := sw.rc.Flush(); err != nil {
+		sw.err = err
+	}
+	return sw.err
+}
+
+// lineSplitter cuts a byte stream into lines. `\n`, `\r` and `\r\n` end a line; a line longer than
+// max bytes is emitted in pieces of at most max bytes, cut at a UTF-8 character boundary when the
+// cut would fall inside a well-formed multi-byte character. It never holds more than max bytes.
+// Not safe for concurrent use.
+type lineSplitter struct {
+	max    int
+	buf    []byte
+	skipLF bool // the previous byte was '\r': a '\n' right after it belongs to the same terminator
+	emit   func(line []byte) error
+}
+
+func newLineSplitter(max int, emit func([]byte) error) *lineSplitter {
+	return &lineSplitter{max: max, emit: emit}
+}
+
+// Write consumes p. The emit callback may keep no reference to the slice it gets.
+func (l *lineSplitter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if l.skipLF {
+			l.skipLF = false
+			if p[0] == '\n' {
+				p = p[1:]
+				continue
+			}
+		}
+		i := indexEOL(p)
+		seg := p
+		if i >= 0 {
+			seg = p[:i]
+		}
+		if room := l.max - len(l.buf); len(seg) > room {
+			// The line does not fit: fill the buffer, emit a piece, keep going.
+			l.buf = append(l.buf, seg[:room]...)
+			p = p[room:]
+			if err := l.emitPiece(); err != nil {
+				return n - len(p), err
+			}
+			continue
+		}
+		if i < 0 {
+			l.buf = append(l.buf, p...)
+			return n, nil
+		}
+		l.buf = append(l.buf, seg...)
+		if p[i] == '\r' {
+			l.skipLF = true
+		}
+		p = p[i+1:]
+		err := l.emit(l.buf)
+		l.buf = l.buf[:0]
+		if err != nil {
+			return n - len(p), err
+		}
+	}
+	return n, nil
+}
+
+// emitPiece emits a full buffer, keeping back an incomplete UTF-8 character at its end.
+func (l *lineSplitter) emitPiece() error {
+	cut := len(l.buf)
+	for j := len(l.buf) - 1; j >= 0 && j >= len(l.buf)-utf8.UTFMax; j-- {
+		if utf8.RuneStart(l.buf[j]) {
+			if !utf8.FullRune(l.buf[j:]) && j > 0 {
+				cut = j
+			}
+			break
+		}
+	}
+	err := l.emit(l.buf[:cut])
+	rest := copy(l.buf, l.buf[cut:])
+	l.buf = l.buf[:rest]
+	return err
+}
+
+// Flush emits a pending unterminated line, if any.
+func (l *lineSplitter) Flush() error {
+	if len(l.buf) == 0 {
+		return nil
+	}
+	err := l.emit(l.buf)
+	l.buf = l.buf[:0]
+	return err
+}
+
+func indexEOL(p []byte) int {
+	for i, c := range p {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
