@@ -78,7 +78,7 @@ func TestLifecycleRequestShapes(t *testing.T) {
 		},
 		{
 			name: "get", status: 200, resp: sandboxJSON,
-			call: func(ctx context.Context, c *opensandbox.Client) (any, error) { return c.GetSandbox(ctx, "sbx-1") },
+			call:   func(ctx context.Context, c *opensandbox.Client) (any, error) { return c.GetSandbox(ctx, "sbx-1") },
 			method: "GET", path: "/v1/sandboxes/sbx-1",
 			check: func(t *testing.T, got any) {
 				sb := got.(*opensandbox.Sandbox)
@@ -108,17 +108,23 @@ func TestLifecycleRequestShapes(t *testing.T) {
 		},
 		{
 			name: "delete", status: 204,
-			call:   func(ctx context.Context, c *opensandbox.Client) (any, error) { return nil, c.DeleteSandbox(ctx, "sbx-1") },
+			call: func(ctx context.Context, c *opensandbox.Client) (any, error) {
+				return nil, c.DeleteSandbox(ctx, "sbx-1")
+			},
 			method: "DELETE", path: "/v1/sandboxes/sbx-1",
 		},
 		{
 			name: "pause", status: 202,
-			call:   func(ctx context.Context, c *opensandbox.Client) (any, error) { return nil, c.PauseSandbox(ctx, "sbx-1") },
+			call: func(ctx context.Context, c *opensandbox.Client) (any, error) {
+				return nil, c.PauseSandbox(ctx, "sbx-1")
+			},
 			method: "POST", path: "/v1/sandboxes/sbx-1/pause",
 		},
 		{
 			name: "resume", status: 202,
-			call:   func(ctx context.Context, c *opensandbox.Client) (any, error) { return nil, c.ResumeSandbox(ctx, "sbx-1") },
+			call: func(ctx context.Context, c *opensandbox.Client) (any, error) {
+				return nil, c.ResumeSandbox(ctx, "sbx-1")
+			},
 			method: "POST", path: "/v1/sandboxes/sbx-1/resume",
 		},
 		{
@@ -209,7 +215,9 @@ func TestLifecycleRequestShapes(t *testing.T) {
 		},
 		{
 			name: "delete snapshot", status: 204,
-			call:   func(ctx context.Context, c *opensandbox.Client) (any, error) { return nil, c.DeleteSnapshot(ctx, "snap-1") },
+			call: func(ctx context.Context, c *opensandbox.Client) (any, error) {
+				return nil, c.DeleteSnapshot(ctx, "snap-1")
+			},
 			method: "DELETE", path: "/v1/snapshots/snap-1",
 		},
 	}
