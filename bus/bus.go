@@ -1,0 +1,289 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/alineo-labs/alineo/events"
+)
+
+// Defaults of Config.
+const (
+	DefaultStream       = "ALINEO_LEDGER"
+	DefaultFencePrefix  = "alineo.fence"
+	DefaultDLQSubject   = "alineo.dlq.ledger"
+	DefaultStoreDir     = ".alineo/nats"
+	DefaultDupeWindow   = 2 * time.Minute
+	defaultOpTimeout    = 10 * time.Second
+	fenceSubjectToken   = "fence"
+	headerName          = "Alineo-Name"
+	headerWriter        = "Alineo-Writer"
+	headerDLQReason     = "Alineo-Dlq-Reason"
+	headerDLQSubject    = "Alineo-Dlq-Subject"
+	headerDLQSeq        = "Alineo-Dlq-Seq"
+	natsTTLHeader       = "Nats-TTL"
+	natsTTLNever        = "never"
+	natsExpectedSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// Config configures Open. The zero value is valid: an embedded server storing
+// under ./.alineo/nats, the stream ALINEO_LEDGER on alineo.ledger.>, one
+// replica, no retention limit.
+type Config struct {
+	// URL is the NATS server to connect to (NATS_URL). Empty starts an embedded
+	// server with JetStream in StoreDir.
+	URL string
+	// Conn, when set, is used instead of URL; Close does not close it.
+	Conn *nats.Conn
+	// StoreDir is the embedded server's JetStream directory. Default ./.alineo/nats.
+	StoreDir string
+	// Stream is the ledger stream's name. Default ALINEO_LEDGER.
+	Stream string
+	// SubjectPrefix is the prefix of ledger subjects. Default alineo.ledger.
+	SubjectPrefix string
+	// FencePrefix is the prefix of the per-sandbox writer fences, stored in the
+	// same stream. Default alineo.fence.
+	FencePrefix string
+	// DLQSubject is where projectors park messages they cannot decode. It must
+	// not be a ledger subject. Default alineo.dlq.ledger.
+	DLQSubject string
+	// Replicas is the stream's replica count: 1 (default) or 3.
+	Replicas int
+	// MaxAge, MaxBytes and MaxMsgs limit the stream (limits retention, oldest
+	// messages go first). Zero means unlimited.
+	MaxAge   time.Duration
+	MaxBytes int64
+	MaxMsgs  int64
+	// DuplicateWindow is how long message ids are remembered. Default 2 min.
+	DuplicateWindow time.Duration
+	// Logger receives operational logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.StoreDir == "" {
+		c.StoreDir = DefaultStoreDir
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = events.DefaultSubjectPrefix
+	}
+	if c.FencePrefix == "" {
+		c.FencePrefix = DefaultFencePrefix
+	}
+	if c.DLQSubject == "" {
+		c.DLQSubject = DefaultDLQSubject
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDupeWindow
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return c, fmt.Errorf("%w: replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
+	case c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0:
+		return c, fmt.Errorf("%w: negative retention limit", ErrInvalidConfig)
+	case strings.ContainsAny(c.SubjectPrefix, "*> ") || strings.ContainsAny(c.FencePrefix, "*> "):
+		return c, fmt.Errorf("%w: subject prefixes must be literal", ErrInvalidConfig)
+	case c.SubjectPrefix == c.FencePrefix || strings.HasPrefix(c.FencePrefix+".", c.SubjectPrefix+".") ||
+		strings.HasPrefix(c.SubjectPrefix+".", c.FencePrefix+"."):
+		return c, fmt.Errorf("%w: fence prefix %q overlaps subject prefix %q", ErrInvalidConfig, c.FencePrefix, c.SubjectPrefix)
+	case strings.HasPrefix(c.DLQSubject, c.SubjectPrefix+".") || strings.HasPrefix(c.DLQSubject, c.FencePrefix+"."):
+		return c, fmt.Errorf("%w: dead-letter subject %q is inside the ledger stream", ErrInvalidConfig, c.DLQSubject)
+	}
+	return c, nil
+}
+
+// Bus is a connection to NATS with the ledger stream in place. Safe for
+// concurrent use.
+type Bus struct {
+	cfg     Config
+	nc      *nats.Conn
+	ownConn bool
+	srv     *server.Server
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+}
+
+// Open connects to cfg.URL (or starts the embedded server when it is empty and
+// no Conn is given) and creates or updates the ledger stream. It is idempotent:
+// several processes may Open the same server at once.
+func Open(ctx context.Context, cfg Config) (*Bus, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &Bus{cfg: cfg}
+	switch {
+	case cfg.Conn != nil:
+		b.nc = cfg.Conn
+	default:
+		url := cfg.URL
+		if url == "" {
+			srv, err := startEmbedded(cfg.StoreDir)
+			if err != nil {
+				return nil, err
+			}
+			b.srv = srv
+			url = srv.ClientURL()
+		}
+		nc, err := nats.Connect(url, nats.Name("alineo-bus"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250*time.Millisecond))
+		if err != nil {
+			b.shutdownServer()
+			return nil, fmt.Errorf("connect %s: %w", url, err)
+		}
+		b.nc, b.ownConn = nc, true
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := b.ensureStream(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// StreamConfig returns the ledger stream's configuration as Open applies it.
+func (b *Bus) StreamConfig() jetstream.StreamConfig {
+	c := b.cfg
+	sc := jetstream.StreamConfig{
+		Name:        c.Stream,
+		Description: "alineo ledger: every sandbox event, and writer fences",
+		Subjects:    []string{c.SubjectPrefix + ".>", c.FencePrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		Replicas:    c.Replicas,
+		MaxAge:      c.MaxAge,
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		Duplicates:  c.DuplicateWindow,
+		AllowDirect: true,
+		AllowMsgTTL: true,
+	}
+	if c.MaxAge > 0 && sc.Duplicates > c.MaxAge {
+		sc.Duplicates = c.MaxAge // the server refuses a window longer than MaxAge
+	}
+	if c.MaxBytes > 0 {
+		sc.MaxBytes = c.MaxBytes
+	}
+	if c.MaxMsgs > 0 {
+		sc.MaxMsgs = c.MaxMsgs
+	}
+	return sc
+}
+
+func (b *Bus) ensureStream(ctx context.Context) error {
+	sc := b.StreamConfig()
+	var err error
+	for attempt := 0; ; attempt++ {
+		b.stream, err = b.js.CreateOrUpdateStream(ctx, sc)
+		if err == nil {
+			return nil
+		}
+		// A cluster may still be electing its meta leader; a concurrent Open may
+		// have created the stream between our lookup and our create.
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.Code < 500 || attempt >= 20 || ctx.Err() != nil {
+			return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (b *Bus) Config() Config { return b.cfg }
+
+// Conn returns the NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream returns the JetStream context used for setup and reads.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Stream returns the ledger stream handle.
+func (b *Bus) Stream() jetstream.Stream { return b.stream }
+
+// ClientURL returns the URL of the connected server.
+func (b *Bus) ClientURL() string { return b.nc.ConnectedUrl() }
+
+// LastSeq returns the stream's last sequence (0 when empty).
+func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
+	si, err := b.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	return si.State.LastSeq, nil
+}
+
+// LedgerFilter returns the wildcard subject of every ledger entry.
+func (b *Bus) LedgerFilter() string { return b.cfg.SubjectPrefix + ".>" }
+
+// Close closes the connection it opened and shuts the embedded server down.
+// It is idempotent.
+func (b *Bus) Close() error {
+	if b.ownConn && b.nc != nil {
+		b.nc.Close()
+	}
+	b.shutdownServer()
+	return nil
+}
+
+func (b *Bus) shutdownServer() {
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+}
+
+func startEmbedded(dir string) (*server.Server, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats store dir: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded nats store dir: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: "alineo-embedded",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   abs,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("embedded nats: not ready after 10s")
+	}
+	return srv, nil
+}

@@ -1,0 +1,40 @@
+// Package bus is the fleet-mode ledger: JetStream. It opens (or embeds) a NATS
+// server, creates the ledger stream idempotently, and provides Ledger, an
+// adapters.Store whose appends publish to the stream, plus ordered replay of one
+// sandbox's subject and live subscriptions.
+//
+// # Subjects
+//
+// An entry of sandbox <id> is published on alineo.ledger.<id>.<event>
+// (events.Subject), its session name in the Alineo-Name header and a
+// deterministic Nats-Msg-Id (<id>.<epoch>.<n>), so a retried publish is stored
+// once within the stream's duplicate window.
+//
+// # One writer per sandbox: fences
+//
+// Each sandbox has a fence subject, alineo.fence.<id>, in the same stream. A
+// writer claims a sandbox by publishing a fence message there (expecting the
+// subject to be empty, or, for Takeover, expecting the fence it replaces); the
+// stream sequence of its fence is its epoch. Every ledger publish then carries
+// Nats-Expected-Last-Subject-Sequence = epoch with
+// Nats-Expected-Last-Subject-Sequence-Subject = the fence subject, so the
+// server itself rejects (error 10071) any publish of a writer whose fence has
+// been replaced: a stale writer gets adapters.ErrFenced and its events are never
+// interleaved with the new writer's. Unlike a KV lease checked by the client,
+// the check happens inside the stream, in stream order, and costs no round trip:
+// publishes stay pipelined. On a replicated stream the server refuses two
+// in-flight publishes checking the same subject, so there the ledger keeps one
+// publish in flight per sandbox (sandboxes still pipeline against each other).
+// Fence messages carry Nats-TTL: never so retention by age never removes them.
+//
+// # Barrier
+//
+// Append returns once the message is handed to the bounded async-publish
+// window; Sync(ctx, sandboxID) returns once every event of that sandbox
+// published so far is acknowledged by the stream (Flush does it for all). A
+// failed publish makes the sandbox's writer fail every later call with the same
+// error, so no event is ever stored after a lost one.
+//
+// This package imports events, adapters, nats.go and the nats-server library;
+// never projections, the SDK or any database driver.
+package bus

@@ -1,0 +1,48 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/alineo-labs/alineo/adapters"
+)
+
+var (
+	// ErrClosed is adapters.ErrClosed: the bus or ledger was closed.
+	ErrClosed = adapters.ErrClosed
+	// ErrFenced is adapters.ErrFenced: another writer owns the sandbox's ledger.
+	ErrFenced = adapters.ErrFenced
+	// ErrNoReadModel is adapters.ErrNoReadModel: a list, details or environment
+	// call on a Ledger configured without a read model.
+	ErrNoReadModel = adapters.ErrNoReadModel
+	// ErrHistoryTruncated is returned by reads when the stream no longer holds
+	// the beginning of a sandbox's history and no read model can supply it.
+	ErrHistoryTruncated = errors.New("ledger history truncated by stream retention")
+	// ErrInvalidConfig reports a Config or LedgerConfig that cannot work.
+	ErrInvalidConfig = errors.New("invalid bus config")
+)
+
+// FencedError says which sandbox a writer lost and at which epoch. It unwraps
+// to adapters.ErrFenced.
+type FencedError struct {
+	SandboxID string
+	// Epoch is the writer's fence sequence (0 when it never held the sandbox).
+	Epoch uint64
+	// Err is the server's answer, if any.
+	Err error
+}
+
+func (e *FencedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("sandbox %s: writer at epoch %d fenced: %v", e.SandboxID, e.Epoch, e.Err)
+	}
+	return fmt.Sprintf("sandbox %s: writer at epoch %d fenced", e.SandboxID, e.Epoch)
+}
+
+// Unwrap returns adapters.ErrFenced and the server's error.
+func (e *FencedError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{adapters.ErrFenced, e.Err}
+	}
+	return []error{adapters.ErrFenced}
+}

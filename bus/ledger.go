@@ -1,0 +1,585 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+var _ adapters.Store = (*Ledger)(nil)
+
+// LedgerConfig configures NewLedger. The zero value is valid.
+type LedgerConfig struct {
+	// ReadModel serves list, details and environment calls and is the replay
+	// source of last resort when retention removed a sandbox's history from the
+	// stream. Usually the store a projector keeps. Nil makes those calls return
+	// ErrNoReadModel.
+	ReadModel adapters.Store
+	// MaxPending bounds the async-publish window (unacknowledged publishes).
+	// Default 4096.
+	MaxPending int
+	// AckTimeout is how long a publish may wait for its acknowledgement. Default 10 s.
+	AckTimeout time.Duration
+	// WriterID identifies this writer in its fence messages. Default random.
+	WriterID string
+	// Logger, default the bus's.
+	Logger *slog.Logger
+}
+
+// Ledger is an adapters.Store whose writes publish to the ledger stream and
+// whose replay reads (ReadAll, LastCheckpoint, ListCheckpoints) read it back.
+// Safe for concurrent use. It is the writer of the sandboxes it appends to:
+// the first Append to a sandbox claims it (ErrFenced if another writer holds
+// it); Takeover claims it from another writer.
+type Ledger struct {
+	b      *Bus
+	js     jetstream.JetStream
+	cfg    LedgerConfig
+	log    *slog.Logger
+	serial bool // one publish in flight per sandbox (replicated streams)
+
+	mu      sync.Mutex
+	writers map[string]*writer
+	closed  bool
+}
+
+type writer struct {
+	id string
+
+	// mu serialises this sandbox's publishes, so message ids and stream order
+	// follow append order. It is never taken by the ack handlers.
+	mu      sync.Mutex
+	epoch   atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
+	counter uint64
+
+	inflight atomic.Int64 // published, not yet acknowledged or failed
+
+	// smu guards err and changed; ack handlers take it briefly.
+	smu     sync.Mutex
+	err     error         // sticky: once set every later call returns it
+	changed chan struct{} // closed (and replaced) when inflight hits 0 or err is set
+}
+
+func (w *writer) failure() error {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	return w.err
+}
+
+func (w *writer) notifyLocked() {
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+}
+
+// wait blocks until nothing of w is in flight, or w failed.
+func (w *writer) wait(ctx context.Context) error {
+	for {
+		w.smu.Lock()
+		if w.err != nil || w.inflight.Load() == 0 {
+			err := w.err
+			w.smu.Unlock()
+			return err
+		}
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		ch := w.changed
+		w.smu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// NewLedger returns a Ledger publishing through b. It makes its own JetStream
+// context so its async-publish window is its own.
+func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 4096
+	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = 10 * time.Second
+	}
+	if cfg.MaxPending < 0 || cfg.AckTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative MaxPending or AckTimeout", ErrInvalidConfig)
+	}
+	if cfg.WriterID == "" {
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		cfg.WriterID = hex.EncodeToString(r[:])
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = b.cfg.Logger
+	}
+	l := &Ledger{
+		b: b, cfg: cfg, log: cfg.Logger,
+		serial:  b.cfg.Replicas > 1,
+		writers: make(map[string]*writer),
+	}
+	js, err := jetstream.New(b.nc,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncAckHandler(l.onAck),
+		jetstream.WithPublishAsyncErrHandler(l.onErr))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	l.js = js
+	return l, nil
+}
+
+// msgWriter finds the writer and epoch of a published message from its id.
+func (l *Ledger) msgWriter(m *nats.Msg) (*writer, uint64) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	rest, _, ok := cutLast(id)
+	if !ok {
+		return nil, 0
+	}
+	sandboxID, epochStr, ok := cutLast(rest)
+	if !ok {
+		return nil, 0
+	}
+	epoch, _ := strconv.ParseUint(epochStr, 10, 64)
+	l.mu.Lock()
+	w := l.writers[sandboxID]
+	l.mu.Unlock()
+	return w, epoch
+}
+
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// onAck runs on the client's reply goroutine: it must not block.
+func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) {
+	w, _ := l.msgWriter(m)
+	if w == nil {
+		return
+	}
+	if w.inflight.Add(-1) == 0 {
+		w.smu.Lock()
+		w.notifyLocked()
+		w.smu.Unlock()
+	}
+}
+
+// onErr runs on the client's reply goroutine (or its timer): it must not block.
+func (l *Ledger) onErr(_ jetstream.JetStream, m *nats.Msg, err error) {
+	w, epoch := l.msgWriter(m)
+	if w == nil {
+		return
+	}
+	w.smu.Lock()
+	if w.err == nil && epoch == w.epoch.Load() {
+		w.err = publishError(w.id, epoch, err)
+	}
+	w.inflight.Add(-1)
+	w.notifyLocked()
+	w.smu.Unlock()
+}
+
+// Bus returns the bus the ledger publishes through.
+func (l *Ledger) Bus() *Bus { return l.b }
+
+func (l *Ledger) fenceSubject(sandboxID string) string {
+	return l.b.cfg.FencePrefix + "." + sandboxID
+}
+
+func (l *Ledger) writer(sandboxID string) (*writer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	w := l.writers[sandboxID]
+	if w == nil {
+		w = &writer{id: sandboxID}
+		l.writers[sandboxID] = w
+	}
+	return w, nil
+}
+
+type fenceBody struct {
+	Writer string `json:"writer"`
+	At     int64  `json:"at"`
+	Prev   uint64 `json:"prev,omitempty"`
+}
+
+// publishFence publishes a fence for sandboxID expecting the fence subject's
+// last sequence to be prev, and returns the new epoch.
+func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64) (uint64, error) {
+	body, _ := json.Marshal(fenceBody{Writer: l.cfg.WriterID, At: time.Now().UnixMilli(), Prev: prev})
+	m := nats.NewMsg(l.fenceSubject(sandboxID))
+	m.Data = body
+	m.Header.Set(headerWriter, l.cfg.WriterID)
+	m.Header.Set(natsTTLHeader, natsTTLNever)
+	ctx, cancel := context.WithTimeout(ctx, defaultOpTimeout)
+	defer cancel()
+	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev))
+	if err != nil {
+		if isWrongLastSeq(err) {
+			return 0, &FencedError{SandboxID: sandboxID, Err: err}
+		}
+		return 0, fmt.Errorf("%w: publish fence for %s: %v", adapters.ErrUnavailable, sandboxID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// claim makes w's ledger this writer's, if nobody holds it. Called with w.mu held.
+func (l *Ledger) claim(ctx context.Context, w *writer) error {
+	if w.epoch.Load() != 0 {
+		return nil
+	}
+	epoch, err := l.publishFence(ctx, w.id, 0)
+	if err != nil {
+		// Not sticky: a Takeover may follow.
+		return err
+	}
+	w.epoch.Store(epoch)
+	w.counter = 0
+	return nil
+}
+
+// Takeover makes this Ledger the writer of sandboxID, fencing whoever held it:
+// the old writer's next publish fails with ErrFenced. It returns the new epoch.
+// It first waits for this Ledger's own in-flight publishes of the sandbox, and
+// clears a sticky error.
+func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error) {
+	if _, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID); err != nil {
+		return 0, err
+	}
+	w, err := l.writer(sandboxID)
+	if err != nil {
+		return 0, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.wait(ctx) // settle our own publishes; their outcome no longer matters
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	for attempt := 0; ; attempt++ {
+		var prev uint64
+		last, err := l.b.stream.GetLastMsgForSubject(ctx, l.fenceSubject(sandboxID))
+		switch {
+		case err == nil:
+			prev = last.Sequence
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		default:
+			return 0, fmt.Errorf("%w: read fence of %s: %v", adapters.ErrUnavailable, sandboxID, err)
+		}
+		epoch, err := l.publishFence(ctx, sandboxID, prev)
+		if err == nil {
+			w.smu.Lock()
+			w.epoch.Store(epoch)
+			w.err = nil
+			w.smu.Unlock()
+			w.counter = 0
+			return epoch, nil
+		}
+		if !errors.Is(err, ErrFenced) || attempt >= 5 {
+			return 0, err
+		}
+		// A concurrent takeover won the race; read its fence and go again.
+	}
+}
+
+// Epoch returns this Ledger's epoch for sandboxID, 0 when it has not claimed it.
+func (l *Ledger) Epoch(sandboxID string) uint64 {
+	l.mu.Lock()
+	w := l.writers[sandboxID]
+	l.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.epoch.Load()
+}
+
+// Append publishes e on its sandbox's subject. It returns once the message is
+// in the async-publish window (blocking while the window is full); Sync
+// returns once it is acknowledged. Errors: ErrInvalidEntry (nothing
+// published), ErrFenced (another writer owns the sandbox), ErrUnavailable (a
+// publish failed; sticky for the sandbox), ErrClosed. Safe for concurrent
+// use; appends from one goroutine are stored in the order made.
+func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
+	e.Seq = 0
+	data, err := events.Marshal(e)
+	if err != nil {
+		return err
+	}
+	subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
+	if err != nil {
+		return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
+	}
+	w, err := l.writer(e.SandboxID)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.publishLocked(ctx, w, subj, e.Name, data)
+}
+
+// AppendBatch validates every entry, publishes them in order and waits until
+// all are acknowledged. Invalid input publishes nothing. A failure part-way
+// (fenced, server down) can leave a prefix of es stored; the writer then fails
+// every later call, so nothing is ever stored after the gap.
+func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
+	type msg struct {
+		subj, name string
+		data       []byte
+	}
+	msgs := make([]msg, 0, len(es))
+	for _, e := range es {
+		e.Seq = 0
+		data, err := events.Marshal(e)
+		if err != nil {
+			return err
+		}
+		subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
+		if err != nil {
+			return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
+		}
+		msgs = append(msgs, msg{subj, e.Name, data})
+	}
+	var touched []string
+	for i, m := range msgs {
+		w, err := l.writer(es[i].SandboxID)
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		err = l.publishLocked(ctx, w, m.subj, m.name, m.data)
+		w.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(touched, w.id) {
+			touched = append(touched, w.id)
+		}
+	}
+	for _, id := range touched {
+		if err := l.Sync(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string, data []byte) error {
+	if err := w.failure(); err != nil {
+		return err
+	}
+	if err := l.claim(ctx, w); err != nil {
+		return err
+	}
+	if l.serial {
+		// A replicated stream refuses a second in-flight publish that checks the
+		// same fence subject (error 10164), so keep one in flight per sandbox.
+		if err := w.wait(ctx); err != nil {
+			return err
+		}
+	}
+	epoch := w.epoch.Load()
+	w.counter++
+	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
+	m.Header.Set(headerName, name)
+	id := w.id + "." + strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(w.counter, 10)
+	w.inflight.Add(1)
+	for {
+		_, err := l.js.PublishMsgAsync(m,
+			jetstream.WithMsgID(id),
+			jetstream.WithExpectLastSequenceForSubject(epoch, l.fenceSubject(w.id)),
+			jetstream.WithStallWait(time.Second))
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil {
+			continue // the window is full: wait for acks, bounded by ctx
+		}
+		w.counter--
+		w.smu.Lock()
+		w.inflight.Add(-1)
+		w.notifyLocked()
+		w.smu.Unlock()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: publish %s: %v", adapters.ErrUnavailable, subj, err)
+	}
+}
+
+func publishError(sandboxID string, epoch uint64, err error) error {
+	if isWrongLastSeq(err) {
+		return &FencedError{SandboxID: sandboxID, Epoch: epoch, Err: err}
+	}
+	return fmt.Errorf("%w: sandbox %s: publish not acknowledged: %v", adapters.ErrUnavailable, sandboxID, err)
+}
+
+func isWrongLastSeq(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Sync is the barrier: it returns once every event of sandboxID appended so
+// far is acknowledged by the stream, or the first error among them (sticky:
+// ErrFenced or ErrUnavailable), or ctx's error. Safe for concurrent use; it
+// also waits for appends made concurrently with it.
+func (l *Ledger) Sync(ctx context.Context, sandboxID string) error {
+	l.mu.Lock()
+	w := l.writers[sandboxID]
+	closed := l.closed
+	l.mu.Unlock()
+	if w == nil {
+		if closed {
+			return ErrClosed
+		}
+		return nil
+	}
+	return w.wait(ctx)
+}
+
+// Flush is Sync for every sandbox this ledger writes; it returns every
+// sandbox's error joined.
+func (l *Ledger) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	ws := make([]*writer, 0, len(l.writers))
+	for _, w := range l.writers {
+		ws = append(ws, w)
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		if err := w.wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close flushes pending publishes (for at most 10 s) and makes every later
+// call return ErrClosed. It does not close the Bus. Idempotent.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := l.Flush(ctx)
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if err != nil && !errors.Is(err, ErrFenced) {
+		return fmt.Errorf("close ledger: %w", err)
+	}
+	return nil
+}
+
+func (l *Ledger) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+func (l *Ledger) readModel() (adapters.Store, error) {
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	if l.cfg.ReadModel == nil {
+		return nil, ErrNoReadModel
+	}
+	return l.cfg.ReadModel, nil
+}
+
+// ListSandboxDetails is served by the read model.
+func (l *Ledger) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	rm, err := l.readModel()
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListSandboxDetails(ctx, name, opts)
+}
+
+// ListAllSandboxDetails is served by the read model.
+func (l *Ledger) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	rm, err := l.readModel()
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListAllSandboxDetails(ctx, opts)
+}
+
+// GetSandboxDetails is served by the read model.
+func (l *Ledger) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	rm, err := l.readModel()
+	if err != nil {
+		return nil, err
+	}
+	return rm.GetSandboxDetails(ctx, name, sandboxID)
+}
+
+// GetEnvironment is served by the read model.
+func (l *Ledger) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
+	rm, err := l.readModel()
+	if err != nil {
+		return nil, err
+	}
+	return rm.GetEnvironment(ctx, name)
+}
+
+// SaveEnvironment writes to the read model.
+func (l *Ledger) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
+	rm, err := l.readModel()
+	if err != nil {
+		return err
+	}
+	return rm.SaveEnvironment(ctx, rec)
+}
+
+// DeleteEnvironment writes to the read model.
+func (l *Ledger) DeleteEnvironment(ctx context.Context, name string) error {
+	rm, err := l.readModel()
+	if err != nil {
+		return err
+	}
+	return rm.DeleteEnvironment(ctx, name)
+}
+
+// ListEnvironments is served by the read model.
+func (l *Ledger) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
+	rm, err := l.readModel()
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListEnvironments(ctx)
+}

@@ -1,0 +1,250 @@
+package bus
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// DecodeMsg decodes a ledger message into an entry carrying its stream
+// sequence. It checks the fields a reader relies on but not the payload's
+// shape (projectors validate fully with events.Unmarshal). Errors wrap
+// events.ErrInvalidEntry.
+func DecodeMsg(data []byte, seq uint64) (events.Entry, error) {
+	var e events.Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return events.Entry{}, &events.ValidationError{Field: "entry", Reason: "does not decode", Err: err}
+	}
+	switch {
+	case e.Name == "":
+		return events.Entry{}, &events.ValidationError{Field: "name", Reason: "is empty"}
+	case e.SandboxID == "":
+		return events.Entry{}, &events.ValidationError{Field: "sandboxId", Reason: "is empty"}
+	case !e.Event.Known():
+		return events.Entry{}, &events.ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+	}
+	e.Seq = seq
+	return e, nil
+}
+
+// readResult is what one ordered read of a subject returned.
+type readResult struct {
+	entries  []events.Entry // the entries kept, in stream order
+	firstSeq uint64         // first stream sequence seen on the subject (any name), 0 if none
+}
+
+// read reads every message on filter that exists when it starts, in stream
+// order, keeping the entries of the session named name ("" keeps all).
+// Undecodable messages are skipped (projectors park them).
+func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
+	var res readResult
+	last, err := b.stream.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("%w: last message on %s: %v", adapters.ErrUnavailable, filter, err)
+	}
+	cons, err := b.js.OrderedConsumer(ctx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return res, fmt.Errorf("%w: ordered consumer on %s: %v", adapters.ErrUnavailable, filter, err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+	}
+	defer msgs.Stop()
+	for {
+		m, err := msgs.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+		}
+		seq := md.Sequence.Stream
+		if res.firstSeq == 0 {
+			res.firstSeq = seq
+		}
+		if name == "" || m.Headers().Get(headerName) == name {
+			e, err := DecodeMsg(m.Data(), seq)
+			if err != nil {
+				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
+			} else if name == "" || e.Name == name {
+				res.entries = append(res.entries, e)
+			}
+		}
+		if seq >= last.Sequence || md.NumPending == 0 {
+			return res, nil
+		}
+	}
+}
+
+// readSession reads one session's entries on filter from the stream and, when
+// retention removed the start of the stream, completes them from the read
+// model: the read model's entries older than anything the stream still holds
+// come first. fromRM returns the read model's entries for the same filter.
+func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string,
+	fromRM func(adapters.Store) ([]events.Entry, error)) ([]events.Entry, error) {
+	if l.isClosed() {
+		return nil, ErrClosed
+	}
+	// Read your own writes: wait for this ledger's publishes of the sandbox.
+	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	res, err := l.b.read(ctx, filter, name)
+	if err != nil {
+		return nil, err
+	}
+	si, err := l.b.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream info: %v", adapters.ErrUnavailable, err)
+	}
+	es := res.entries
+	if si.State.FirstSeq > 1 || si.State.NumDeleted > 0 {
+		// The stream lost messages (retention removes the oldest; writer fences
+		// outlive them, so the loss can be a hole rather than a new FirstSeq);
+		// the head of this session's history may be among them.
+		if l.cfg.ReadModel == nil {
+			if len(es) > 0 && es[0].Event != events.SandboxCreated {
+				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no read model)", name, sandboxID, ErrHistoryTruncated, si.State.FirstSeq)
+			}
+		} else {
+			old, err := fromRM(l.cfg.ReadModel)
+			if err != nil {
+				return nil, fmt.Errorf("read %s/%s from read model: %w", name, sandboxID, err)
+			}
+			// Everything from the first message the stream still holds on this
+			// subject on is read from the stream; older entries come from the
+			// read model.
+			cut := uint64(math.MaxUint64)
+			if res.firstSeq != 0 {
+				cut = res.firstSeq
+			}
+			var merged []events.Entry
+			for _, e := range old {
+				if e.Seq < cut {
+					merged = append(merged, e)
+				}
+			}
+			es = append(merged, es...)
+		}
+	}
+	slices.SortStableFunc(es, func(a, b events.Entry) int {
+		return cmp.Or(cmp.Compare(a.Ts, b.Ts), cmp.Compare(a.Seq, b.Seq))
+	})
+	return es, nil
+}
+
+// ReadAll returns the session's entries ordered by (Ts, Seq), Seq being the
+// stream sequence. It reads the sandbox's subject with an ordered consumer,
+// after waiting for this ledger's own pending publishes of the sandbox, and
+// falls back to the read model for history the stream no longer holds; without
+// a read model that is ErrHistoryTruncated.
+func (l *Ledger) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
+	if err != nil {
+		return nil, nil // no such subject can hold entries
+	}
+	return l.readSession(ctx, filter, name, sandboxID, func(rm adapters.Store) ([]events.Entry, error) {
+		return rm.ReadAll(ctx, name, sandboxID)
+	})
+}
+
+func (l *Ledger) checkpoints(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	filter, err := events.Subject(l.b.cfg.SubjectPrefix, sandboxID, events.CheckpointCreated)
+	if err != nil {
+		return nil, nil
+	}
+	return l.readSession(ctx, filter, name, sandboxID, func(rm adapters.Store) ([]events.Entry, error) {
+		all, err := rm.ReadAll(ctx, name, sandboxID)
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(all, func(e events.Entry) bool { return e.Event != events.CheckpointCreated }), nil
+	})
+}
+
+// LastCheckpoint returns the session's newest sandbox.checkpoint_created entry
+// in (Ts, Seq) order, or nil. It reads only the checkpoint subject.
+func (l *Ledger) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
+	es, err := l.checkpoints(ctx, name, sandboxID)
+	if err != nil || len(es) == 0 {
+		return nil, err
+	}
+	e := es[len(es)-1]
+	return &e, nil
+}
+
+// ListCheckpoints returns the session's checkpoints in creation order.
+func (l *Ledger) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
+	es, err := l.checkpoints(ctx, name, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adapters.CheckpointInfo, 0, len(es))
+	for _, e := range es {
+		var p events.CheckpointCreatedPayload
+		if err := e.Decode(&p); err != nil {
+			continue
+		}
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	}
+	return out, nil
+}
+
+// DeleteSandbox removes the session's messages from the stream (the whole
+// subject when it holds only this session) and, when configured, from the read
+// model. Deleting an unknown session is not an error.
+func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
+	if err != nil {
+		return nil
+	}
+	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
+		return err
+	}
+	all, err := l.b.read(ctx, filter, "")
+	if err != nil {
+		return err
+	}
+	others := slices.ContainsFunc(all.entries, func(e events.Entry) bool { return e.Name != name })
+	if !others {
+		if err := l.b.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+			return fmt.Errorf("%w: purge %s: %v", adapters.ErrUnavailable, filter, err)
+		}
+	} else {
+		for _, e := range all.entries {
+			if e.Name != name {
+				continue
+			}
+			if err := l.b.stream.DeleteMsg(ctx, e.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("%w: delete message %d: %v", adapters.ErrUnavailable, e.Seq, err)
+			}
+		}
+	}
+	if l.cfg.ReadModel != nil {
+		return l.cfg.ReadModel.DeleteSandbox(ctx, name, sandboxID)
+	}
+	return nil
+}
