@@ -558,4 +558,3 @@ func testNoReadModel(t *testing.T, open OpenFunc) {
 		t.Errorf("ReadAll after Close = %v, want ErrClosed", err)
 	}
 }
-
