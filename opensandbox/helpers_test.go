@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -97,3 +99,13 @@ func newClient(t *testing.T, baseURL string, mod ...func(*opensandbox.Config)) *
 	}
 	return c
 }
+
+func countGoroutines() int {
+	http.DefaultClient.CloseIdleConnections()
+	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr.CloseIdleConnections()
+	}
+	return runtime.NumGoroutine()
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
