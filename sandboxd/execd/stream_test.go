@@ -277,3 +277,9 @@ func wantStatus(t *testing.T, resp *http.Response, status int) []byte {
 	}
 	return b
 }
+
+func newHTTPServer(t *testing.T, h http.Handler) *httptest.Server {
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return hs
+}
