@@ -1,0 +1,36 @@
+package snapshots
+
+import (
+	"errors"
+
+	"github.com/alineo-labs/alineo/checkpoints"
+)
+
+var (
+	// ErrInvalidKey reports a blob key that is not a lowercase sha256 hex digest.
+	ErrInvalidKey = errors.New("invalid blob key")
+	// ErrBlobNotFound reports a blob key the store does not hold.
+	ErrBlobNotFound = errors.New("blob not found")
+	// ErrUnsafePath reports a restore that would write outside its destination
+	// (through a symlink or a non-directory on the way). Manifests with ".."
+	// or absolute paths are rejected earlier with checkpoints.ErrInvalidEntry.
+	ErrUnsafePath = errors.New("unsafe restore path")
+	// ErrCorruptBlob reports a blob whose size differs from its manifest entry.
+	ErrCorruptBlob = errors.New("corrupt blob")
+)
+
+// ErrInvalidEntry is checkpoints.ErrInvalidEntry: a manifest entry is invalid
+// (for instance a path with ".." or an absolute path).
+var ErrInvalidEntry = checkpoints.ErrInvalidEntry
+
+// PathError says which path of a capture or restore failed and why.
+type PathError struct {
+	Op   string // "capture" or "restore"
+	Path string // relative to the root or destination
+	Err  error
+}
+
+func (e *PathError) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *PathError) Unwrap() error { return e.Err }

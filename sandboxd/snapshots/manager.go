@@ -1,0 +1,308 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/alineo-labs/alineo/checkpoints"
+)
+
+// ManagerConfig configures a Manager. The zero value is valid.
+type ManagerConfig struct {
+	// Logger receives lease-renewal failures; discarded when nil.
+	Logger *slog.Logger
+	// Now is the clock for checkpoint times; time.Now when nil.
+	Now func() time.Time
+	// NewID makes ids for snapshots created without one; "snap-" + 24 hex
+	// digits when nil.
+	NewID func() string
+	// GCMinAge is passed to checkpoints.GC. Snapshots and GC of one Manager
+	// exclude each other, so zero is safe with one Manager per blob directory;
+	// set it (say to an hour) when several processes share the directory.
+	GCMinAge time.Duration
+	// RetryInterval is the first wait before acquiring a thread's writer lease
+	// again after ErrWriterConflict (another process holds it); it doubles up to
+	// 50 times as much. 5ms when zero. Snapshot retries until ctx is done.
+	RetryInterval time.Duration
+}
+
+// Manager takes, restores and deletes snapshots of directory trees, keeping
+// their lineage in a checkpoints.Store and their content in a BlobStore. Calls
+// on one thread serialize (in this process by a lock, across processes by the
+// thread's writer lease). Safe for concurrent use.
+type Manager struct {
+	store checkpoints.Store
+	blobs *BlobStore
+	cfg   ManagerConfig
+
+	// gc is held shared by writers and exclusively by GC, so GC never sees a
+	// blob that a capture has put but not yet referenced.
+	gc sync.RWMutex
+
+	mu      sync.Mutex
+	threads map[string]*threadLock
+}
+
+type threadLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// NewManager returns a Manager over store and blobs.
+func NewManager(store checkpoints.Store, blobs *BlobStore, cfg ManagerConfig) *Manager {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = func() string { return "snap-" + checkpoints.NewToken()[:24] }
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 5 * time.Millisecond
+	}
+	return &Manager{store: store, blobs: blobs, cfg: cfg, threads: map[string]*threadLock{}}
+}
+
+// Store returns the checkpoint store.
+func (m *Manager) Store() checkpoints.Store { return m.store }
+
+// Blobs returns the blob store.
+func (m *Manager) Blobs() *BlobStore { return m.blobs }
+
+// lockThread serializes this process's writers of thread; call the result to unlock.
+func (m *Manager) lockThread(thread string) func() {
+	m.mu.Lock()
+	l := m.threads[thread]
+	if l == nil {
+		l = &threadLock{}
+		m.threads[thread] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.threads, thread)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// acquire takes thread's writer lease, waiting while another process holds it.
+func (m *Manager) acquire(ctx context.Context, thread string) (*checkpoints.Lease, error) {
+	wait := m.cfg.RetryInterval
+	for {
+		l, err := m.store.AcquireWriter(ctx, thread)
+		if !errors.Is(err, checkpoints.ErrWriterConflict) {
+			return l, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("acquire writer of %s: %w (last: %v)", thread, ctx.Err(), err)
+		case <-t.C:
+		}
+		if wait < 50*m.cfg.RetryInterval {
+			wait *= 2
+		}
+	}
+}
+
+// withLease runs fn holding thread's writer lease, renewing it in the
+// background; fn's ctx is cancelled if the lease is lost.
+func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx context.Context, w checkpoints.Writer) error) error {
+	unlock := m.lockThread(thread)
+	defer unlock()
+	lease, err := m.acquire(ctx, thread)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(lease.RenewAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := lease.Renew(ctx); err != nil {
+					m.cfg.Logger.Warn("snapshot writer lease lost", "thread", thread, "fence", lease.Fence, "err", err)
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	err = fn(ctx, lease.Writer)
+	close(done)
+	wg.Wait()
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = fmt.Errorf("%w (lease: %v)", err, cause)
+	}
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	if rerr := lease.Release(rctx); rerr != nil && err == nil && !errors.Is(rerr, checkpoints.ErrWriterLost) {
+		err = fmt.Errorf("release writer of %s: %w", thread, rerr)
+	}
+	return err
+}
+
+// SnapshotInput describes a snapshot to take.
+type SnapshotInput struct {
+	// ThreadID is the lineage the snapshot joins (sandboxd: the sandbox id).
+	ThreadID string
+	// Root is the directory to capture.
+	Root string
+	// ID is the new checkpoint's id; generated when empty.
+	ID          string
+	Label       string
+	SourceRunID string
+	// Reason defaults to named with a Label and automatic without.
+	Reason checkpoints.Reason
+}
+
+// Snapshot captures in.Root against the thread's head checkpoint and appends
+// the result as the new head. It holds the thread's writer lease from before
+// reading the head until after the append, so concurrent snapshots of one
+// thread serialize and each one's parent is the previous one. Errors are the
+// store's (ErrInvalidID, ErrWriterLost, ...) or the capture's (*PathError).
+func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+	var st CaptureStats
+	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
+		return nil, st, err
+	}
+	if in.ID == "" {
+		in.ID = m.cfg.NewID()
+	}
+	if err := checkpoints.ValidateID("snapshot id", in.ID); err != nil {
+		return nil, st, err
+	}
+	if in.Reason == "" {
+		in.Reason = checkpoints.ReasonAutomatic
+		if in.Label != "" {
+			in.Reason = checkpoints.ReasonNamed
+		}
+	}
+	m.gc.RLock()
+	defer m.gc.RUnlock()
+	var out *checkpoints.Checkpoint
+	err := m.withLease(ctx, in.ThreadID, func(ctx context.Context, w checkpoints.Writer) error {
+		head, err := m.store.Head(ctx, in.ThreadID)
+		if err != nil {
+			return err
+		}
+		var prev *checkpoints.Checkpoint
+		if head != "" {
+			if prev, err = m.store.Get(ctx, head); err != nil {
+				return err
+			}
+		}
+		start := m.cfg.Now()
+		entries, cst, err := Capture(ctx, in.Root, prev, m.blobs)
+		st = cst
+		if err != nil {
+			return err
+		}
+		c := &checkpoints.Checkpoint{
+			ID: in.ID, ThreadID: in.ThreadID, ParentID: head, CreatedAt: start,
+			Reason: in.Reason, Label: in.Label, SourceRunID: in.SourceRunID, Files: entries,
+		}
+		if _, err := m.store.Append(ctx, checkpoints.AppendInput{Checkpoint: c, ExpectedHead: head, Writer: w}); err != nil {
+			return err
+		}
+		out = c
+		return nil
+	})
+	if err != nil {
+		return nil, st, fmt.Errorf("snapshot %s of %s: %w", in.ID, in.ThreadID, err)
+	}
+	got, err := m.store.Get(ctx, out.ID)
+	if err != nil {
+		return nil, st, err
+	}
+	return got, st, nil
+}
+
+// Restore recreates checkpoint id's tree under dest (see Restore). An unknown
+// id gives checkpoints.ErrCheckpointNotFound.
+func (m *Manager) Restore(ctx context.Context, id, dest string, opts RestoreOptions) error {
+	m.gc.RLock()
+	defer m.gc.RUnlock()
+	c, err := m.store.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	if err := Restore(ctx, c.Files, m.blobs, dest, opts); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	return nil
+}
+
+// Fork copies checkpoint srcID into the empty thread dstThread as its
+// fork-root with id dstID (generated when empty). The blobs are shared. Errors
+// are the store's (ErrForkDestinationNotEmpty, ...).
+func (m *Manager) Fork(ctx context.Context, srcID, dstThread, dstID string) (*checkpoints.Checkpoint, error) {
+	src, err := m.store.Get(ctx, srcID)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", srcID, err)
+	}
+	if dstID == "" {
+		dstID = m.cfg.NewID()
+	}
+	var out *checkpoints.Checkpoint
+	err = m.withLease(ctx, dstThread, func(ctx context.Context, w checkpoints.Writer) error {
+		out, err = m.store.ForkFromCheckpoint(ctx, checkpoints.ForkInput{
+			SourceThreadID: src.ThreadID, SourceCheckpointID: srcID,
+			DestinationThreadID: dstThread, DestinationCheckpointID: dstID,
+			CreatedAt: m.cfg.Now(), Writer: w,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fork %s into %s: %w", srcID, dstThread, err)
+	}
+	return out, nil
+}
+
+// Delete removes checkpoint id, which must be its thread's head (else
+// checkpoints.ErrNotHead); the head moves to its parent. Its blobs stay until
+// GC.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	c, err := m.store.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	err = m.withLease(ctx, c.ThreadID, func(ctx context.Context, w checkpoints.Writer) error {
+		return m.store.DeleteHead(ctx, checkpoints.DeleteHeadInput{ThreadID: c.ThreadID, CheckpointID: id, Writer: w})
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// GC deletes the blobs no checkpoint references. It waits for running
+// snapshots and restores of this Manager and blocks new ones meanwhile.
+func (m *Manager) GC(ctx context.Context) (checkpoints.GCStats, error) {
+	m.gc.Lock()
+	defer m.gc.Unlock()
+	return checkpoints.GC(ctx, m.store, m.blobs, checkpoints.GCOptions{MinAge: m.cfg.GCMinAge, Now: m.cfg.Now})
+}
