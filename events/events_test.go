@@ -126,6 +126,7 @@ func TestOutputBinarySafe(t *testing.T) {
 		{0xff, 0xfe, 'a', 0x80, '\n', 0xc3},
 		{},
 		{0},
+		[]byte("valid\x00with NUL"),
 	}
 	for _, in := range tests {
 		p := events.NewOutput(7, events.Stderr, in)
@@ -148,8 +149,14 @@ func TestOutputBinarySafe(t *testing.T) {
 		if !utf8.ValidString(q.Text) {
 			t.Errorf("Text %q is not valid UTF-8", q.Text)
 		}
-		if utf8.Valid(in) != (q.Data == nil) {
-			t.Errorf("Data set = %v for input valid = %v", q.Data != nil, utf8.Valid(in))
+		// Data carries the exact bytes of chunks that are not valid UTF-8 or hold
+		// NUL (Postgres JSONB cannot store \u0000); Text never holds NUL.
+		textual := utf8.Valid(in) && !bytes.ContainsRune(in, 0)
+		if textual != (q.Data == nil) {
+			t.Errorf("Data set = %v for input %q, want %v", q.Data != nil, in, !textual)
+		}
+		if strings.ContainsRune(q.Text, 0) {
+			t.Errorf("Text %q holds NUL", q.Text)
 		}
 		if q.Seq != 7 || q.Type != events.Stderr {
 			t.Errorf("payload = %+v", q)

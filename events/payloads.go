@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"strings"
 	"unicode/utf8"
 )
@@ -53,8 +54,9 @@ const (
 
 // ExecOutputPayload is the payload of exec.output: one chunk of one stream.
 // Text is the chunk as valid UTF-8. When the chunk's bytes are not valid UTF-8,
-// Text holds the valid rendering (invalid bytes as U+FFFD) and Data the exact
-// bytes (base64 in JSON); Bytes returns the exact bytes either way.
+// or hold a NUL byte (which a Postgres JSONB column cannot store), Text holds a
+// rendering (invalid bytes and NUL as U+FFFD) and Data the exact bytes (base64
+// in JSON); Bytes returns the exact bytes either way.
 type ExecOutputPayload struct {
 	Seq  int    `json:"seq"`
 	Type Stream `json:"type"`
@@ -65,11 +67,11 @@ type ExecOutputPayload struct {
 // NewOutput returns the payload for chunk b of stream s of exec seq.
 func NewOutput(seq int, s Stream, b []byte) ExecOutputPayload {
 	p := ExecOutputPayload{Seq: seq, Type: s}
-	if utf8.Valid(b) {
+	if utf8.Valid(b) && !bytes.ContainsRune(b, 0) {
 		p.Text = string(b)
 		return p
 	}
-	p.Text = strings.ToValidUTF8(string(b), "\uFFFD")
+	p.Text = strings.ReplaceAll(strings.ToValidUTF8(string(b), "\uFFFD"), "\x00", "\uFFFD")
 	p.Data = append([]byte(nil), b...)
 	return p
 }
