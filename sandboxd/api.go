@@ -155,6 +155,8 @@ type record struct {
 	ExecdToken  string            `json:"execdToken,omitempty"`
 	InitPID     int               `json:"initPid,omitempty"`
 	ImageSource string            `json:"imageSource,omitempty"`
+	// Seq orders sandboxes created in the same millisecond.
+	Seq int64 `json:"seq"`
 }
 
 var (

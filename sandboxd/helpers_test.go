@@ -1,10 +1,11 @@
-package sandboxd
+package sandboxd_test
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,23 +15,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
 // startServer starts a server for cfg and closes it when t ends.
-func startServer(t testing.TB, cfg Config) (*Server, string) {
+func startServer(t testing.TB, cfg sandboxd.Config) (*sandboxd.Server, string) {
 	t.Helper()
 	if cfg.Logger == nil && testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	s, err := New(cfg)
+	s, err := sandboxd.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	url, err := s.Start(context.Background())
 	if err != nil {
 		_ = s.Close(context.Background())
-		if strings.Contains(err.Error(), ErrIsolationUnavailable.Error()) {
+		if errors.Is(err, sandboxd.ErrIsolationUnavailable) {
 			testenv.SkipOrFail(t, err.Error())
 		}
 		t.Fatalf("Start: %v", err)
@@ -115,18 +117,18 @@ func create(t testing.TB, base string, req map[string]any) string {
 	return out.ID
 }
 
-func getSandbox(t testing.TB, base, id string) Sandbox {
+func getSandbox(t testing.TB, base, id string) sandboxd.Sandbox {
 	t.Helper()
 	r := call(t, "GET", base+"/v1/sandboxes/"+id, nil)
 	wantStatus(t, r, http.StatusOK)
-	var sb Sandbox
+	var sb sandboxd.Sandbox
 	r.decode(t, &sb)
 	return sb
 }
 
-func waitState(t testing.TB, base, id string, want State) Sandbox {
+func waitState(t testing.TB, base, id string, want sandboxd.State) sandboxd.Sandbox {
 	t.Helper()
-	var sb Sandbox
+	var sb sandboxd.Sandbox
 	testenv.Eventually(t, 20*time.Second, func() error {
 		sb = getSandbox(t, base, id)
 		if sb.Status.State != want {
@@ -140,11 +142,11 @@ func waitState(t testing.TB, base, id string, want State) Sandbox {
 // execd returns the direct execd endpoint of a sandbox.
 func execdEndpoint(t testing.TB, base, id string, proxy bool) (string, string) {
 	t.Helper()
-	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d?use_server_proxy=%v", base, id, ExecdPort, proxy), nil)
+	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d?use_server_proxy=%v", base, id, sandboxd.ExecdPort, proxy), nil)
 	wantStatus(t, r, http.StatusOK)
-	var ep Endpoint
+	var ep sandboxd.Endpoint
 	r.decode(t, &ep)
-	return "http://" + ep.Endpoint, ep.Headers[ExecdTokenHeader]
+	return "http://" + ep.Endpoint, ep.Headers[sandboxd.ExecdTokenHeader]
 }
 
 type streamEvent struct {
@@ -173,7 +175,7 @@ func runErr(ctx context.Context, execdURL, token, command string) ([]string, int
 		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(ExecdTokenHeader, token)
+	req.Header.Set(sandboxd.ExecdTokenHeader, token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, 0, err

@@ -189,7 +189,11 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 			<-p.done
 			return fmt.Errorf("sandbox init exited during start-up: %s; %s", cmd.ProcessState, s.logTail(rec.ID))
 		}
-		return errors.New(describeMsg(m, s.logTail(rec.ID)))
+		err := errors.New(describeMsg(m, s.logTail(rec.ID)))
+		if m.Exit != nil {
+			return &exitError{err}
+		}
+		return err
 	}
 	select {
 	case m, ok := <-msgs:
@@ -217,6 +221,11 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 	}
 	return p, nil
 }
+
+// exitError is a start-up failure because the entrypoint exited.
+type exitError struct{ error }
+
+func (e *exitError) Unwrap() error { return e.error }
 
 // describeMsg explains an init status message that ends a sandbox.
 func describeMsg(m initMsg, tail string) string {

@@ -39,6 +39,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
+	seq       int64
 	closed    bool
 	started   bool
 }
@@ -115,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 			sb.ended = *sb.rec.Status.LastTransitionAt
 		}
 		s.sandboxes[r.ID] = sb
+		s.seq = max(s.seq, r.Seq)
 	}
 	if cfg.NoIsolation {
 		s.log.Warn("sandboxd: *** NO ISOLATION *** sandboxes run as plain host processes with full access to this machine; development only")
@@ -286,6 +288,8 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		cancel()
 		return Sandbox{}, fmt.Errorf("%w: %d live sandboxes, the configured maximum", ErrConflict, live)
 	}
+	s.seq++
+	sb.rec.Seq = s.seq
 	if err := s.saveRecord(&sb.rec); err != nil {
 		s.mu.Unlock()
 		cancel()
@@ -335,7 +339,11 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	p, err := s.launch(ctx, &rec, fs)
 	if err != nil {
 		reason := ReasonRuntimeError
-		if errors.Is(err, context.DeadlineExceeded) {
+		var ee *exitError
+		switch {
+		case errors.As(err, &ee):
+			reason = ReasonEntrypointExit
+		case errors.Is(err, context.DeadlineExceeded):
 			reason = ReasonProvisionTimout
 		}
 		failed(reason, err)
@@ -583,8 +591,15 @@ func (s *Server) list(states map[State]bool, meta map[string]string) []Sandbox {
 		all = append(all, sb)
 	}
 	s.mu.Unlock()
-	var out []Sandbox
+	type item struct {
+		v   Sandbox
+		seq int64
+	}
+	var items []item
 	for _, sb := range all {
+		sb.mu.Lock()
+		seq := sb.rec.Seq
+		sb.mu.Unlock()
 		v := sb.snapshot()
 		if len(states) > 0 && !states[v.Status.State] {
 			continue
@@ -597,15 +612,20 @@ func (s *Server) list(states map[State]bool, meta map[string]string) []Sandbox {
 			}
 		}
 		if ok {
-			out = append(out, v)
+			items = append(items, item{v, seq})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
+	sort.Slice(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if !a.v.CreatedAt.Equal(b.v.CreatedAt) {
+			return a.v.CreatedAt.Before(b.v.CreatedAt)
 		}
-		return out[i].ID < out[j].ID
+		return a.seq < b.seq
 	})
+	out := make([]Sandbox, len(items))
+	for i, it := range items {
+		out[i] = it.v
+	}
 	return out
 }
 

@@ -1,0 +1,116 @@
+// Command sandboxd runs the Docker-free, OpenSandbox-compatible sandbox server
+// of package sandboxd as a daemon.
+//
+//	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key K]
+//	         [--image NAME=DIR|TAR]... [--no-isolation] [--log-level info]
+//	sandboxd image import [--data DIR] NAME ROOTFS.tar
+//
+// OPEN_SANDBOX_API_KEY is the default of --api-key.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		os.Exit(1)
+	}
+}
+
+// imageFlags collects repeated --image NAME=PATH flags.
+type imageFlags map[string]string
+
+func (f imageFlags) String() string { return fmt.Sprint(map[string]string(f)) }
+
+func (f imageFlags) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("want NAME=DIR or NAME=ROOTFS.tar, got %q", v)
+	}
+	f[name] = path
+	return nil
+}
+
+const defaultDataDir = "./.alineo/sandboxd"
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "image" {
+		return runImage(ctx, args[1:], stdout)
+	}
+	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	listen := fs.String("listen", "127.0.0.1:8080", "TCP address of the lifecycle API")
+	data := fs.String("data", defaultDataDir, "data directory: records, images, sandbox layers")
+	apiKey := fs.String("api-key", getenv("OPEN_SANDBOX_API_KEY"), "API key required in OPEN-SANDBOX-API-KEY (env OPEN_SANDBOX_API_KEY); empty = no auth")
+	images := imageFlags{}
+	fs.Var(images, "image", "register an image: NAME=DIR or NAME=ROOTFS.tar (repeatable)")
+	noIso := fs.Bool("no-isolation", false, "DEVELOPMENT ONLY: run sandboxes as plain host processes, without namespaces")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: lvl}))
+	if *noIso {
+		fmt.Fprintln(stdout, "WARNING: --no-isolation: sandboxes run as plain host processes with full access to this machine. Development only.")
+	}
+	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images, NoIsolation: *noIso, Logger: logger})
+	if err != nil {
+		return err
+	}
+	url, err := s.Start(ctx)
+	if err != nil {
+		return errors.Join(err, s.Close(context.Background()))
+	}
+	fmt.Fprintf(stdout, "sandboxd listening on %s (data %s)\n", url, s.DataDir())
+	fmt.Fprintf(stdout, "images: %d registered; any other image name runs on the host's own /usr, /etc, /bin, /lib (read-only lower layer)\n", len(images))
+	fmt.Fprintf(stdout, "clients: OPEN_SANDBOX_URL=%s\n", url)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "sandboxd shutting down")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.Close(cctx)
+}
+
+func runImage(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "import" {
+		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+	}
+	fs := flag.NewFlagSet("sandboxd image import", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	data := fs.String("data", defaultDataDir, "data directory")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+	}
+	name, tarPath := fs.Arg(0), fs.Arg(1)
+	if err := sandboxd.ImportImage(ctx, *data, name, tarPath); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "imported %s from %s into %s\n", name, tarPath, *data)
+	return nil
+}

@@ -1,0 +1,280 @@
+package sandboxd_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+func TestIsolation(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := create(t, base, map[string]any{"entrypoint": []string{"sleep", "4242"}})
+	b := create(t, base, nil)
+	waitState(t, base, a, sandboxd.StateRunning)
+	waitState(t, base, b, sandboxd.StateRunning)
+	au, atok := execdEndpoint(t, base, a, false)
+	bu, btok := execdEndpoint(t, base, b, false)
+
+	t.Run("host file", func(t *testing.T) {
+		for _, p := range []string{secret, filepath.Join(s.DataDir(), "sandboxes", a, "sandbox.json")} {
+			lines, code := run(t, au, atok, "cat "+p+" 2>/dev/null; test -e "+p)
+			if code == 0 || len(lines) != 0 {
+				t.Errorf("sandbox read %s: %q (exit %d)", p, lines, code)
+			}
+		}
+	})
+	t.Run("other sandbox tmp", func(t *testing.T) {
+		if _, code := run(t, au, atok, "echo mine > /tmp/a-only"); code != 0 {
+			t.Fatalf("write /tmp: exit %d", code)
+		}
+		lines, code := run(t, bu, btok, "ls -a /tmp; cat /tmp/a-only 2>/dev/null")
+		if code == 0 || strings.Contains(strings.Join(lines, " "), "a-only") {
+			t.Errorf("sandbox b sees a's /tmp: %q (exit %d)", lines, code)
+		}
+	})
+	t.Run("processes", func(t *testing.T) {
+		const ps = `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done`
+		la, _ := run(t, au, atok, ps)
+		lb, _ := run(t, bu, btok, ps)
+		if !strings.Contains(strings.Join(la, "\n"), "sleep 4242") {
+			t.Errorf("sandbox a does not see its entrypoint: %q", la)
+		}
+		if strings.Contains(strings.Join(lb, "\n"), "4242") {
+			t.Errorf("sandbox b sees a's processes: %q", lb)
+		}
+		if len(lb) > 10 {
+			t.Errorf("sandbox b sees %d processes, want only its own few: %q", len(lb), lb)
+		}
+	})
+	t.Run("pid 1 and hostname", func(t *testing.T) {
+		lines, _ := run(t, bu, btok, `tr '\0' ' ' < /proc/1/cmdline; echo; hostname; echo $$`)
+		if len(lines) < 2 || !strings.HasPrefix(lines[0], "sandboxd-init "+b) || lines[1] != b[:12] {
+			t.Errorf("pid 1 / hostname = %q, want sandboxd-init and %s", lines, b[:12])
+		}
+	})
+	t.Run("overlay root", func(t *testing.T) {
+		name := "alineo-sandboxd-test-" + b
+		lines, code := run(t, bu, btok, "touch /usr/"+name+" && echo ok")
+		if code != 0 || strings.Join(lines, "") != "ok" {
+			t.Fatalf("write to /usr in the sandbox: %q exit %d", lines, code)
+		}
+		if _, err := os.Stat("/usr/" + name); err == nil {
+			os.Remove("/usr/" + name)
+			t.Error("a write to the sandbox's /usr reached the host")
+		}
+		if lines, _ := run(t, au, atok, "ls /usr/"+name+" 2>/dev/null"); len(lines) != 0 {
+			t.Errorf("sandbox a sees b's write: %q", lines)
+		}
+	})
+}
+
+// counter reads the value a sandbox's counter loop wrote into its upper layer.
+func counter(t testing.TB, dataDir, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "upper", "root", "counter"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func TestPauseFreezes(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	loop := `i=0; while :; do i=$((i+1)); echo $i > /root/counter.tmp; mv /root/counter.tmp /root/counter; sleep 0.01; done`
+	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", loop}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := counter(t, s.DataDir(), id); n < 3 {
+			return fmt.Errorf("counter = %d, want it running", n)
+		}
+		return nil
+	})
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StatePaused)
+	frozen := counter(t, s.DataDir(), id)
+	// Asserting that nothing happens takes waiting: the loop ticks every 10 ms.
+	time.Sleep(300 * time.Millisecond)
+	if got := counter(t, s.DataDir(), id); got != frozen {
+		t.Fatalf("counter advanced while paused: %d → %d", frozen, got)
+	}
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StateRunning)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := counter(t, s.DataDir(), id); n <= frozen+2 {
+			return fmt.Errorf("counter = %d, want it past %d after resume", n, frozen)
+		}
+		return nil
+	})
+	// A paused sandbox can be deleted (it is thawed to be killed).
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StatePaused)
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+	waitState(t, base, id, sandboxd.StateTerminated)
+	assertNoProcesses(t, id)
+}
+
+// assertNoProcesses fails t if any process of sandbox id is left on the host.
+func assertNoProcesses(t testing.TB, ids ...string) {
+	t.Helper()
+	testenv.Eventually(t, 5*time.Second, func() error {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil {
+				continue
+			}
+			for _, id := range ids {
+				if strings.Contains(string(b), id) {
+					return fmt.Errorf("process %s of sandbox %s still runs: %q", e.Name(), id, b)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func TestParallelSandboxes(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	const n = 20
+	ids := make([]string, n)
+	t.Run("group", func(t *testing.T) {
+		for i := range n {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				id := create(t, base, map[string]any{"env": map[string]string{"N": strconv.Itoa(i)}})
+				ids[i] = id
+				waitState(t, base, id, sandboxd.StateRunning)
+				u, tok := execdEndpoint(t, base, id, false)
+				lines, code := run(t, u, tok, `echo "$N" > /tmp/n; cat /tmp/n; hostname`)
+				if want := strconv.Itoa(i) + "|" + id[:12]; code != 0 || strings.Join(lines, "|") != want {
+					t.Errorf("sandbox %d: %q exit %d, want %s", i, lines, code, want)
+				}
+				wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+			})
+		}
+	})
+	assertNoProcesses(t, ids...)
+}
+
+func TestRestartKeepsRecords(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := sandboxd.New(sandboxd.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base1, err := s1.Start(context.Background())
+	if err != nil {
+		s1.Close(context.Background())
+		t.Skip(err)
+	}
+	live := create(t, base1, map[string]any{"metadata": map[string]string{"k": "v"}})
+	failed := create(t, base1, map[string]any{"entrypoint": []string{"false"}})
+	waitState(t, base1, live, sandboxd.StateRunning)
+	waitState(t, base1, failed, sandboxd.StateFailed)
+
+	// A second server on the same data directory, as after a crash of the first.
+	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
+	sb := getSandbox(t, base2, live)
+	if sb.Status.State != sandboxd.StateTerminated || sb.Status.Reason != "sandboxd_restart" || sb.Metadata["k"] != "v" {
+		t.Errorf("after a crash: %+v, want Terminated/sandboxd_restart with its metadata", sb)
+	}
+	if st := getSandbox(t, base2, failed).Status; st.State != sandboxd.StateFailed || st.Reason != "entrypoint_exited" {
+		t.Errorf("failed sandbox after restart: %+v", st)
+	}
+	// A new sandbox after the restart.
+	id := create(t, base2, nil)
+	waitState(t, base2, id, sandboxd.StateRunning)
+
+	if err := s1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoProcesses(t, live)
+	_, base3 := startServer(t, sandboxd.Config{DataDir: dir})
+	if st := getSandbox(t, base3, live).Status; st.State != sandboxd.StateTerminated || st.Reason != "sandboxd_shutdown" {
+		t.Errorf("after a clean shutdown: %+v, want Terminated/sandboxd_shutdown", st)
+	}
+}
+
+func TestCloseKillsEverySandbox(t *testing.T) {
+	s, err := sandboxd.New(sandboxd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := s.Start(context.Background())
+	if err != nil {
+		s.Close(context.Background())
+		t.Skip(err)
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "sleep 1000 & sleep 1000"}}))
+	}
+	for _, id := range ids {
+		waitState(t, base, id, sandboxd.StateRunning)
+	}
+	paused := ids[0]
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+paused+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, paused, sandboxd.StatePaused)
+	dir := s.DataDir()
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoProcesses(t, ids...)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("temporary data dir %s left behind (%v)", dir, err)
+	}
+	for _, id := range ids {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/freezer/alineo-sandboxd", id)); err == nil {
+			t.Errorf("cgroup of %s left behind", id)
+		}
+	}
+	if _, err := http.Get(base + "/health"); err == nil {
+		t.Error("server still answers after Close")
+	}
+}
+
+func TestNoIsolation(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{NoIsolation: true})
+	id := create(t, base, map[string]any{"entrypoint": []string{"sleep", "4343"}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, id, false)
+	lines, code := run(t, u, tok, "pwd; echo hi")
+	if want := filepath.Join(s.DataDir(), "sandboxes", id, "root") + "|hi"; code != 0 || strings.Join(lines, "|") != want {
+		t.Errorf("no-isolation command: %q exit %d, want %s", lines, code, want)
+	}
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StatePaused)
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StateRunning)
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+	assertNoProcesses(t, id)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		b, _ := os.ReadFile("/proc/self/status")
+		_ = b
+		out, _ := os.ReadDir("/proc")
+		for _, e := range out {
+			c, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if strings.Contains(string(c), "sleep\x004343") {
+				return fmt.Errorf("entrypoint %s still runs", e.Name())
+			}
+		}
+		return nil
+	})
+}
