@@ -1,0 +1,262 @@
+package snapshots_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/alineo-labs/alineo/checkpoints"
+	"github.com/alineo-labs/alineo/checkpoints/memory"
+	"github.com/alineo-labs/alineo/checkpoints/sqlite"
+	"github.com/alineo-labs/alineo/sandboxd/snapshots"
+)
+
+func newManager(t testing.TB) *snapshots.Manager {
+	t.Helper()
+	return snapshots.NewManager(memory.New(checkpoints.Options{}), openBlobs(t), snapshots.ManagerConfig{})
+}
+
+func TestManagerSnapshotRestore(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := filepath.Join(t.TempDir(), "src")
+	buildTree(t, src)
+	backdate(t, src)
+	before := describe(t, src, true)
+
+	c1, st1, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx-1", Root: src, Label: "base", SourceRunID: "run-7"})
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if c1.ParentID != "" || c1.Reason != checkpoints.ReasonNamed || c1.Label != "base" || c1.SourceRunID != "run-7" || !strings.HasPrefix(c1.ID, "snap-") {
+		t.Fatalf("first snapshot = %+v", c1)
+	}
+	if st1.StoredBlobs == 0 {
+		t.Fatalf("first snapshot stored nothing: %+v", st1)
+	}
+
+	write(t, src, "README.md", "changed\n", 0o644)
+	c2, st2, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx-1", Root: src, ID: "snap-two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.ID != "snap-two" || c2.ParentID != c1.ID || c2.Reason != checkpoints.ReasonAutomatic {
+		t.Fatalf("second snapshot = id %s parent %s reason %s; want snap-two, %s, automatic", c2.ID, c2.ParentID, c2.Reason, c1.ID)
+	}
+	// README.md and hardlink.md are two names of one inode: both changed.
+	if st2.StoredBlobs != 1 || st2.HashedFiles != 2 {
+		t.Fatalf("second snapshot stats = %+v, want 2 files hashed and 1 blob stored", st2)
+	}
+	after := describe(t, src, true)
+
+	for _, tc := range []struct{ id, want string }{{c1.ID, before}, {c2.ID, after}} {
+		dest := filepath.Join(t.TempDir(), "dest")
+		if err := m.Restore(ctx, tc.id, dest, snapshots.RestoreOptions{}); err != nil {
+			t.Fatalf("Restore(%s): %v", tc.id, err)
+		}
+		diff(t, "restore of "+tc.id, describe(t, dest, true), tc.want)
+	}
+	err = m.Restore(ctx, "nope", t.TempDir(), snapshots.RestoreOptions{})
+	if !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+		t.Fatalf("Restore(unknown) err = %v, want ErrCheckpointNotFound", err)
+	}
+	_, _, err = m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx-1", Root: src, ID: c1.ID})
+	if !errors.Is(err, checkpoints.ErrDuplicateID) {
+		t.Fatalf("Snapshot with a used id: err = %v, want ErrDuplicateID", err)
+	}
+	_, _, err = m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "bad/thread", Root: src})
+	if !errors.Is(err, checkpoints.ErrInvalidID) {
+		t.Fatalf("Snapshot with a bad thread: err = %v, want ErrInvalidID", err)
+	}
+	// A failed snapshot released its lease: the next one works.
+	if _, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx-1", Root: src}); err != nil {
+		t.Fatalf("Snapshot after failures: %v", err)
+	}
+}
+
+// TestConcurrentSnapshots runs concurrent Snapshot calls on one thread, in one
+// Manager and in two Managers over one SQLite file and blob directory (two
+// processes): every call succeeds and the thread is one chain.
+func TestConcurrentSnapshots(t *testing.T) {
+	ctx := context.Background()
+	shared := func(t *testing.T) []*snapshots.Manager {
+		dir := t.TempDir()
+		var ms []*snapshots.Manager
+		for i := 0; i < 2; i++ {
+			s, err := sqlite.Open(ctx, filepath.Join(dir, "ckpt.db"), checkpoints.Options{})
+			must(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			b, err := snapshots.OpenBlobStore(filepath.Join(dir, "blobs"), snapshots.BlobConfig{NoSync: true})
+			must(t, err)
+			ms = append(ms, snapshots.NewManager(s, b, snapshots.ManagerConfig{}))
+		}
+		return ms
+	}
+	for _, tc := range []struct {
+		name     string
+		managers func(t *testing.T) []*snapshots.Manager
+	}{
+		{"OneManager", func(t *testing.T) []*snapshots.Manager { return []*snapshots.Manager{newManager(t)} }},
+		{"TwoManagersOneFile", shared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := tc.managers(t)
+			src := t.TempDir()
+			write(t, src, "a.txt", "a", 0o644)
+			const n = 8
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					_, _, err := ms[i%len(ms)].Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src, ID: fmt.Sprintf("s%d", i)})
+					errs <- err
+				}(i)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("Snapshot: %v", err)
+				}
+			}
+			list, err := ms[0].Store().List(ctx, "t")
+			must(t, err)
+			if len(list) != n {
+				t.Fatalf("thread has %d checkpoints, want %d", len(list), n)
+			}
+			for i, c := range list {
+				want := ""
+				if i > 0 {
+					want = list[i-1].ID
+				}
+				if c.ParentID != want {
+					t.Fatalf("checkpoint %d (%s) parent = %q, want %q", i, c.ID, c.ParentID, want)
+				}
+			}
+			head, _ := ms[len(ms)-1].Store().Head(ctx, "t")
+			if head != list[n-1].ID {
+				t.Fatalf("head = %s, want %s", head, list[n-1].ID)
+			}
+		})
+	}
+}
+
+func blobKeys(t *testing.T, b *snapshots.BlobStore) []string {
+	t.Helper()
+	infos, err := b.List(context.Background())
+	must(t, err)
+	var keys []string
+	for _, i := range infos {
+		keys = append(keys, i.Key)
+	}
+	return keys
+}
+
+func fileKeys(c *checkpoints.Checkpoint) map[string]bool {
+	m := map[string]bool{}
+	for _, k := range c.BlobKeys() {
+		m[k] = true
+	}
+	return m
+}
+
+func TestDeleteAndGC(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := t.TempDir()
+	write(t, src, "keep", "kept in both", 0o644)
+	write(t, src, "change", "version 1", 0o644)
+	backdate(t, src)
+	c1, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src})
+	must(t, err)
+	write(t, src, "change", "version 2", 0o644)
+	write(t, src, "new", "only in the second", 0o644)
+	c2, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src})
+	must(t, err)
+	// A stray blob nobody references.
+	stray, _, err := m.Blobs().Put(ctx, strings.NewReader("stray"))
+	must(t, err)
+
+	st, err := m.GC(ctx)
+	must(t, err)
+	if st.Deleted != 1 {
+		t.Fatalf("GC deleted %d, want 1 (the stray blob)", st.Deleted)
+	}
+	if has, _ := m.Blobs().Has(stray); has {
+		t.Fatal("stray blob survived GC")
+	}
+
+	if err := m.Delete(ctx, c1.ID); !errors.Is(err, checkpoints.ErrNotHead) {
+		t.Fatalf("Delete(non-head) err = %v, want ErrNotHead", err)
+	}
+	must(t, m.Delete(ctx, c2.ID))
+	st, err = m.GC(ctx)
+	must(t, err)
+	k1, k2 := fileKeys(c1), fileKeys(c2)
+	var want []string
+	for k := range k1 {
+		want = append(want, k)
+	}
+	sort.Strings(want)
+	wantDeleted := 0
+	for k := range k2 {
+		if !k1[k] {
+			wantDeleted++
+		}
+	}
+	if got := blobKeys(t, m.Blobs()); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("blobs after GC = %v, want exactly the first snapshot's %v", got, want)
+	}
+	if st.Deleted != wantDeleted || wantDeleted != 2 {
+		t.Fatalf("GC deleted %d, want %d (2)", st.Deleted, wantDeleted)
+	}
+	// The first snapshot still restores.
+	dest := t.TempDir()
+	must(t, m.Restore(ctx, c1.ID, dest, snapshots.RestoreOptions{}))
+	if b, _ := os.ReadFile(filepath.Join(dest, "change")); string(b) != "version 1" {
+		t.Fatalf("restored change = %q, want version 1", b)
+	}
+	must(t, m.Delete(ctx, c1.ID))
+	_, err = m.GC(ctx)
+	must(t, err)
+	if got := blobKeys(t, m.Blobs()); len(got) != 0 {
+		t.Fatalf("blobs after deleting everything = %v, want none", got)
+	}
+}
+
+func TestFork(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := t.TempDir()
+	write(t, src, "f", "base", 0o644)
+	c1, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "parent", Root: src, Label: "base"})
+	must(t, err)
+	f, err := m.Fork(ctx, c1.ID, "child", "")
+	must(t, err)
+	if f.ThreadID != "child" || f.Reason != checkpoints.ReasonForkRoot || f.ForkedFrom != c1.ID || f.ParentID != "" {
+		t.Fatalf("fork-root = %+v", f)
+	}
+	dest := t.TempDir()
+	must(t, m.Restore(ctx, f.ID, dest, snapshots.RestoreOptions{}))
+	if b, _ := os.ReadFile(filepath.Join(dest, "f")); string(b) != "base" {
+		t.Fatalf("forked file = %q", b)
+	}
+	// The child continues from its fork-root.
+	write(t, dest, "f", "child", 0o644)
+	c2, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "child", Root: dest})
+	must(t, err)
+	if c2.ParentID != f.ID {
+		t.Fatalf("child snapshot parent = %s, want %s", c2.ParentID, f.ID)
+	}
+	if _, err := m.Fork(ctx, c1.ID, "child", ""); !errors.Is(err, checkpoints.ErrForkDestinationNotEmpty) {
+		t.Fatalf("second fork into child: err = %v, want ErrForkDestinationNotEmpty", err)
+	}
+}
