@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/alineo-labs/alineo/opensandbox"
 )
 
 var (
@@ -105,3 +107,8 @@ func (e *ClientError) Error() string {
 }
 
 func (e *ClientError) Unwrap() error { return e.Err }
+
+// APIError is a non-2xx answer of the OpenSandbox server (lifecycle or execd),
+// as returned by the opensandbox client; errors of this package that come from
+// the server wrap one, so errors.As finds it.
+type APIError = opensandbox.APIError

@@ -84,3 +84,13 @@ func (s *semaphore) inUse() int {
 	defer s.mu.Unlock()
 	return s.held
 }
+
+// waiting returns the number of callers waiting for a slot.
+func (s *semaphore) waiting() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiters.Len()
+}

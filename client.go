@@ -1,0 +1,208 @@
+package alineo
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/opensandbox"
+)
+
+// runningTimeout bounds the wait for a new sandbox to reach Running; past it the
+// creation fails with a *ClientError of status 408.
+const runningTimeout = 120 * time.Second
+
+// Client creates sandboxes on one OpenSandbox server and records them in one
+// ledger. It is safe for concurrent use and holds no goroutines of its own.
+type Client struct {
+	os    *opensandbox.Client
+	store adapters.Store
+	sem   *semaphore
+	log   *slog.Logger
+}
+
+// New returns a Client. It does no I/O. It fails with an *OptionError when
+// BaseURL is empty or not an http(s) URL, Adapter is nil or MaxConcurrency is
+// negative.
+func New(opts Options) (*Client, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	osc, err := opensandbox.New(opensandbox.Config{
+		BaseURL: opts.BaseURL, APIKey: opts.APIKey, HTTPClient: opts.HTTPClient,
+		UseServerProxy: opts.UseServerProxy, Logger: log,
+	})
+	if err != nil {
+		return nil, &OptionError{Field: "BaseURL", Reason: err.Error()}
+	}
+	return &Client{os: osc, store: opts.Adapter, sem: newSemaphore(opts.MaxConcurrency), log: log}, nil
+}
+
+// OpenSandbox returns the underlying OpenSandbox client, for calls the SDK does
+// not wrap. What is done through it is not recorded.
+func (c *Client) OpenSandbox() *opensandbox.Client { return c.os }
+
+// Sandbox creates a sandbox, waits until it is Running and its execd answers,
+// records sandbox.created and returns its handle. With MaxConcurrency set it first
+// waits for a slot (first come first served; ctx cancels the wait). If anything
+// fails after the container was created, the container is deleted and the slot
+// freed before the error is returned: nothing leaks.
+//
+// Errors: *OptionError for bad options; *SandboxError for a failed create or
+// ledger write; *ClientError 408 when the sandbox is not Running within two
+// minutes, 500 when it failed; *ExecConnectionError when its execd never answered.
+func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.sem.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			c.sem.release()
+		}
+	}
+	res := opts.Resources.withDefaults()
+	runID := opts.RunID
+	if runID == "" {
+		runID = newUUID()
+	}
+	md := maps.Clone(opts.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	md["runId"] = runID
+	entry := opts.Entrypoint
+	if len(entry) == 0 {
+		entry = DefaultEntrypoint
+	}
+	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
+		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
+		ResourceLimits: res.limits(), Timeout: opts.Timeout,
+	})
+	if err != nil {
+		release()
+		return nil, &SandboxError{Op: "create", Err: err}
+	}
+	sb, err := c.open(ctx, created.ID, opts, res, runID)
+	if err != nil {
+		// Delete what was created, even if ctx is what failed.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		if derr := c.os.DeleteSandbox(dctx, created.ID); derr != nil && !errors.Is(derr, opensandbox.ErrNotFound) {
+			c.log.Warn("delete sandbox after failed creation", "sandbox", created.ID, "err", derr)
+			err = errors.Join(err, &SandboxError{SandboxID: created.ID, Op: "delete after failed creation", Err: derr})
+		}
+		cancel()
+		release()
+		return nil, err
+	}
+	sb.release = sync.OnceFunc(c.sem.release)
+	return sb, nil
+}
+
+// open waits for a created sandbox and builds its handle.
+func (c *Client) open(ctx context.Context, id string, opts SandboxOptions, res Resources, runID string) (*Sandbox, error) {
+	if err := c.waitRunning(ctx, id); err != nil {
+		return nil, err
+	}
+	ex, err := c.os.Execd(ctx, id)
+	if err != nil {
+		return nil, &ExecConnectionError{SandboxID: id, Err: err}
+	}
+	name := opts.Name
+	if name == "" {
+		name = "sandbox-" + id[:min(8, len(id))]
+	}
+	sb := &Sandbox{
+		c: c, id: id, name: name, runID: runID, resources: res, shell: opts.Shell,
+		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
+	}
+	payload := events.SandboxCreatedPayload{SandboxID: id, Resources: res.limits(), RunID: runID}
+	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, payload); err != nil {
+		ex.Close()
+		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
+	}
+	return sb, nil
+}
+
+// waitRunning waits until the sandbox is Running, for at most runningTimeout.
+func (c *Client) waitRunning(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeoutCause(ctx, runningTimeout, errRunningTimeout)
+	defer cancel()
+	_, err := c.os.WaitRunning(wctx, id)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, opensandbox.ErrSandboxFailed):
+		return &ClientError{Status: http.StatusInternalServerError, SandboxID: id, Message: "sandbox failed", Err: err}
+	case ctx.Err() == nil && errors.Is(context.Cause(wctx), errRunningTimeout):
+		return &ClientError{Status: http.StatusRequestTimeout, SandboxID: id, Message: "not Running within " + runningTimeout.String(), Err: err}
+	case errors.Is(err, opensandbox.ErrNotFound):
+		return &ClientError{Status: http.StatusNotFound, SandboxID: id, Message: "sandbox not found", Err: err}
+	}
+	return &SandboxError{SandboxID: id, Op: "wait running", Err: err}
+}
+
+var errRunningTimeout = errors.New("sandbox not running in time")
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// SandboxDetails summarises one session of the ledger.
+type SandboxDetails = adapters.SandboxDetails
+
+// ListOptions filter and limit Sandboxes().List and ListByName.
+type ListOptions = adapters.ListOptions
+
+// Sandboxes is the ledger's session history. It reads and deletes ledger rows
+// only, never containers.
+type Sandboxes struct{ store adapters.Store }
+
+// Sandboxes returns the ledger's session history.
+func (c *Client) Sandboxes() Sandboxes { return Sandboxes{store: c.store} }
+
+// List returns every session, newest first, filtered by opts.
+func (s Sandboxes) List(ctx context.Context, opts ListOptions) ([]SandboxDetails, error) {
+	return s.store.ListAllSandboxDetails(ctx, opts)
+}
+
+// ListByName returns the sessions named name, newest first, filtered by opts.
+func (s Sandboxes) ListByName(ctx context.Context, name string, opts ListOptions) ([]SandboxDetails, error) {
+	return s.store.ListSandboxDetails(ctx, name, opts)
+}
+
+// Get returns one session, or nil when it is unknown.
+func (s Sandboxes) Get(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
+	return s.store.GetSandboxDetails(ctx, name, sandboxID)
+}
+
+// Delete removes a session's ledger rows (not the container).
+func (s Sandboxes) Delete(ctx context.Context, name, sandboxID string) error {
+	return s.store.DeleteSandbox(ctx, name, sandboxID)
+}
+
+// Events returns a session's ledger entries in (ts, seq) order.
+func (s Sandboxes) Events(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	return s.store.ReadAll(ctx, name, sandboxID)
+}

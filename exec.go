@@ -1,0 +1,295 @@
+package alineo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"sync"
+
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/opensandbox"
+)
+
+// maxUnpublished bounds the output chunks an exec has queued for the ledger but
+// not yet handed to its readers.
+const maxUnpublished = 1024
+
+// ExecResult is the whole result of a command.
+type ExecResult struct {
+	Stdout   string
+	Stderr   string
+	ExitCode int
+}
+
+// Exec is one running command (or code run), returned by Sandbox.Exec and
+// Sandbox.ExecCode. The command starts when Exec is called and runs to its end
+// whether or not anyone reads it; every output chunk is in the ledger before any
+// reader sees it. It can be read in three shapes, any number of times and by
+// several goroutines at once, each reader from the first chunk: Wait for the whole
+// result, Pipe to stream stdout into a writer, Stdout and Stderr to range over
+// chunks.
+//
+// The error every shape ends with is the exec's error: nil on success;
+// *CommandError when the exec is strict and the command exited non-zero;
+// *ExecConnectionError when the stream to execd failed; *SandboxError when the
+// ledger refused a write or execd refused the command; ErrClosed or ErrPaused;
+// *OptionError for bad options.
+type Exec struct {
+	sb     *Sandbox
+	step   int
+	kind   events.ExecKind
+	text   string // the command or code, as the caller passed it
+	strict bool
+	out    *output
+
+	// exitCode is set before out is finished; valid once it is (-1 if the exec
+	// never completed).
+	exitCode int
+
+	waitOnce sync.Once
+	res      ExecResult
+	waitErr  error
+}
+
+func newExec(sb *Sandbox, step int, kind events.ExecKind, text string, strict bool) *Exec {
+	e := &Exec{sb: sb, step: step, kind: kind, text: text, strict: strict, exitCode: -1}
+	e.out = newOutput(outputWindow, e.refetch)
+	return e
+}
+
+// Step returns the exec's step index: its call number on the sandbox handle.
+func (e *Exec) Step() int { return e.step }
+
+// Wait waits for the command to end and returns its whole result. The result is
+// filled even when the error is a *CommandError (which then also carries the
+// output). Wait may be called any number of times.
+func (e *Exec) Wait() (ExecResult, error) {
+	e.waitOnce.Do(func() {
+		var stdout, stderr bytes.Buffer
+		err := e.out.each(func(c chunk) bool {
+			if c.stream == events.Stderr {
+				stderr.Write(c.data)
+			} else {
+				stdout.Write(c.data)
+			}
+			return true
+		})
+		e.res = ExecResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: e.exitCode}
+		var ce *CommandError
+		if errors.As(err, &ce) {
+			c := *ce
+			c.Stdout, c.Stderr = e.res.Stdout, e.res.Stderr
+			err = &c
+		}
+		e.waitErr = err
+	})
+	return e.res, e.waitErr
+}
+
+// ExitCode waits for the command to end and returns its exit code, or -1 if it
+// did not complete (connection failure, closed sandbox).
+func (e *Exec) ExitCode() int {
+	_ = e.out.result()
+	return e.exitCode
+}
+
+// Pipe writes the command's stdout to w, chunk by chunk as it is recorded, and
+// returns when the command ends, with the exec's error, or with w's first write
+// error (the command then keeps running and is still recorded).
+func (e *Exec) Pipe(w io.Writer) error {
+	var werr error
+	err := e.out.each(func(c chunk) bool {
+		if c.stream != events.Stdout {
+			return true
+		}
+		if _, werr = w.Write(c.data); werr != nil {
+			return false
+		}
+		return true
+	})
+	if werr != nil {
+		return fmt.Errorf("pipe exec %d output: %w", e.step, werr)
+	}
+	return err
+}
+
+// Stdout returns the command's stdout chunks, each once recorded in the ledger,
+// from the first. The loop ends when the command ends; if the exec failed, the
+// last pair carries its error and a nil chunk. Chunks are shared between readers
+// and must not be modified. Breaking out of the loop leaves the command running.
+func (e *Exec) Stdout() iter.Seq2[[]byte, error] { return e.stream(events.Stdout) }
+
+// Stderr is Stdout for the command's stderr.
+func (e *Exec) Stderr() iter.Seq2[[]byte, error] { return e.stream(events.Stderr) }
+
+func (e *Exec) stream(s events.Stream) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		stopped := false
+		err := e.out.each(func(c chunk) bool {
+			if c.stream != s {
+				return true
+			}
+			if !yield(c.data, nil) {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		if err != nil && !stopped {
+			yield(nil, err)
+		}
+	}
+}
+
+// refetch reads output chunks [from, to) of this exec back from the ledger.
+func (e *Exec) refetch(ctx context.Context, from, to int) ([]chunk, error) {
+	es, err := e.sb.c.store.ReadAll(ctx, e.sb.name, e.sb.id)
+	if err != nil {
+		return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
+	}
+	var out []chunk
+	i := 0
+	for _, en := range es {
+		if en.Event != events.ExecOutput || en.StepIndex != e.step {
+			continue
+		}
+		if i >= from && i < to {
+			var p events.ExecOutputPayload
+			if err := en.Decode(&p); err != nil {
+				return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
+			}
+			out = append(out, chunk{stream: p.Type, data: p.Bytes()})
+		}
+		i++
+	}
+	return out, nil
+}
+
+// fail ends an exec that could not run.
+func (e *Exec) fail(err error) { e.out.finish(err) }
+
+// pendingChunk is an output chunk queued for the ledger, not yet published.
+type pendingChunk struct {
+	c    chunk
+	done <-chan error
+}
+
+// run drives the exec: it waits for exec.started, opens the stream, records every
+// output chunk before publishing it, records exec.completed and ends the output
+// with the exec's error. ctx is cancelled by Close.
+func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error), lines bool) {
+	sb := e.sb
+	if err := <-started; err != nil {
+		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
+		return
+	}
+	ex, err := sb.execd()
+	if err != nil {
+		e.fail(err)
+		return
+	}
+	// The reader (this goroutine) queues each chunk for the ledger; the
+	// publisher hands chunks to the readers in order once their write is done.
+	// A failed write or publish cancels pctx, which stops the stream.
+	pctx, pcancel := context.WithCancelCause(ctx)
+	defer pcancel(nil)
+	stream, err := open(pctx, ex)
+	if err != nil {
+		var apiErr *opensandbox.APIError
+		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {
+			e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("exec %d", e.step), Err: err})
+		} else {
+			e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: err})
+		}
+		return
+	}
+	defer stream.Close()
+
+	queue := make(chan pendingChunk, maxUnpublished)
+	published := make(chan error, 1)
+	go func() {
+		var first error
+		for p := range queue {
+			if first != nil {
+				continue
+			}
+			if err := <-p.done; err != nil {
+				first = &SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d output", e.step), Err: err}
+			} else if err := e.out.publish(pctx, p.c); err != nil {
+				first = &ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: context.Cause(pctx)}
+			}
+			if first != nil {
+				pcancel(first)
+			}
+		}
+		published <- first
+	}()
+
+	var emitErr error
+read:
+	for stream.Next() {
+		ev := stream.Event()
+		var s events.Stream
+		switch ev.Kind {
+		case opensandbox.EventStdout:
+			s = events.Stdout
+		case opensandbox.EventStderr:
+			s = events.Stderr
+		default:
+			continue
+		}
+		var data []byte
+		if lines {
+			data = lineBytes(ev)
+		} else {
+			data = rawBytes(ev)
+		}
+		done, err := sb.ledger.emit(pctx, events.ExecOutput, e.step, events.NewOutput(e.step, s, data))
+		if err != nil {
+			emitErr = err
+			break
+		}
+		select {
+		case queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done}:
+		case <-pctx.Done():
+			// The chunk is queued for the ledger: wait for its write so that
+			// nothing recorded is left in flight, but do not publish it.
+			<-done
+			break read
+		}
+	}
+	close(queue)
+	if err := <-published; err != nil {
+		e.fail(err)
+		return
+	}
+	if emitErr != nil {
+		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: context.Cause(pctx)})
+		return
+	}
+	if err := stream.Err(); err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", cause, err) // closed, paused or cancelled by the caller
+		}
+		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: err})
+		return
+	}
+	res, ok := stream.Result()
+	if !ok {
+		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: opensandbox.ErrStreamTruncated})
+		return
+	}
+	if err := sb.ledger.write(ctx, events.ExecCompleted, e.step, events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode}); err != nil {
+		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d completed", e.step), Err: err})
+		return
+	}
+	e.exitCode = res.ExitCode
+	if e.strict && res.ExitCode != 0 {
+		e.out.finish(&CommandError{ExitCode: res.ExitCode, Command: e.text, SandboxID: sb.id})
+		return
+	}
+	e.out.finish(nil)
+}

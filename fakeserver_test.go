@@ -1,0 +1,161 @@
+package alineo
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeServer is a minimal OpenSandbox lifecycle server with an execd per sandbox
+// under /execd/{id}, written from API-NOTES §3, §4 and §6.1. Commands are
+// answered by script, so tests can make the stream misbehave.
+type fakeServer struct {
+	*httptest.Server
+
+	// script writes the command stream for a command; nil runs defaultScript.
+	script func(w http.ResponseWriter, f http.Flusher, cmd string)
+	// failCreate makes POST /v1/sandboxes answer this status.
+	failCreate int
+
+	mu        sync.Mutex
+	sandboxes map[string]string // id → state
+	deleted   []string
+	next      int
+	commands  []string
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	f := &fakeServer{sandboxes: map[string]string{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sandboxes", f.create)
+	mux.HandleFunc("GET /v1/sandboxes/{id}", f.get)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", f.delete)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", f.setState("Paused"))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", f.setState("Running"))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/endpoints/{port}", f.endpoint)
+	mux.HandleFunc("GET /execd/{id}/ping", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /execd/{id}/command", f.command)
+	f.Server = httptest.NewServer(mux)
+	t.Cleanup(f.Close)
+	return f
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (f *fakeServer) create(w http.ResponseWriter, r *http.Request) {
+	if f.failCreate != 0 {
+		writeJSON(w, f.failCreate, map[string]string{"code": "GENERAL::UNKNOWN_ERROR", "message": "no"})
+		return
+	}
+	f.mu.Lock()
+	f.next++
+	id := fmt.Sprintf("fake%04d-0000", f.next)
+	f.sandboxes[id] = "Running"
+	f.mu.Unlock()
+	writeJSON(w, http.StatusAccepted, map[string]any{
+		"id": id, "status": map[string]string{"state": "Pending"}, "createdAt": time.Now().Format(time.RFC3339),
+		"entrypoint": []string{"tail", "-f", "/dev/null"},
+	})
+}
+
+func (f *fakeServer) get(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	state, ok := f.sandboxes[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		writeJSON(w, 404, map[string]string{"code": "SANDBOX_NOT_FOUND", "message": "not found"})
+		return
+	}
+	writeJSON(w, 200, map[string]any{
+		"id": r.PathValue("id"), "status": map[string]string{"state": state}, "createdAt": time.Now().Format(time.RFC3339),
+		"entrypoint": []string{"tail"},
+	})
+}
+
+func (f *fakeServer) delete(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := r.PathValue("id")
+	if _, ok := f.sandboxes[id]; !ok {
+		writeJSON(w, 404, map[string]string{"code": "SANDBOX_NOT_FOUND", "message": "not found"})
+		return
+	}
+	delete(f.sandboxes, id)
+	f.deleted = append(f.deleted, id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *fakeServer) setState(state string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.sandboxes[r.PathValue("id")] = state
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+func (f *fakeServer) endpoint(w http.ResponseWriter, r *http.Request) {
+	host := strings.TrimPrefix(f.URL, "http://")
+	writeJSON(w, 200, map[string]any{"endpoint": host + "/execd/" + r.PathValue("id")})
+}
+
+func (f *fakeServer) live() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sandboxes)
+}
+
+func (f *fakeServer) command(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Command string `json:"command"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeJSON(w, 400, map[string]string{"code": "INVALID_REQUEST_BODY", "message": err.Error()})
+		return
+	}
+	f.mu.Lock()
+	f.commands = append(f.commands, req.Command)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	if f.script != nil {
+		f.script(w, fl, req.Command)
+		return
+	}
+	defaultScript(w, fl, req.Command)
+}
+
+// event writes one execd stream event.
+func event(w http.ResponseWriter, fl http.Flusher, v map[string]any) {
+	b, _ := json.Marshal(v)
+	w.Write(append(b, '\n', '\n'))
+	fl.Flush()
+}
+
+// defaultScript answers "echo X" with X on stdout, "fail N" with exit N, and
+// anything else with its text on stdout and stderr.
+func defaultScript(w http.ResponseWriter, fl http.Flusher, cmd string) {
+	event(w, fl, map[string]any{"type": "init", "text": "cmd-1"})
+	event(w, fl, map[string]any{"type": "ping", "text": "pong"})
+	switch {
+	case strings.HasPrefix(cmd, "echo "):
+		event(w, fl, map[string]any{"type": "stdout", "text": strings.TrimPrefix(cmd, "echo ")})
+	case strings.HasPrefix(cmd, "fail "):
+		event(w, fl, map[string]any{"type": "stderr", "text": "failing"})
+		event(w, fl, map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": strings.TrimPrefix(cmd, "fail ")}})
+		return
+	default:
+		event(w, fl, map[string]any{"type": "stdout", "text": cmd})
+		event(w, fl, map[string]any{"type": "stderr", "text": "err:" + cmd})
+	}
+	event(w, fl, map[string]any{"type": "execution_complete", "execution_time": 1})
+}

@@ -1,0 +1,283 @@
+package alineo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/opensandbox"
+)
+
+// closeTimeout bounds the work Close does after its ctx ended: the delete and the
+// sandbox.closed write.
+const closeTimeout = 30 * time.Second
+
+// Sandbox is a live sandbox: the handle returned by Client.Sandbox. Every method
+// is safe for concurrent use. Close it when done: Close deletes the container,
+// records sandbox.closed and frees the concurrency slot.
+type Sandbox struct {
+	c         *Client
+	id        string
+	name      string
+	runID     string
+	resources Resources
+	shell     string
+	ledger    *ledger
+	release   func() // frees the concurrency slot; idempotent
+
+	mu       sync.Mutex
+	ex       *opensandbox.Execd // nil until resolved, and again after Pause
+	step     int                // the last step index handed out
+	closed   bool
+	paused   bool
+	inflight map[*Exec]context.CancelCauseFunc
+	running  sync.WaitGroup // exec goroutines
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ID returns the sandbox id on the OpenSandbox server.
+func (s *Sandbox) ID() string { return s.id }
+
+// Name returns the session name: the one given in SandboxOptions, or the
+// generated "sandbox-<first 8 of the id>".
+func (s *Sandbox) Name() string { return s.name }
+
+// RunID returns the run id resolved when the sandbox was created.
+func (s *Sandbox) RunID() string { return s.runID }
+
+// execd returns the execd client, resolving it if needed.
+func (s *Sandbox) execd() (*opensandbox.Execd, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, ErrClosed
+	case s.paused:
+		return nil, ErrPaused
+	case s.ex != nil:
+		return s.ex, nil
+	}
+	return nil, &ExecConnectionError{SandboxID: s.id, Err: errors.New("execd not resolved; call Resume after Pause")}
+}
+
+// fileExecd returns the execd client for a file or metrics operation.
+func (s *Sandbox) fileExecd(ctx context.Context) (*opensandbox.Execd, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.execd()
+}
+
+// Exec runs a shell command and returns at once with its handle; the command
+// starts now. It takes the handle's next step index, and exec.started is queued
+// for the ledger before Exec returns, so the ledger keeps the order of calls.
+// The command string reaches the sandbox unchanged: with a Shell (from opts or
+// SandboxOptions) it is quoted as one argument of "shell -c". opts holds at most
+// one ExecOptions.
+//
+// Cancelling ctx stops the command's stream; the exec then ends with an
+// *ExecConnectionError wrapping ctx's error, and what was recorded stays.
+func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Exec {
+	var o ExecOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	var bad error
+	switch {
+	case len(opts) > 1:
+		bad = &OptionError{Field: "ExecOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	case cmd == "":
+		bad = &OptionError{Field: "cmd", Reason: "is empty"}
+	case o.Timeout < 0:
+		bad = &OptionError{Field: "Timeout", Reason: "is negative"}
+	}
+	shell := o.Shell
+	if shell == "" {
+		shell = s.shell
+	}
+	wire := cmd
+	if shell != "" {
+		wire = wrapShell(shell, cmd)
+	}
+	req := opensandbox.CommandRequest{Command: wire, Cwd: o.Cwd, Envs: o.Env, Timeout: o.Timeout}
+	payload := events.ExecStartedPayload{Kind: events.KindCommand, Cmd: cmd, Fingerprint: events.Fingerprint(events.KindCommand, cmd)}
+	return s.start(ctx, events.KindCommand, cmd, o.strict(), bad, payload, true,
+		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
+			return ex.RunCommand(ctx, req)
+		})
+}
+
+// ExecCode runs code through execd's code interpreter (POST /code) and returns
+// its handle, like Exec. Without a Language the code runs as a shell script. A
+// non-zero exit or an exception (exit code 1) is a *CommandError when strict.
+func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions) *Exec {
+	var o CodeOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	var bad error
+	switch {
+	case len(opts) > 1:
+		bad = &OptionError{Field: "CodeOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	case code == "":
+		bad = &OptionError{Field: "code", Reason: "is empty"}
+	}
+	req := opensandbox.CodeRequest{Code: code}
+	if o.Language != "" || o.ContextID != "" {
+		req.Context = &opensandbox.CodeContext{ID: o.ContextID, Language: o.Language}
+	}
+	payload := events.ExecStartedPayload{Kind: events.KindCode, Code: code, Fingerprint: events.Fingerprint(events.KindCode, code)}
+	return s.start(ctx, events.KindCode, code, o.strict(), bad, payload, o.Language == "",
+		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
+			return ex.RunCode(ctx, req)
+		})
+}
+
+func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, strict bool, bad error,
+	payload events.ExecStartedPayload, lines bool,
+	open func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error)) *Exec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.step++
+	e := newExec(s, s.step, kind, text, strict)
+	switch {
+	case s.closed:
+		e.fail(ErrClosed)
+		return e
+	case s.paused:
+		e.fail(ErrPaused)
+		return e
+	case bad != nil:
+		e.fail(bad)
+		return e
+	}
+	payload.Seq = e.step
+	started, err := s.ledger.emit(ctx, events.ExecStarted, e.step, payload)
+	if err != nil {
+		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
+		return e
+	}
+	ectx, cancel := context.WithCancelCause(ctx)
+	s.inflight[e] = cancel
+	s.running.Add(1)
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.inflight, e)
+			s.mu.Unlock()
+			cancel(nil)
+			s.running.Done()
+		}()
+		e.run(ectx, started, open, lines)
+	}()
+	return e
+}
+
+// Pause pauses the sandbox (its processes are frozen), cancels the streams of
+// running execs, and records sandbox.paused. Exec and file operations fail with
+// ErrPaused until Resume.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.mu.Unlock()
+	if err := s.c.os.PauseSandbox(ctx, s.id); err != nil {
+		return &SandboxError{SandboxID: s.id, Op: "pause", Err: err}
+	}
+	s.mu.Lock()
+	s.paused = true
+	ex := s.ex
+	s.ex = nil
+	for _, cancel := range s.inflight {
+		cancel(ErrPaused)
+	}
+	s.mu.Unlock()
+	if ex != nil {
+		ex.Close()
+	}
+	if err := s.ledger.write(ctx, events.SandboxPaused, events.SandboxLevel, nil); err != nil {
+		return &SandboxError{SandboxID: s.id, Op: "record sandbox.paused", Err: err}
+	}
+	return nil
+}
+
+// Resume resumes a paused sandbox, waits until it is Running and execd answers,
+// and records sandbox.resumed.
+func (s *Sandbox) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.mu.Unlock()
+	if err := s.c.os.ResumeSandbox(ctx, s.id); err != nil {
+		return &SandboxError{SandboxID: s.id, Op: "resume", Err: err}
+	}
+	if err := s.c.waitRunning(ctx, s.id); err != nil {
+		return err
+	}
+	ex, err := s.c.os.Execd(ctx, s.id)
+	if err != nil {
+		return &ExecConnectionError{SandboxID: s.id, Err: err}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ex.Close()
+		return ErrClosed
+	}
+	old := s.ex
+	s.ex, s.paused = ex, false
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	if err := s.ledger.write(ctx, events.SandboxResumed, events.SandboxLevel, nil); err != nil {
+		return &SandboxError{SandboxID: s.id, Op: "record sandbox.resumed", Err: err}
+	}
+	return nil
+}
+
+// Close cancels the streams of running execs (they end with an error wrapping
+// ErrClosed, and what they recorded stays), deletes the container, records
+// sandbox.closed (even if the delete failed) and frees the concurrency slot. It
+// is idempotent: later calls return the first call's result. The work after the
+// cancel continues for a bounded time even if ctx ends.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Sandbox) close(ctx context.Context) error {
+	defer s.release()
+	s.mu.Lock()
+	s.closed = true
+	for _, cancel := range s.inflight {
+		cancel(ErrClosed)
+	}
+	ex := s.ex
+	s.ex = nil
+	s.mu.Unlock()
+	s.running.Wait() // every exec has recorded what it got before sandbox.closed
+
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	var errs []error
+	if ex != nil {
+		ex.Close()
+	}
+	if err := s.c.os.DeleteSandbox(wctx, s.id); err != nil && !errors.Is(err, opensandbox.ErrNotFound) {
+		errs = append(errs, &SandboxError{SandboxID: s.id, Op: "delete", Err: err})
+	}
+	if err := s.ledger.write(wctx, events.SandboxClosed, events.SandboxLevel, nil); err != nil {
+		errs = append(errs, &SandboxError{SandboxID: s.id, Op: "record sandbox.closed", Err: err})
+	}
+	return errors.Join(errs...)
+}
