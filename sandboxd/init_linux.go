@@ -33,7 +33,7 @@ const (
 // File descriptors handed to the execd child.
 const (
 	fdExecdListener = 3
-	fdExecdConfig   = 4
+	fdexecdConfig   = 4
 )
 
 // initConfig is what the server sends the init.
@@ -57,17 +57,13 @@ type initMsg struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// ExecdConfig is what the sandbox init passes to the execd factory.
-type ExecdConfig struct {
+// execdConfig is what the sandbox init passes to execdFactory.
+type execdConfig struct {
 	Token  string
 	Root   string
 	Env    []string
 	Logger *slog.Logger
 }
-
-// execdFactory builds the execd handler inside a sandbox; set by execd_link.go
-// (or by tests before the init hook runs).
-var execdFactory func(ExecdConfig) (http.Handler, func() error, error)
 
 func init() {
 	switch os.Getenv(initEnv) {
@@ -251,7 +247,7 @@ func runExecdChild() int {
 	os.Unsetenv(initEnv)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var cfg execdChildConfig
-	if err := json.NewDecoder(os.NewFile(fdExecdConfig, "execd-config")).Decode(&cfg); err != nil {
+	if err := json.NewDecoder(os.NewFile(fdexecdConfig, "execd-config")).Decode(&cfg); err != nil {
 		logger.Error("sandboxd execd: read config", "err", err)
 		return 1
 	}
@@ -264,7 +260,7 @@ func runExecdChild() int {
 		logger.Error("sandboxd execd: no execd implementation linked")
 		return 1
 	}
-	h, closeFn, err := execdFactory(ExecdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger})
+	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger})
 	if err != nil {
 		logger.Error("sandboxd execd: start", "err", err)
 		return 1

@@ -1,0 +1,94 @@
+package sandboxd_test
+
+import (
+	"net/http"
+	"os/exec"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd"
+)
+
+// percentile returns the p-th percentile (0..100) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// baseline measures a plain fork/exec of `sh -c echo` on the host n times.
+func baseline(b *testing.B, n int) []time.Duration {
+	b.Helper()
+	out := make([]time.Duration, n)
+	for i := range out {
+		start := time.Now()
+		if err := exec.Command("sh", "-c", "echo").Run(); err != nil {
+			b.Fatal(err)
+		}
+		out[i] = time.Since(start)
+	}
+	return out
+}
+
+func report(b *testing.B, subject, base []time.Duration) {
+	b.Helper()
+	b.ReportMetric(ms(percentile(subject, 50)), "p50-ms")
+	b.ReportMetric(ms(percentile(subject, 99)), "p99-ms")
+	b.ReportMetric(ms(percentile(base, 50)), "forkexec-p50-ms")
+	b.ReportMetric(float64(percentile(subject, 50))/float64(percentile(base, 50)), "ratio-p50")
+	b.ReportMetric(float64(percentile(subject, 99))/float64(percentile(base, 99)), "ratio-p99")
+}
+
+// BenchmarkCreateRunning measures POST /sandboxes until GET reports Running
+// (polled every 500µs), against a fork/exec of `sh -c echo`, in one run.
+func BenchmarkCreateRunning(b *testing.B) {
+	_, base := startServer(b, sandboxd.Config{})
+	const n = 30
+	for range b.N {
+		var got []time.Duration
+		for range n {
+			start := time.Now()
+			id := create(b, base, nil)
+			for {
+				sb := getSandbox(b, base, id)
+				if sb.Status.State == sandboxd.StateRunning {
+					break
+				}
+				if sb.Status.State.Final() {
+					b.Fatalf("sandbox %s: %+v", id, sb.Status)
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+			got = append(got, time.Since(start))
+			wantStatus(b, call(b, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+		}
+		report(b, got, baseline(b, n))
+	}
+}
+
+// BenchmarkEchoRoundTrip measures POST /command `echo hi` until its terminal
+// event, directly to execd, against a fork/exec of `sh -c echo`, in one run.
+func BenchmarkEchoRoundTrip(b *testing.B) {
+	_, base := startServer(b, sandboxd.Config{})
+	id := create(b, base, nil)
+	waitState(b, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(b, base, id, false)
+	const n = 100
+	for range b.N {
+		run(b, u, tok, "echo warm")
+		var got []time.Duration
+		for range n {
+			start := time.Now()
+			lines, code := run(b, u, tok, "echo hi")
+			got = append(got, time.Since(start))
+			if code != 0 || len(lines) != 1 || lines[0] != "hi" {
+				b.Fatalf("echo hi = %q exit %d", lines, code)
+			}
+		}
+		report(b, got, baseline(b, n))
+	}
+}
