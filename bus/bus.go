@@ -26,14 +26,21 @@ const (
 	DefaultDupeWindow   = 2 * time.Minute
 	defaultOpTimeout    = 10 * time.Second
 	fenceSubjectToken   = "fence"
-	headerName          = "Alineo-Name"
 	headerWriter        = "Alineo-Writer"
-	headerDLQReason     = "Alineo-Dlq-Reason"
-	headerDLQSubject    = "Alineo-Dlq-Subject"
-	headerDLQSeq        = "Alineo-Dlq-Seq"
 	natsTTLHeader       = "Nats-TTL"
 	natsTTLNever        = "never"
 	natsExpectedSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// Message headers.
+const (
+	// HeaderName carries the entry's session name on every ledger message.
+	HeaderName = "Alineo-Name"
+	// HeaderDLQReason, HeaderDLQSubject and HeaderDLQSeq say why a parked
+	// message was parked, and where it was in the ledger stream.
+	HeaderDLQReason  = "Alineo-Dlq-Reason"
+	HeaderDLQSubject = "Alineo-Dlq-Subject"
+	HeaderDLQSeq     = "Alineo-Dlq-Seq"
 )
 
 // Config configures Open. The zero value is valid: an embedded server storing
@@ -161,6 +168,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := b.ensureDLQ(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -213,6 +224,26 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// DLQStream is the name of the stream that keeps parked messages: the ledger
+// stream's name plus _DLQ, on Config.DLQSubject.
+func (b *Bus) DLQStream() string { return b.cfg.Stream + "_DLQ" }
+
+func (b *Bus) ensureDLQ(ctx context.Context) error {
+	_, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        b.DLQStream(),
+		Description: "alineo: ledger messages projectors could not decode",
+		Subjects:    []string{b.cfg.DLQSubject},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
+		MaxAge:      30 * 24 * time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", b.DLQStream(), err)
+	}
+	return nil
 }
 
 // Config returns the configuration in effect, defaults filled in.

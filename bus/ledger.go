@@ -407,7 +407,7 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 	epoch := w.epoch.Load()
 	w.counter++
 	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
-	m.Header.Set(headerName, name)
+	m.Header.Set(HeaderName, name)
 	id := w.id + "." + strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(w.counter, 10)
 	w.inflight.Add(1)
 	for {

@@ -82,7 +82,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}
-		if name == "" || m.Headers().Get(headerName) == name {
+		if name == "" || m.Headers().Get(HeaderName) == name {
 			e, err := DecodeMsg(m.Data(), seq)
 			if err != nil {
 				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)

@@ -1,0 +1,15 @@
+// Package projections keeps read models from the ledger stream. A Projector is
+// a durable JetStream pull consumer that applies the ledger to an
+// adapters.ProjectionStore in batches (bounded in size and time), each batch in
+// one transaction together with the consumer's offset, and acknowledges only
+// after the commit. Redelivery is harmless: the store skips stream sequences it
+// already holds. A message that does not decode is parked on the dead-letter
+// subject and counted; the worker goes on. While the database is down it
+// retries with exponential backoff.
+//
+// Rebuild projects the whole history from sequence 1 into a fresh store, and
+// Verify compares two projections row for row.
+//
+// This package imports events, adapters and bus; never a database driver, the
+// SDK or cmd.
+package projections

@@ -1,0 +1,358 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// Defaults of Projector.
+const (
+	DefaultConsumer   = "alineo-projector"
+	DefaultBatchSize  = 1000
+	DefaultBatchWait  = 50 * time.Millisecond
+	DefaultMaxBackoff = 5 * time.Second
+)
+
+// Projector applies the ledger stream to Store. Fill in the fields, then call
+// Run. Bus and Store are required; every other zero value means its default.
+// A Projector runs once at a time; Progress is safe for concurrent use.
+type Projector struct {
+	Bus   *bus.Bus
+	Store adapters.ProjectionStore
+	// Consumer is the durable consumer's name and the store's offset key.
+	// Default alineo-projector.
+	Consumer string
+	// BatchSize bounds the messages per transaction. Default 1000.
+	BatchSize int
+	// BatchWait bounds how long a batch waits to fill once it has a message.
+	// Default 50 ms.
+	BatchWait time.Duration
+	// MaxBackoff caps the wait between retries while the store or the stream
+	// is failing. Default 5 s.
+	MaxBackoff time.Duration
+	// Registerer receives the metrics; nil registers nowhere (Progress still works).
+	Registerer prometheus.Registerer
+	// Logger, default the bus's.
+	Logger *slog.Logger
+
+	initOnce sync.Once
+	m        *metrics
+	applied  atomic.Uint64
+	parked   atomic.Uint64
+	errs     atomic.Uint64
+	offset   atomic.Uint64
+	lag      atomic.Uint64
+}
+
+// Progress is a snapshot of a projector's work since it started.
+type Progress struct {
+	Offset  uint64 // stream sequence of the last committed batch
+	Applied uint64 // entries applied by this process
+	Parked  uint64 // messages parked on the dead-letter subject
+	Errors  uint64 // failed attempts that were retried
+	Lag     uint64 // messages on the ledger subjects not yet applied
+}
+
+// Progress returns the projector's progress. Safe for concurrent use.
+func (p *Projector) Progress() Progress {
+	return Progress{Offset: p.offset.Load(), Applied: p.applied.Load(), Parked: p.parked.Load(),
+		Errors: p.errs.Load(), Lag: p.lag.Load()}
+}
+
+func (p *Projector) init() error {
+	if p.Bus == nil || p.Store == nil {
+		return fmt.Errorf("%w: Bus and Store are required", ErrInvalidConfig)
+	}
+	if p.BatchSize < 0 || p.BatchWait < 0 || p.MaxBackoff < 0 {
+		return fmt.Errorf("%w: negative batch size or duration", ErrInvalidConfig)
+	}
+	var err error
+	p.initOnce.Do(func() {
+		if p.Consumer == "" {
+			p.Consumer = DefaultConsumer
+		}
+		if p.BatchSize == 0 {
+			p.BatchSize = DefaultBatchSize
+		}
+		if p.BatchWait == 0 {
+			p.BatchWait = DefaultBatchWait
+		}
+		if p.MaxBackoff == 0 {
+			p.MaxBackoff = DefaultMaxBackoff
+		}
+		if p.Logger == nil {
+			p.Logger = p.Bus.Config().Logger
+		}
+		p.m = newMetrics(p.Consumer)
+		if p.Registerer != nil {
+			for _, c := range p.m.collectors() {
+				if rerr := p.Registerer.Register(c); rerr != nil {
+					err = fmt.Errorf("register metrics: %w", rerr)
+					return
+				}
+			}
+		}
+	})
+	return err
+}
+
+func (p *Projector) backoff(ctx context.Context) backoff.BackOff {
+	eb := backoff.NewExponentialBackOff()
+	eb.InitialInterval = 50 * time.Millisecond
+	eb.MaxInterval = p.MaxBackoff
+	eb.MaxElapsedTime = 0 // until ctx is done
+	return backoff.WithContext(eb, ctx)
+}
+
+// retry runs op until it succeeds or ctx is done, counting every failure.
+func (p *Projector) retry(ctx context.Context, what string, op func() error) error {
+	return backoff.RetryNotify(op, p.backoff(ctx), func(err error, wait time.Duration) {
+		p.errs.Add(1)
+		p.m.errors.Inc()
+		p.Logger.Warn("projector: retrying", "consumer", p.Consumer, "op", what, "in", wait, "err", err)
+	})
+}
+
+// consumer creates the durable consumer so that it delivers from offset+1,
+// recreating it when it is ahead of the store (a fresh or restored database).
+func (p *Projector) consumer(ctx context.Context, offset uint64) (jetstream.Consumer, error) {
+	js, stream := p.Bus.JetStream(), p.Bus.Config().Stream
+	if c, err := js.Consumer(ctx, stream, p.Consumer); err == nil {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if info.AckFloor.Stream <= offset && info.Config.FilterSubject == p.Bus.LedgerFilter() {
+			return c, nil
+		}
+		p.Logger.Info("projector: consumer ahead of the store; recreating it",
+			"consumer", p.Consumer, "ackFloor", info.AckFloor.Stream, "offset", offset)
+		if err := js.DeleteConsumer(ctx, stream, p.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, err
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, err
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       p.Consumer,
+		Description:   "alineo projector",
+		FilterSubject: p.Bus.LedgerFilter(),
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 8 * p.BatchSize,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if offset > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, offset+1
+	}
+	return js.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+// Run consumes until ctx is done, then returns nil. It returns an error only
+// for a configuration it cannot run with; stream and database failures are
+// retried with backoff (and counted in Errors).
+func (p *Projector) Run(ctx context.Context) error {
+	if err := p.init(); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		err := p.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.errs.Add(1)
+		p.m.errors.Inc()
+		p.Logger.Warn("projector: consumer session ended; restarting", "consumer", p.Consumer, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// session runs one consumer subscription until it fails or ctx is done.
+func (p *Projector) session(ctx context.Context) error {
+	var offset uint64
+	if err := p.retry(ctx, "offset", func() (err error) {
+		offset, err = p.Store.Offset(ctx, p.Consumer)
+		return err
+	}); err != nil {
+		return err
+	}
+	p.offset.Store(offset)
+	var cons jetstream.Consumer
+	if err := p.retry(ctx, "consumer", func() (err error) {
+		cons, err = p.consumer(ctx, offset)
+		return err
+	}); err != nil {
+		return err
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(2*p.BatchSize), jetstream.PullHeartbeat(2*time.Second))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, msgs.Stop)
+	defer stop()
+	defer msgs.Stop()
+
+	b := &batcher{p: p, offset: offset}
+	for {
+		m, err := b.next(ctx, msgs)
+		if err != nil {
+			return err
+		}
+		if m != nil {
+			if err := b.add(ctx, m); err != nil {
+				return err
+			}
+		}
+		if b.full() || (m == nil && b.len() > 0) {
+			if err := b.commit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+type batcher struct {
+	p        *Projector
+	offset   uint64 // committed
+	es       []events.Entry
+	msgs     int
+	last     jetstream.Msg
+	lastSeq  uint64
+	pending  uint64
+	deadline time.Time
+}
+
+func (b *batcher) len() int   { return b.msgs }
+func (b *batcher) full() bool { return b.msgs >= b.p.BatchSize }
+
+// next returns the next message, or nil when the open batch's time is up (or
+// no message came within BatchWait while the batch is empty).
+func (b *batcher) next(ctx context.Context, msgs jetstream.MessagesContext) (jetstream.Msg, error) {
+	wait := b.p.BatchWait
+	if b.msgs > 0 {
+		wait = time.Until(b.deadline)
+		if wait <= 0 {
+			return nil, nil
+		}
+	}
+	m, err := msgs.Next(jetstream.NextMaxWait(wait))
+	switch {
+	case err == nil:
+		return m, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, nats.ErrTimeout):
+		return nil, nil
+	default:
+		return nil, err
+	}
+}
+
+func (b *batcher) add(ctx context.Context, m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return fmt.Errorf("message metadata: %w", err)
+	}
+	seq := md.Sequence.Stream
+	if b.msgs == 0 {
+		b.deadline = time.Now().Add(b.p.BatchWait)
+	}
+	b.msgs++
+	b.last, b.lastSeq, b.pending = m, seq, md.NumPending
+	if seq <= b.offset {
+		return nil // redelivered after a crash between commit and ack
+	}
+	e, err := Decode(b.p.Bus.Config().SubjectPrefix, m.Subject(), m.Data(), seq)
+	if err != nil {
+		return b.p.park(ctx, m.Subject(), seq, m.Data(), err)
+	}
+	b.es = append(b.es, e)
+	return nil
+}
+
+func (b *batcher) commit(ctx context.Context) error {
+	p := b.p
+	if b.lastSeq > b.offset {
+		if err := p.retry(ctx, "apply", func() error {
+			return p.Store.ApplyBatch(ctx, p.Consumer, b.es, b.lastSeq)
+		}); err != nil {
+			return err
+		}
+		b.offset = b.lastSeq
+	}
+	// Ack after commit. A lost ack only causes a redelivery, which is skipped.
+	if err := b.last.Ack(); err != nil {
+		p.Logger.Debug("projector: ack failed; the batch will be redelivered and skipped", "err", err)
+	}
+	n := uint64(len(b.es))
+	p.applied.Add(n)
+	p.offset.Store(b.offset)
+	p.lag.Store(b.pending)
+	p.m.events.Add(float64(n))
+	p.m.batches.Observe(float64(b.msgs))
+	p.m.lag.Set(float64(b.pending))
+	p.m.offset.Set(float64(b.offset))
+	b.es, b.msgs, b.last = b.es[:0], 0, nil
+	return nil
+}
+
+// park publishes an undecodable message to the dead-letter subject (stored by
+// the DLQ stream) before its offset can be committed, and counts it.
+func (p *Projector) park(ctx context.Context, subject string, seq uint64, data []byte, cause error) error {
+	m := nats.NewMsg(p.Bus.Config().DLQSubject)
+	m.Data = data
+	m.Header.Set(bus.HeaderDLQReason, cause.Error())
+	m.Header.Set(bus.HeaderDLQSubject, subject)
+	m.Header.Set(bus.HeaderDLQSeq, strconv.FormatUint(seq, 10))
+	id := "dlq." + p.Bus.Config().Stream + "." + strconv.FormatUint(seq, 10)
+	if err := p.retry(ctx, "park", func() error {
+		_, err := p.Bus.JetStream().PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		return err
+	}); err != nil {
+		return err
+	}
+	p.parked.Add(1)
+	p.m.parked.Inc()
+	p.Logger.Warn("projector: parked undecodable message", "subject", subject, "seq", seq, "err", cause)
+	return nil
+}
+
+// Decode turns a ledger message into an entry with Seq = seq. It validates the
+// entry fully (events.Unmarshal) and checks that the subject names the same
+// sandbox and event. Errors wrap events.ErrInvalidEntry.
+func Decode(prefix, subject string, data []byte, seq uint64) (events.Entry, error) {
+	e, err := events.Unmarshal(data)
+	if err != nil {
+		return events.Entry{}, err
+	}
+	id, ev, err := events.ParseSubject(prefix, subject)
+	if err != nil {
+		return events.Entry{}, &events.ValidationError{Field: "subject", Reason: "is not a ledger subject", Err: err}
+	}
+	if id != e.SandboxID || ev != e.Event {
+		return events.Entry{}, &events.ValidationError{Field: "subject",
+			Reason: fmt.Sprintf("%q does not match entry %s/%s", subject, e.SandboxID, e.Event)}
+	}
+	e.Seq = seq
+	return e, nil
+}
