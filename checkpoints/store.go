@@ -35,6 +35,13 @@ type Store interface {
 	// ErrCheckpointNotFound for an unknown id and ErrNotHead for a checkpoint
 	// that is not the head of in.ThreadID.
 	DeleteHead(ctx context.Context, in DeleteHeadInput) error
+	// DeleteCheckpoint removes any checkpoint of in.ThreadID, not only the
+	// head (an addition to the contract, for sandboxd's DELETE /snapshots/{id}).
+	// Its children take its parent as their parent, and if it was the head the
+	// head moves to its parent. Checkpoints hold complete manifests, so no other
+	// checkpoint's content changes. It returns ErrWriterLost without the live
+	// lease and ErrCheckpointNotFound for an id that is not in the thread.
+	DeleteCheckpoint(ctx context.Context, in DeleteHeadInput) error
 	// AcquireWriter takes the thread's writer lease, with a fence greater than
 	// every earlier one of the thread. It returns ErrWriterConflict while another
 	// lease is live (not released and not expired); it does not wait.
@@ -63,7 +70,7 @@ type AppendInput struct {
 	Writer       Writer
 }
 
-// DeleteHeadInput is the argument of Store.DeleteHead.
+// DeleteHeadInput is the argument of Store.DeleteHead and Store.DeleteCheckpoint.
 type DeleteHeadInput struct {
 	ThreadID     string
 	CheckpointID string

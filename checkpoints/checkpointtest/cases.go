@@ -661,3 +661,60 @@ func checkChain(t *testing.T, s checkpoints.Store, thread string, n int) {
 		}
 	}
 }
+
+func testDeleteCheckpoint(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	l := e.acquire("t1")
+	e.append(l, checkpoint("c1", "t1", "", "k1"))
+	e.append(l, checkpoint("c2", "t1", "c1", "k2"))
+	e.append(l, checkpoint("c3", "t1", "c2", "k3"))
+	lo := e.acquire("t2")
+	e.append(lo, checkpoint("o1", "t2", "", "k1"))
+	del := func(id string, w checkpoints.Writer) error {
+		return e.s.DeleteCheckpoint(e.ctx, checkpoints.DeleteHeadInput{ThreadID: "t1", CheckpointID: id, Writer: w})
+	}
+	wantCode(t, "DeleteCheckpoint(unknown)", del("zz", l.Writer), checkpoints.ErrCheckpointNotFound)
+	wantCode(t, "DeleteCheckpoint(other thread's)", del("o1", l.Writer), checkpoints.ErrCheckpointNotFound)
+	wantCode(t, "DeleteCheckpoint by another thread's writer", del("c2", lo.Writer), checkpoints.ErrWriterLost)
+
+	// A middle checkpoint: its child takes its parent.
+	if err := del("c2", l.Writer); err != nil {
+		t.Fatalf("DeleteCheckpoint(c2): %v", err)
+	}
+	list, _ := e.s.List(e.ctx, "t1")
+	if got := ids(list); got != "c1,c3" {
+		t.Fatalf("List = %s, want c1,c3", got)
+	}
+	c3, err := e.s.Get(e.ctx, "c3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c3.ParentID != "c1" {
+		t.Fatalf("c3 parent = %q, want c1", c3.ParentID)
+	}
+	if h := e.head("t1"); h != "c3" {
+		t.Fatalf("head = %q, want c3", h)
+	}
+	refs, _ := e.s.ListBlobReferences(e.ctx)
+	if got, want := refsString(refs), "k1=2,k3=1"; got != want {
+		t.Fatalf("refs = %s, want %s", got, want)
+	}
+	// The root: its child becomes a root.
+	if err := del("c1", l.Writer); err != nil {
+		t.Fatal(err)
+	}
+	if c3, _ := e.s.Get(e.ctx, "c3"); c3 == nil || c3.ParentID != "" {
+		t.Fatalf("c3 after deleting the root = %+v, want no parent", c3)
+	}
+	// The head: the head moves to its parent (none left).
+	if err := del("c3", l.Writer); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.head("t1"); h != "" {
+		t.Fatalf("head = %q, want none", h)
+	}
+	e.append(l, checkpoint("c4", "t1", ""))
+	if h := e.head("t2"); h != "o1" {
+		t.Fatalf("other thread head = %q, want o1", h)
+	}
+}

@@ -161,6 +161,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Leases", func(t *testing.T) { testLeases(t, f) })
 	t.Run("LeaseExpiry", func(t *testing.T) { testLeaseExpiry(t, f) })
 	t.Run("DeleteHead", func(t *testing.T) { testDeleteHead(t, f) })
+	t.Run("DeleteCheckpoint", func(t *testing.T) { testDeleteCheckpoint(t, f) })
 	t.Run("BlobReferences", func(t *testing.T) { testBlobReferences(t, f) })
 	t.Run("Fork", func(t *testing.T) { testFork(t, f) })
 	t.Run("GC", func(t *testing.T) { testGC(t, f) })

@@ -185,6 +185,12 @@ func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) 
 	if c.ThreadID != in.ThreadID || s.heads[in.ThreadID] != c.ID {
 		return checkpoints.Errorf(checkpoints.CodeNotHead, "checkpoint %q is not the head of thread %q", c.ID, in.ThreadID)
 	}
+	s.remove(c)
+	return nil
+}
+
+// remove deletes c, moving the head to its parent if c is the head. s.mu is held.
+func (s *Store) remove(c *checkpoints.Checkpoint) {
 	delete(s.checkpoints, c.ID)
 	ids := s.threads[c.ThreadID]
 	for i, id := range ids {
@@ -198,16 +204,45 @@ func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) 
 	} else {
 		s.threads[c.ThreadID] = ids
 	}
-	if c.ParentID == "" {
-		delete(s.heads, c.ThreadID)
-	} else {
-		s.heads[c.ThreadID] = c.ParentID
+	if s.heads[c.ThreadID] == c.ID {
+		if c.ParentID == "" {
+			delete(s.heads, c.ThreadID)
+		} else {
+			s.heads[c.ThreadID] = c.ParentID
+		}
 	}
 	for _, k := range c.BlobKeys() {
 		if s.refs[k]--; s.refs[k] <= 0 {
 			delete(s.refs, k)
 		}
 	}
+}
+
+// DeleteCheckpoint implements checkpoints.Store.
+func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) error {
+	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
+		return err
+	}
+	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := s.checkWriter(in.ThreadID, in.Writer); err != nil {
+		return err
+	}
+	c, ok := s.checkpoints[in.CheckpointID]
+	if !ok || c.ThreadID != in.ThreadID {
+		return checkpoints.Errorf(checkpoints.CodeCheckpointNotFound, "checkpoint %q not found in thread %q", in.CheckpointID, in.ThreadID)
+	}
+	for _, id := range s.threads[c.ThreadID] {
+		if child := s.checkpoints[id]; child.ParentID == c.ID {
+			child.ParentID = c.ParentID
+		}
+	}
+	s.remove(c)
 	return nil
 }
 

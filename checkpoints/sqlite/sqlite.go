@@ -374,21 +374,94 @@ func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) 
 		if thread != in.ThreadID || h != in.CheckpointID {
 			return checkpoints.Errorf(checkpoints.CodeNotHead, "checkpoint %q is not the head of thread %q", in.CheckpointID, in.ThreadID)
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_checkpoints WHERE id = ?`, in.CheckpointID); err != nil {
-			return fmt.Errorf("delete checkpoint %s: %w", in.CheckpointID, err)
+		return remove(ctx, tx, in.ThreadID, in.CheckpointID, parent, true)
+	})
+}
+
+// remove deletes checkpoint id of thread with its references and, if isHead,
+// moves the head to parent.
+func remove(ctx context.Context, tx *sql.Tx, thread, id, parent string, isHead bool) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_checkpoints WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete checkpoint %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_checkpoint_blob_refs WHERE checkpoint_id = ?`, id); err != nil {
+		return fmt.Errorf("delete blob refs of %s: %w", id, err)
+	}
+	if !isHead {
+		return nil
+	}
+	var err error
+	if parent == "" {
+		_, err = tx.ExecContext(ctx, `DELETE FROM alineo_checkpoint_heads WHERE thread_id = ?`, thread)
+	} else {
+		_, err = tx.ExecContext(ctx, `UPDATE alineo_checkpoint_heads SET head_id = ? WHERE thread_id = ?`, parent, thread)
+	}
+	if err != nil {
+		return fmt.Errorf("move head of %s: %w", thread, err)
+	}
+	return nil
+}
+
+// DeleteCheckpoint implements checkpoints.Store.
+func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) error {
+	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
+		return err
+	}
+	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.checkWriter(ctx, tx, in.ThreadID, in.Writer); err != nil {
+			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_checkpoint_blob_refs WHERE checkpoint_id = ?`, in.CheckpointID); err != nil {
-			return fmt.Errorf("delete blob refs of %s: %w", in.CheckpointID, err)
-		}
-		if parent == "" {
-			_, err = tx.ExecContext(ctx, `DELETE FROM alineo_checkpoint_heads WHERE thread_id = ?`, in.ThreadID)
-		} else {
-			_, err = tx.ExecContext(ctx, `UPDATE alineo_checkpoint_heads SET head_id = ? WHERE thread_id = ?`, parent, in.ThreadID)
+		var parent string
+		err := tx.QueryRowContext(ctx, `SELECT parent_id FROM alineo_checkpoints WHERE id = ? AND thread_id = ?`, in.CheckpointID, in.ThreadID).Scan(&parent)
+		if errors.Is(err, sql.ErrNoRows) {
+			return checkpoints.Errorf(checkpoints.CodeCheckpointNotFound, "checkpoint %q not found in thread %q", in.CheckpointID, in.ThreadID)
 		}
 		if err != nil {
-			return fmt.Errorf("move head of %s: %w", in.ThreadID, err)
+			return fmt.Errorf("read checkpoint %s: %w", in.CheckpointID, err)
 		}
-		return nil
+		h, err := head(ctx, tx, in.ThreadID)
+		if err != nil {
+			return err
+		}
+		// Re-parent the children: the parent id lives in the column and the body.
+		rows, err := tx.QueryContext(ctx, `SELECT body FROM alineo_checkpoints WHERE parent_id = ? AND thread_id = ?`, in.CheckpointID, in.ThreadID)
+		if err != nil {
+			return fmt.Errorf("read children of %s: %w", in.CheckpointID, err)
+		}
+		var children []*checkpoints.Checkpoint
+		for rows.Next() {
+			var body string
+			if err := rows.Scan(&body); err != nil {
+				rows.Close()
+				return fmt.Errorf("read children of %s: %w", in.CheckpointID, err)
+			}
+			c, err := decode(body)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			children = append(children, c)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read children of %s: %w", in.CheckpointID, err)
+		}
+		for _, c := range children {
+			c.ParentID = parent
+			body, err := json.Marshal(c)
+			if err != nil {
+				return fmt.Errorf("encode checkpoint %s: %w", c.ID, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE alineo_checkpoints SET parent_id = ?, body = ? WHERE id = ?`, parent, string(body), c.ID); err != nil {
+				return fmt.Errorf("re-parent %s: %w", c.ID, err)
+			}
+		}
+		return remove(ctx, tx, in.ThreadID, in.CheckpointID, parent, h == in.CheckpointID)
 	})
 }
 

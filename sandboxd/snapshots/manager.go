@@ -177,6 +177,11 @@ type SnapshotInput struct {
 	SourceRunID string
 	// Reason defaults to named with a Label and automatic without.
 	Reason checkpoints.Reason
+	// Freeze, if set, is called right before the capture (after the lease is
+	// held and the head read) and the thaw it returns right after it, so a
+	// sandbox is frozen only while its files are read. An error fails the
+	// snapshot.
+	Freeze func(ctx context.Context) (thaw func(), err error)
 }
 
 // Snapshot captures in.Root against the thread's head checkpoint and appends
@@ -215,8 +220,15 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 				return err
 			}
 		}
+		thaw := func() {}
+		if in.Freeze != nil {
+			if thaw, err = in.Freeze(ctx); err != nil {
+				return fmt.Errorf("freeze: %w", err)
+			}
+		}
 		start := m.cfg.Now()
 		entries, cst, err := Capture(ctx, in.Root, prev, m.blobs)
+		thaw()
 		st = cst
 		if err != nil {
 			return err
@@ -282,16 +294,17 @@ func (m *Manager) Fork(ctx context.Context, srcID, dstThread, dstID string) (*ch
 	return out, nil
 }
 
-// Delete removes checkpoint id, which must be its thread's head (else
-// checkpoints.ErrNotHead); the head moves to its parent. Its blobs stay until
-// GC.
+// Delete removes checkpoint id from its thread (checkpoints.Store's
+// DeleteCheckpoint: any checkpoint, not only the head; its children take its
+// parent, and the head moves back if it was the head). An unknown id gives
+// checkpoints.ErrCheckpointNotFound. Its blobs stay until GC.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	c, err := m.store.Get(ctx, id)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	err = m.withLease(ctx, c.ThreadID, func(ctx context.Context, w checkpoints.Writer) error {
-		return m.store.DeleteHead(ctx, checkpoints.DeleteHeadInput{ThreadID: c.ThreadID, CheckpointID: id, Writer: w})
+		return m.store.DeleteCheckpoint(ctx, checkpoints.DeleteHeadInput{ThreadID: c.ThreadID, CheckpointID: id, Writer: w})
 	})
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)

@@ -194,8 +194,8 @@ func TestDeleteAndGC(t *testing.T) {
 		t.Fatal("stray blob survived GC")
 	}
 
-	if err := m.Delete(ctx, c1.ID); !errors.Is(err, checkpoints.ErrNotHead) {
-		t.Fatalf("Delete(non-head) err = %v, want ErrNotHead", err)
+	if err := m.Delete(ctx, "nope"); !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+		t.Fatalf("Delete(unknown) err = %v, want ErrCheckpointNotFound", err)
 	}
 	must(t, m.Delete(ctx, c2.ID))
 	st, err = m.GC(ctx)
@@ -258,5 +258,66 @@ func TestFork(t *testing.T) {
 	}
 	if _, err := m.Fork(ctx, c1.ID, "child", ""); !errors.Is(err, checkpoints.ErrForkDestinationNotEmpty) {
 		t.Fatalf("second fork into child: err = %v, want ErrForkDestinationNotEmpty", err)
+	}
+}
+
+// TestDeleteMiddle deletes a snapshot that is not the head: the later one
+// keeps its content and its blobs survive GC.
+func TestDeleteMiddle(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := t.TempDir()
+	write(t, src, "f", "one", 0o644)
+	c1, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src})
+	must(t, err)
+	write(t, src, "f", "two", 0o644)
+	c2, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src})
+	must(t, err)
+	write(t, src, "g", "three", 0o644)
+	c3, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src})
+	must(t, err)
+	must(t, m.Delete(ctx, c2.ID))
+	got, err := m.Store().Get(ctx, c3.ID)
+	must(t, err)
+	if got.ParentID != c1.ID {
+		t.Fatalf("c3 parent = %s, want %s", got.ParentID, c1.ID)
+	}
+	_, err = m.GC(ctx)
+	must(t, err)
+	dest := t.TempDir()
+	must(t, m.Restore(ctx, c3.ID, dest, snapshots.RestoreOptions{}))
+	if b, _ := os.ReadFile(filepath.Join(dest, "f")); string(b) != "two" {
+		t.Fatalf("f = %q, want two", b)
+	}
+}
+
+// TestFreezeWrapsCapture checks the freeze hook runs around the capture only.
+func TestFreezeWrapsCapture(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := t.TempDir()
+	write(t, src, "f", "x", 0o644)
+	var events []string
+	c, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src, Freeze: func(context.Context) (func(), error) {
+		events = append(events, "freeze")
+		// Written inside the hook: the capture runs after it and sees it.
+		write(t, src, "while-frozen", "y", 0o644)
+		return func() { events = append(events, "thaw") }, nil
+	}})
+	must(t, err)
+	if got := strings.Join(events, ","); got != "freeze,thaw" {
+		t.Fatalf("hook calls = %s, want freeze,thaw", got)
+	}
+	if len(c.Files) != 2 || c.Files[1].Path != "while-frozen" {
+		t.Fatalf("files = %+v, want f and while-frozen", c.Files)
+	}
+	boom := errors.New("cgroup gone")
+	_, _, err = m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src, Freeze: func(context.Context) (func(), error) { return nil, boom }})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Snapshot with failing freeze: err = %v, want %v", err, boom)
+	}
+	list, _ := m.Store().List(ctx, "t")
+	if len(list) != 1 {
+		t.Fatalf("thread has %d snapshots, want 1", len(list))
 	}
 }
