@@ -1,0 +1,221 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// entryCols are read by scanEntry; Seq is the ledger sequence of a projected
+// row, else the row id.
+const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
+
+func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
+	var (
+		e       events.Entry
+		seq     int64
+		step    int32
+		branch  *int32
+		ev      string
+		payload []byte
+		errText *string
+	)
+	if err := row.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &step, &branch, &ev, &payload, &errText); err != nil {
+		return e, err
+	}
+	e.Seq, e.StepIndex, e.Event = uint64(seq), int(step), events.Event(ev)
+	if branch != nil {
+		b := int(*branch)
+		e.Branch = &b
+	}
+	if payload != nil {
+		e.Payload = json.RawMessage(payload)
+	}
+	if errText != nil {
+		e.Error = *errText
+	}
+	return e, nil
+}
+
+func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+	p, err := s.db(ctx)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	rows, err := p.Query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	es, err := pgx.CollectRows(rows, scanEntry)
+	return es, s.translate(ctx, op, err)
+}
+
+// ReadAll implements adapters.Store.
+func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = $1 AND sandbox_id = $2 ORDER BY ts, id`, name, sandboxID)
+}
+
+// LastCheckpoint implements adapters.Store.
+func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
+	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts DESC, id DESC LIMIT 1`,
+		name, sandboxID, string(events.CheckpointCreated))
+	if err != nil || len(es) == 0 {
+		return nil, err
+	}
+	return &es[0], nil
+}
+
+// ListCheckpoints implements adapters.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
+	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
+		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts, id`,
+		name, sandboxID, string(events.CheckpointCreated))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adapters.CheckpointInfo, 0, len(es))
+	for _, e := range es {
+		var p events.CheckpointCreatedPayload
+		if err := e.Decode(&p); err != nil {
+			return nil, fmt.Errorf("postgres: list checkpoints: entry %d: %w", e.Seq, err)
+		}
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	}
+	return out, nil
+}
+
+const detailsCols = `name, sandbox_id, status, started_at, COALESCE(completed_at, 0), exec_count, COALESCE(run_id, sandbox_id)`
+
+func scanDetails(row pgx.CollectableRow) (adapters.SandboxDetails, error) {
+	var (
+		d      adapters.SandboxDetails
+		status string
+		execs  int32
+	)
+	err := row.Scan(&d.Name, &d.SandboxID, &status, &d.StartedAt, &d.CompletedAt, &execs, &d.RunID)
+	d.Status, d.ExecCount = adapters.SandboxStatus(status), int(execs)
+	return d, err
+}
+
+// ListSandboxDetails implements adapters.Store.
+func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.details(ctx, "list sandbox details", &name, opts)
+}
+
+// ListAllSandboxDetails implements adapters.Store.
+func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return s.details(ctx, "list all sandbox details", nil, opts)
+}
+
+// details queries the summary table: filters, order and limit all in SQL, on
+// the indexes of the schema.
+func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	var (
+		where = []string{"started_at IS NOT NULL"}
+		a     []any
+	)
+	arg := func(v any) string { a = append(a, v); return "$" + strconv.Itoa(len(a)) }
+	if name != nil {
+		where = append(where, "name = "+arg(*name))
+	}
+	if opts.Status != "" {
+		where = append(where, "status = "+arg(string(opts.Status)))
+	}
+	if opts.Before != 0 {
+		where = append(where, "started_at < "+arg(opts.Before))
+	}
+	if opts.RunID != "" {
+		where = append(where, "COALESCE(run_id, sandbox_id) = "+arg(opts.RunID))
+	}
+	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY started_at DESC, name, sandbox_id`
+	if opts.Limit > 0 {
+		q += ` LIMIT ` + arg(int64(opts.Limit))
+	}
+	p, err := s.db(ctx)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	rows, err := p.Query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	ds, err := pgx.CollectRows(rows, scanDetails)
+	return ds, s.translate(ctx, op, err)
+}
+
+// GetSandboxDetails implements adapters.Store.
+func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	p, err := s.db(ctx)
+	if err != nil {
+		return nil, s.translate(ctx, "get sandbox details", err)
+	}
+	rows, err := p.Query(ctx, `SELECT `+detailsCols+` FROM alineo_sandbox_details
+		WHERE name = $1 AND sandbox_id = $2 AND started_at IS NOT NULL`, name, sandboxID)
+	if err != nil {
+		return nil, s.translate(ctx, "get sandbox details", err)
+	}
+	ds, err := pgx.CollectRows(rows, scanDetails)
+	if err != nil || len(ds) == 0 {
+		return nil, s.translate(ctx, "get sandbox details", err)
+	}
+	return &ds[0], nil
+}
+
+const envCols = `name, snapshot_id, image, built_at, COALESCE(fingerprint, '')`
+
+func scanEnv(row pgx.CollectableRow) (adapters.EnvironmentRecord, error) {
+	var rec adapters.EnvironmentRecord
+	err := row.Scan(&rec.Name, &rec.SnapshotID, &rec.Image, &rec.BuiltAt, &rec.Fingerprint)
+	return rec, err
+}
+
+func (s *Store) environments(ctx context.Context, op, q string, a ...any) ([]adapters.EnvironmentRecord, error) {
+	p, err := s.db(ctx)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	rows, err := p.Query(ctx, q, a...)
+	if err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
+	recs, err := pgx.CollectRows(rows, scanEnv)
+	return recs, s.translate(ctx, op, err)
+}
+
+// GetEnvironment implements adapters.Store.
+func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
+	recs, err := s.environments(ctx, "get environment", `SELECT `+envCols+` FROM alineo_environments WHERE name = $1`, name)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	return &recs[0], nil
+}
+
+// ListEnvironments implements adapters.Store.
+func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
+	return s.environments(ctx, "list environments", `SELECT `+envCols+` FROM alineo_environments ORDER BY built_at DESC, name COLLATE "C"`)
+}
+
+// Offset implements adapters.ProjectionStore.
+func (s *Store) Offset(ctx context.Context, consumer string) (uint64, error) {
+	p, err := s.db(ctx)
+	if err != nil {
+		return 0, s.translate(ctx, "offset", err)
+	}
+	var off int64
+	err = p.QueryRow(ctx, `SELECT "offset" FROM alineo_projection_offsets WHERE consumer = $1`, consumer).Scan(&off)
+	if err == pgx.ErrNoRows {
+		return 0, nil
+	}
+	return uint64(off), s.translate(ctx, "offset", err)
+}

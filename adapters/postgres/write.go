@@ -1,0 +1,249 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// columns of alineo_events that a write sets, in the order of row.
+var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq"}
+
+const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
+// insertProjected inserts a batch in order from arrays, skipping entries whose
+// ledger sequence is stored already, and returns the sequences it stored.
+const insertProjected = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq)
+SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[])
+  WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, n)
+ORDER BY n
+ON CONFLICT (ledger_seq) DO NOTHING
+RETURNING ledger_seq`
+
+// upsertDetails folds a delta into a session's summary row.
+const upsertDetails = `
+INSERT INTO alineo_sandbox_details AS d (name, sandbox_id, status, started_at, completed_at, exec_count, run_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name, sandbox_id) DO UPDATE SET
+  started_at   = CASE WHEN d.started_at IS NULL OR excluded.started_at < d.started_at THEN excluded.started_at ELSE d.started_at END,
+  run_id       = CASE WHEN d.started_at IS NULL OR excluded.started_at < d.started_at THEN excluded.run_id ELSE d.run_id END,
+  completed_at = CASE WHEN d.completed_at IS NULL OR excluded.completed_at > d.completed_at THEN excluded.completed_at ELSE d.completed_at END,
+  status       = CASE WHEN d.completed_at IS NULL AND excluded.completed_at IS NULL THEN 'running' ELSE 'completed' END,
+  exec_count   = d.exec_count + excluded.exec_count`
+
+const upsertOffset = `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES ($1, $2)
+ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`
+
+// row returns the column values of e; ledger_seq is seq, NULL when 0. The
+// payload goes as raw JSON text into the JSONB column; nil stays SQL NULL.
+func row(e events.Entry, seq uint64) []any {
+	var branch, payload, errText, ledgerSeq any
+	if e.Branch != nil {
+		branch = int32(*e.Branch)
+	}
+	if e.Payload != nil {
+		payload = []byte(e.Payload)
+	}
+	if e.Error != "" {
+		errText = e.Error
+	}
+	if seq != 0 {
+		ledgerSeq = int64(seq)
+	}
+	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq}
+}
+
+// Append implements adapters.Store.
+func (s *Store) Append(ctx context.Context, e events.Entry) error {
+	if err := events.Validate(e); err != nil {
+		return fmt.Errorf("postgres: append: %w", err)
+	}
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "append", err)
+	}
+	if !summarised(e.Event) {
+		_, err = p.Exec(ctx, insertOne, row(e, 0)...)
+		return s.translate(ctx, "append", err)
+	}
+	// A batch runs as one implicit transaction, in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(insertOne, row(e, 0)...)
+	var d deltas
+	d.add(e)
+	d.queue(b)
+	return s.translate(ctx, "append", p.SendBatch(ctx, b).Close())
+}
+
+// AppendBatch implements adapters.Store. It copies the entries in with COPY.
+func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
+	for i, e := range es {
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("postgres: append batch: entry %d: %w", i, err)
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "append batch", err)
+	}
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		var d deltas
+		src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) {
+			d.add(es[i])
+			return row(es[i], 0), nil
+		})
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
+			return err
+		}
+		if len(d.order) == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		d.queue(b)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	return s.translate(ctx, "append batch", err)
+}
+
+// ApplyBatch implements adapters.ProjectionStore.
+func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	if err := validateProjected(consumer, es); err != nil {
+		return fmt.Errorf("postgres: apply batch: %w", err)
+	}
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "apply batch", err)
+	}
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		var d deltas
+		if len(es) > 0 {
+			stored, err := insertArrays(ctx, tx, es)
+			if err != nil {
+				return err
+			}
+			for _, e := range es {
+				if stored[e.Seq] {
+					delete(stored, e.Seq) // a repeat within the batch was skipped
+					d.add(e)
+				}
+			}
+		}
+		b := &pgx.Batch{}
+		d.queue(b)
+		b.Queue(upsertOffset, consumer, int64(offset))
+		return tx.SendBatch(ctx, b).Close()
+	})
+	return s.translate(ctx, "apply batch", err)
+}
+
+// insertArrays inserts projected entries in one statement and returns the
+// ledger sequences it stored (those not stored before).
+func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64]bool, error) {
+	var (
+		sandboxIDs, names, evs []string
+		steps                  []int32
+		branches               []*int32
+		payloads, errs         []*string
+		tss, seqs              []int64
+	)
+	for _, e := range es {
+		sandboxIDs, names, evs = append(sandboxIDs, e.SandboxID), append(names, e.Name), append(evs, string(e.Event))
+		steps, tss, seqs = append(steps, int32(e.StepIndex)), append(tss, e.Ts), append(seqs, int64(e.Seq))
+		var branch *int32
+		if e.Branch != nil {
+			b := int32(*e.Branch)
+			branch = &b
+		}
+		var payload, errText *string
+		if e.Payload != nil {
+			p := string(e.Payload)
+			payload = &p
+		}
+		if e.Error != "" {
+			errText = &e.Error
+		}
+		branches, payloads, errs = append(branches, branch), append(payloads, payload), append(errs, errText)
+	}
+	rows, err := tx.Query(ctx, insertProjected, sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	stored := make(map[uint64]bool, len(got))
+	for _, seq := range got {
+		stored[uint64(seq)] = true
+	}
+	return stored, nil
+}
+
+// validateProjected checks a projected batch: a consumer name, and entries
+// that are valid and carry their ledger sequence.
+func validateProjected(consumer string, es []events.Entry) error {
+	if consumer == "" {
+		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// DeleteSandbox implements adapters.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "delete sandbox", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM alineo_events WHERE name = $1 AND sandbox_id = $2`, name, sandboxID)
+	b.Queue(`DELETE FROM alineo_sandbox_details WHERE name = $1 AND sandbox_id = $2`, name, sandboxID)
+	return s.translate(ctx, "delete sandbox", p.SendBatch(ctx, b).Close())
+}
+
+// SaveEnvironment implements adapters.Store.
+func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
+	if rec.Name == "" {
+		return fmt.Errorf("postgres: save environment: %w", &events.ValidationError{Field: "environment.name", Reason: "is empty"})
+	}
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "save environment", err)
+	}
+	var fp any
+	if rec.Fingerprint != "" {
+		fp = rec.Fingerprint
+	}
+	_, err = p.Exec(ctx, `INSERT INTO alineo_environments (name, snapshot_id, image, built_at, fingerprint)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (name) DO UPDATE SET snapshot_id = excluded.snapshot_id, image = excluded.image,
+		  built_at = excluded.built_at, fingerprint = excluded.fingerprint`,
+		rec.Name, rec.SnapshotID, rec.Image, rec.BuiltAt, fp)
+	return s.translate(ctx, "save environment", err)
+}
+
+// DeleteEnvironment implements adapters.Store.
+func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
+	p, err := s.db(ctx)
+	if err != nil {
+		return s.translate(ctx, "delete environment", err)
+	}
+	_, err = p.Exec(ctx, `DELETE FROM alineo_environments WHERE name = $1`, name)
+	return s.translate(ctx, "delete environment", err)
+}
