@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/alineo-labs/alineo/checkpoints"
+	"github.com/alineo-labs/alineo/checkpoints/checkpointtest"
 	"github.com/alineo-labs/alineo/checkpoints/memory"
 	"github.com/alineo-labs/alineo/checkpoints/sqlite"
 	"github.com/alineo-labs/alineo/sandboxd/snapshots"
@@ -319,5 +321,30 @@ func TestFreezeWrapsCapture(t *testing.T) {
 	list, _ := m.Store().List(ctx, "t")
 	if len(list) != 1 {
 		t.Fatalf("thread has %d snapshots, want 1", len(list))
+	}
+}
+
+// TestSupersededWriterFails: when another writer takes over the thread while
+// a snapshot captures (its lease expired), the snapshot fails with
+// ErrWriterLost and appends nothing.
+func TestSupersededWriterFails(t *testing.T) {
+	ctx := context.Background()
+	clock := checkpointtest.NewClock()
+	store := memory.New(checkpoints.Options{Now: clock.Now, LeaseDuration: time.Minute})
+	m := snapshots.NewManager(store, openBlobs(t), snapshots.ManagerConfig{})
+	src := t.TempDir()
+	write(t, src, "f", "x", 0o644)
+	_, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src, Freeze: func(ctx context.Context) (func(), error) {
+		clock.Advance(2 * time.Minute)
+		if _, err := store.AcquireWriter(ctx, "t"); err != nil {
+			return nil, err
+		}
+		return func() {}, nil
+	}})
+	if !errors.Is(err, checkpoints.ErrWriterLost) {
+		t.Fatalf("Snapshot by a superseded writer: err = %v, want ErrWriterLost", err)
+	}
+	if h, _ := store.Head(ctx, "t"); h != "" {
+		t.Fatalf("head = %q, want none", h)
 	}
 }
