@@ -190,6 +190,9 @@ func extractTar(ctx context.Context, tr *tar.Reader, dst string) error {
 			return fmt.Errorf("entry %q escapes the root", h.Name)
 		}
 		target := filepath.Join(dst, rel)
+		if err := noSymlinkParents(dst, rel); err != nil {
+			return err
+		}
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 			return err
 		}
@@ -239,4 +242,28 @@ func extractTar(ctx context.Context, tr *tar.Reader, dst string) error {
 			_ = os.Chmod(target, mode|special)
 		}
 	}
+}
+
+// noSymlinkParents fails if a directory on the way from root to rel is a
+// symlink, which an entry could otherwise use to write outside root.
+func noSymlinkParents(root, rel string) error {
+	cur := root
+	parts := strings.Split(filepath.Dir(rel), string(filepath.Separator))
+	for _, p := range parts {
+		if p == "." || p == "" {
+			continue
+		}
+		cur = filepath.Join(cur, p)
+		st, err := os.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("entry %q goes through the symlink %q", rel, p)
+		}
+	}
+	return nil
 }

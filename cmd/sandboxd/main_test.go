@@ -1,0 +1,157 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRunServes(t *testing.T) {
+	data := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data", data, "--image", "x=" + data}, env(map[string]string{"OPEN_SANDBOX_API_KEY": "k1"}), out)
+	}()
+	var url string
+	re := regexp.MustCompile(`listening on (http://\S+)`)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v\n%s", err, out)
+		default:
+		}
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			return errors.New("not listening yet")
+		}
+		url = m[1]
+		return nil
+	})
+	res, err := http.Get(url + "/v1/sandboxes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the API key from OPEN_SANDBOX_API_KEY: status %d, want 401", res.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", url+"/v1/sandboxes", nil)
+	req.Header.Set("OPEN-SANDBOX-API-KEY", "k1")
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("with the API key: status %d, want 200", res.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if !strings.Contains(out.String(), "host's own") {
+		t.Errorf("output does not say how images resolve:\n%s", out)
+	}
+}
+
+func TestRunNoIsolationWarns(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data", t.TempDir(), "--no-isolation"}, env(nil), out)
+	}()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), "listening on") {
+			return errors.New("not listening yet")
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "WARNING: --no-isolation") || !strings.Contains(out.String(), "NO ISOLATION") {
+		t.Errorf("no loud warning:\n%s", out)
+	}
+}
+
+func TestRunBadArgs(t *testing.T) {
+	for _, args := range [][]string{
+		{"--nope"},
+		{"--image", "noequals"},
+		{"--log-level", "loud"},
+		{"extra"},
+		{"image"},
+		{"image", "import", "onlyname"},
+		{"image", "import", "--data", t.TempDir(), "name", "/does/not/exist.tar"},
+		{"--listen", "256.0.0.1:99999", "--data", t.TempDir()},
+	} {
+		if err := run(context.Background(), args, env(nil), &syncBuffer{}); err == nil {
+			t.Errorf("run(%q) = nil, want an error", args)
+		}
+	}
+}
+
+func TestImageImport(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5})
+	tw.Write([]byte("tiny\n"))
+	tw.Close()
+	tarball := filepath.Join(t.TempDir(), "rootfs.tar")
+	if err := os.WriteFile(tarball, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	out := &syncBuffer{}
+	if err := run(context.Background(), []string{"image", "import", "--data", data, "tiny:1", tarball}, env(nil), out); err != nil {
+		t.Fatalf("image import: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(data, "images", "tiny_1", "etc", "os-release"))
+	if err != nil || string(b) != "tiny\n" {
+		t.Errorf("imported file = %q, %v", b, err)
+	}
+	if !strings.Contains(out.String(), "imported tiny:1") {
+		t.Errorf("output = %q", out)
+	}
+}
