@@ -41,9 +41,14 @@ type frameReader struct {
 	event   string
 	data    []byte
 	hasData bool
-	// raw holds a bare JSON object spanning several lines.
-	raw []byte
+	// raw holds a bare JSON object spanning several lines; rawLines counts them.
+	raw      []byte
+	rawLines int
 }
+
+// maxRawLines bounds a bare JSON object that spans lines (execd never sends one;
+// the bound keeps the re-validation per line from going quadratic).
+const maxRawLines = 256
 
 func newFrameReader(r io.Reader) *frameReader {
 	return &frameReader{br: bufio.NewReaderSize(r, 64<<10), max: maxFrame}
@@ -106,10 +111,14 @@ func (r *frameReader) next() (frame, error) {
 				r.raw = append(r.raw, '\n')
 			}
 			r.raw = append(r.raw, line...)
+			r.rawLines++
 			if json.Valid(r.raw) {
 				f := frame{data: r.raw}
-				r.raw = nil
+				r.raw, r.rawLines = nil, 0
 				return f, nil
+			}
+			if r.rawLines >= maxRawLines {
+				return frame{}, &frameError{fmt.Sprintf("JSON object spans more than %d lines at byte %d", maxRawLines, r.offset)}
 			}
 			if !couldContinue(r.raw) {
 				return frame{}, &frameError{fmt.Sprintf("invalid JSON before byte %d: %q", r.offset, truncate(r.raw, 64))}
