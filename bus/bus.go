@@ -34,7 +34,8 @@ const (
 
 // Message headers.
 const (
-	// HeaderName carries the entry's session name on every ledger message.
+	// HeaderName carries the entry's session name, percent-encoded
+	// (url.PathEscape), on every ledger message.
 	HeaderName = "Alineo-Name"
 	// HeaderDLQReason, HeaderDLQSubject and HeaderDLQSeq say why a parked
 	// message was parked, and where it was in the ledger stream.
@@ -306,6 +307,7 @@ func startEmbedded(dir string) (*server.Server, error) {
 		StoreDir:   abs,
 		NoSigs:     true,
 		NoLog:      true,
+		MaxPayload: 8 << 20, // entries with 1 MiB of output fit
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

@@ -3,9 +3,14 @@ package bus_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/adaptertest"
+	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/bus/bustest"
+	"github.com/alineo-labs/alineo/projections"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -22,3 +27,39 @@ func openEmbedded(t *testing.T, cfg bus.Config) *bus.Bus {
 }
 
 func TestBus(t *testing.T) { bustest.Run(t, openEmbedded) }
+
+// TestAdapterConformance runs the storage suite against the bus ledger, with a
+// memory read model kept by a projector running in the test.
+func TestAdapterConformance(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T) adapters.Store {
+		b := openEmbedded(t, bus.Config{})
+		rm := memory.New()
+		p := &projections.Projector{Bus: b, Store: rm, BatchWait: 5 * time.Millisecond}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("projector: %v", err)
+			}
+		})
+		l, err := bus.NewLedger(b, bus.LedgerConfig{
+			ReadModel: rm,
+			AwaitReadModel: func(ctx context.Context, seq uint64) error {
+				for p.Progress().Offset < seq {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatalf("NewLedger: %v", err)
+		}
+		return l
+	})
+}

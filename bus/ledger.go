@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,11 @@ type LedgerConfig struct {
 	AckTimeout time.Duration
 	// WriterID identifies this writer in its fence messages. Default random.
 	WriterID string
+	// AwaitReadModel, when set, is called before every read-model call with the
+	// stream sequence of the newest entry this Ledger has published, so that a
+	// caller reads its own writes: it should return once the projector keeping
+	// ReadModel has applied that sequence (or ctx's error).
+	AwaitReadModel func(ctx context.Context, seq uint64) error
 	// Logger, default the bus's.
 	Logger *slog.Logger
 }
@@ -53,6 +59,8 @@ type Ledger struct {
 	cfg    LedgerConfig
 	log    *slog.Logger
 	serial bool // one publish in flight per sandbox (replicated streams)
+
+	lastSeq atomic.Uint64 // highest acknowledged ledger sequence
 
 	mu      sync.Mutex
 	writers map[string]*writer
@@ -175,7 +183,13 @@ func cutLast(s string) (before, after string, ok bool) {
 }
 
 // onAck runs on the client's reply goroutine: it must not block.
-func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) {
+func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+	for {
+		cur := l.lastSeq.Load()
+		if ack.Sequence <= cur || l.lastSeq.CompareAndSwap(cur, ack.Sequence) {
+			break
+		}
+	}
 	w, _ := l.msgWriter(m)
 	if w == nil {
 		return
@@ -326,6 +340,9 @@ func (l *Ledger) Epoch(sandboxID string) uint64 {
 // publish failed; sticky for the sandbox), ErrClosed. Safe for concurrent
 // use; appends from one goroutine are stored in the order made.
 func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	e.Seq = 0
 	data, err := events.Marshal(e)
 	if err != nil {
@@ -349,6 +366,9 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 // (fenced, server down) can leave a prefix of es stored; the writer then fails
 // every later call, so nothing is ever stored after the gap.
 func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	type msg struct {
 		subj, name string
 		data       []byte
@@ -407,7 +427,7 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 	epoch := w.epoch.Load()
 	w.counter++
 	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
-	m.Header.Set(HeaderName, name)
+	m.Header.Set(HeaderName, url.PathEscape(name))
 	id := w.id + "." + strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(w.counter, 10)
 	w.inflight.Add(1)
 	for {
@@ -511,19 +531,34 @@ func (l *Ledger) isClosed() bool {
 	return l.closed
 }
 
-func (l *Ledger) readModel() (adapters.Store, error) {
+// LastSeq returns the stream sequence of the newest entry this Ledger has had
+// acknowledged.
+func (l *Ledger) LastSeq() uint64 { return l.lastSeq.Load() }
+
+func (l *Ledger) readModel(ctx context.Context) (adapters.Store, error) {
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
 	if l.cfg.ReadModel == nil {
 		return nil, ErrNoReadModel
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if l.cfg.AwaitReadModel != nil {
+		if err := l.Flush(ctx); err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		if err := l.cfg.AwaitReadModel(ctx, l.lastSeq.Load()); err != nil {
+			return nil, err
+		}
+	}
 	return l.cfg.ReadModel, nil
 }
 
 // ListSandboxDetails is served by the read model.
 func (l *Ledger) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -532,7 +567,7 @@ func (l *Ledger) ListSandboxDetails(ctx context.Context, name string, opts adapt
 
 // ListAllSandboxDetails is served by the read model.
 func (l *Ledger) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -541,7 +576,7 @@ func (l *Ledger) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOp
 
 // GetSandboxDetails is served by the read model.
 func (l *Ledger) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +585,7 @@ func (l *Ledger) GetSandboxDetails(ctx context.Context, name, sandboxID string) 
 
 // GetEnvironment is served by the read model.
 func (l *Ledger) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +594,7 @@ func (l *Ledger) GetEnvironment(ctx context.Context, name string) (*adapters.Env
 
 // SaveEnvironment writes to the read model.
 func (l *Ledger) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return err
 	}
@@ -568,7 +603,7 @@ func (l *Ledger) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRe
 
 // DeleteEnvironment writes to the read model.
 func (l *Ledger) DeleteEnvironment(ctx context.Context, name string) error {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return err
 	}
@@ -577,7 +612,7 @@ func (l *Ledger) DeleteEnvironment(ctx context.Context, name string) error {
 
 // ListEnvironments is served by the read model.
 func (l *Ledger) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
-	rm, err := l.readModel()
+	rm, err := l.readModel(ctx)
 	if err != nil {
 		return nil, err
 	}

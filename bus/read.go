@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,6 +67,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
 	}
 	defer msgs.Stop()
+	hname := url.PathEscape(name)
 	for {
 		m, err := msgs.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -82,7 +84,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}
-		if name == "" || m.Headers().Get(HeaderName) == name {
+		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
 			e, err := DecodeMsg(m.Data(), seq)
 			if err != nil {
 				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
@@ -104,6 +106,9 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 	fromRM func(adapters.Store) ([]events.Entry, error)) ([]events.Entry, error) {
 	if l.isClosed() {
 		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	// Read your own writes: wait for this ledger's publishes of the sandbox.
 	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
@@ -217,12 +222,23 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 	if l.isClosed() {
 		return ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
 	if err != nil {
 		return nil
 	}
 	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
 		return err
+	}
+	// Let the projector apply everything first, or it could never reach an
+	// offset whose message is deleted below.
+	var rm adapters.Store
+	if l.cfg.ReadModel != nil {
+		if rm, err = l.readModel(ctx); err != nil {
+			return err
+		}
 	}
 	all, err := l.b.read(ctx, filter, "")
 	if err != nil {
@@ -243,8 +259,8 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 			}
 		}
 	}
-	if l.cfg.ReadModel != nil {
-		return l.cfg.ReadModel.DeleteSandbox(ctx, name, sandboxID)
+	if rm == nil {
+		return nil
 	}
-	return nil
+	return rm.DeleteSandbox(ctx, name, sandboxID)
 }

@@ -24,6 +24,7 @@ func NATS(t testing.TB) string {
 		StoreDir:   t.TempDir(),
 		NoSigs:     true,
 		NoLog:      true,
+		MaxPayload: 8 << 20, // entries with 1 MiB of output fit
 	}
 	s, err := startServer(opts)
 	if err != nil {
@@ -75,6 +76,7 @@ func StartNATSCluster(t testing.TB, n int) *Cluster {
 			StoreDir:   t.TempDir(),
 			NoSigs:     true,
 			NoLog:      true,
+			MaxPayload: 8 << 20,
 			Cluster: server.ClusterOpts{
 				Name: "alineo-test",
 				Host: "127.0.0.1",
