@@ -15,7 +15,7 @@ import (
 )
 
 // openEmbedded opens a bus on a fresh embedded server.
-func openEmbedded(t *testing.T, cfg bus.Config) *bus.Bus {
+func openEmbedded(t testing.TB, cfg bus.Config) *bus.Bus {
 	t.Helper()
 	cfg.URL = testenv.NATS(t)
 	b, err := bus.Open(context.Background(), cfg)
@@ -26,7 +26,9 @@ func openEmbedded(t *testing.T, cfg bus.Config) *bus.Bus {
 	return b
 }
 
-func TestBus(t *testing.T) { bustest.Run(t, openEmbedded) }
+func TestBus(t *testing.T) {
+	bustest.Run(t, func(t *testing.T, cfg bus.Config) *bus.Bus { return openEmbedded(t, cfg) })
+}
 
 // TestAdapterConformance runs the storage suite against the bus ledger, with a
 // memory read model kept by a projector running in the test.
