@@ -401,6 +401,15 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 	if fi.IsDir() {
 		return badRequest(CodeInvalidFile, "%s is a directory", s.clientPath(host))
 	}
+	if rng := r.Header.Get("Range"); rng != "" {
+		fixed, ok := dropEmptySuffixRanges(rng)
+		if !ok {
+			w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(fi.Size(), 10))
+			http.Error(w, "invalid range: failed to overlap", http.StatusRequestedRangeNotSatisfiable)
+			return nil
+		}
+		r.Header.Set("Range", fixed)
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(host)}))
 	http.ServeContent(w, r, "", fi.ModTime(), f)
@@ -510,4 +519,37 @@ func (s *Server) handleRemoveDirs(w http.ResponseWriter, r *http.Request) error 
 		}
 	}
 	return nil
+}
+
+// dropEmptySuffixRanges removes zero-length suffix ranges ("bytes=-0") from a Range header:
+// they can never be satisfied (RFC 9110 §14.1.1), but http.ServeContent answers them with a
+// 206 and a "bytes N-(N-1)/N" Content-Range. ok is false when nothing satisfiable is left.
+// Anything else is left to ServeContent.
+func dropEmptySuffixRanges(h string) (string, bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found {
+		return h, true
+	}
+	var keep []string
+	dropped := false
+	for _, r := range strings.Split(spec, ",") {
+		t := strings.TrimSpace(r)
+		if suffix, ok := strings.CutPrefix(t, "-"); ok && isZero(strings.TrimSpace(suffix)) {
+			dropped = true
+			continue
+		}
+		keep = append(keep, r)
+	}
+	if !dropped {
+		return h, true
+	}
+	if len(keep) == 0 {
+		return "", false
+	}
+	return "bytes=" + strings.Join(keep, ","), true
+}
+
+func isZero(s string) bool {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n == 0
 }

@@ -240,6 +240,8 @@ func (s *Server) fsError(err error, p string) error {
 		return fileNotFound(cp)
 	case errors.Is(err, fs.ErrPermission):
 		return apiErr(http.StatusForbidden, CodeRuntimeError, err, "permission denied: %s", cp)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return badRequest(CodeInvalidFile, "file name too long: %s", cp)
 	case errors.Is(err, syscall.ELOOP):
 		return badRequest(CodeInvalidFile, "too many levels of symbolic links: %s", cp)
 	}

@@ -2,6 +2,7 @@ package execd
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func (s *Server) resolve(p string, followLast bool) (string, error) {
 	}
 	rel, err := secureJoin(s.root, clean, followLast)
 	if err != nil {
-		if errors.Is(err, ErrSymlinkLoop) {
+		if errors.Is(err, ErrSymlinkLoop) || errors.Is(err, ErrInvalid) {
 			return "", badRequest(CodeInvalidFile, "resolve %s: %v", p, err)
 		}
 		return "", runtimeError(err, "resolve %s: %v", p, err)
@@ -58,6 +59,9 @@ func (s *Server) resolve(p string, followLast bool) (string, error) {
 
 // secureJoin resolves unsafe (a slash-separated path) under root; see resolve.
 func secureJoin(root, unsafe string, followLast bool) (string, error) {
+	if strings.IndexByte(unsafe, 0) >= 0 {
+		return "", fmt.Errorf("path contains a NUL byte: %w", ErrInvalid)
+	}
 	var resolved []string // components below root, symlink-free up to here
 	rest := unsafe
 	links := 0
@@ -90,9 +94,12 @@ func secureJoin(root, unsafe string, followLast bool) (string, error) {
 		host := filepath.Join(root, filepath.Join(next...))
 		fi, err := os.Lstat(host)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscallENOTDIR) {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 				resolved = next
 				continue
+			}
+			if errors.Is(err, syscall.ENAMETOOLONG) {
+				return "", fmt.Errorf("path component too long: %w", ErrInvalid)
 			}
 			return "", err
 		}
@@ -127,5 +134,3 @@ func (s *Server) clientPath(host string) string {
 	}
 	return "/" + filepath.ToSlash(rel)
 }
-
-var syscallENOTDIR = syscall.ENOTDIR

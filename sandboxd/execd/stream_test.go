@@ -37,7 +37,9 @@ type streamReader struct {
 	br *bufio.Reader
 }
 
-func newStreamReader(r io.Reader) *streamReader { return &streamReader{br: bufio.NewReaderSize(r, 64<<10)} }
+func newStreamReader(r io.Reader) *streamReader {
+	return &streamReader{br: bufio.NewReaderSize(r, 64<<10)}
+}
 
 // Next returns the next event, io.EOF at a clean end, or an error wrapping errBadStream.
 func (sr *streamReader) Next() (streamEvent, error) {

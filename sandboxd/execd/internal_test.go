@@ -1,0 +1,180 @@
+package execd
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"unicode/utf8"
+)
+
+func splitAll(max int, chunks [][]byte) []string {
+	var out []string
+	sp := newLineSplitter(max, func(line []byte) error {
+		out = append(out, string(line))
+		return nil
+	})
+	for _, c := range chunks {
+		_, _ = sp.Write(c)
+	}
+	_ = sp.Flush()
+	return out
+}
+
+func TestLineSplitter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		max  int
+		want []string
+	}{
+		{"lines", "a\nb\n", 16, []string{"a", "b"}},
+		{"crlf and cr", "a\r\nb\rc\n", 16, []string{"a", "b", "c"}},
+		{"empty lines", "\n\n", 16, []string{"", ""}},
+		{"partial last", "a\nlast", 16, []string{"a", "last"}},
+		{"exactly max", "0123456789abcdef\n", 16, []string{"0123456789abcdef"}},
+		{"max plus one", "0123456789abcdefg\n", 16, []string{"0123456789abcdef", "g"}},
+		{"split keeps rune", "0123456789abcde€x", 16, []string{"0123456789abcde", "€x"}},
+		{"invalid bytes", "\xff\xfe\n", 16, []string{"\xff\xfe"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := splitAll(tc.max, [][]byte{[]byte(tc.in)})
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzLineSplitter checks that pieces are bounded, lose no byte, keep valid UTF-8 valid and
+// do not depend on how the input was chunked.
+func FuzzLineSplitter(f *testing.F) {
+	f.Add([]byte("a\r\nb\rc\n\nlast"), uint8(3), uint8(16))
+	f.Add([]byte("0123456789abcde€x\xff"), uint8(7), uint8(16))
+	f.Add([]byte(strings.Repeat("é", 40)), uint8(1), uint8(17))
+	f.Fuzz(func(t *testing.T, in []byte, cut uint8, max uint8) {
+		m := int(max)%64 + minMaxLine
+		whole := splitAll(m, [][]byte{in})
+		c := int(cut) % (len(in) + 1)
+		var chunks [][]byte
+		for i := 0; i < len(in); i += c + 1 {
+			chunks = append(chunks, in[i:min(len(in), i+c+1)])
+		}
+		chunked := splitAll(m, chunks)
+		if strings.Join(whole, "\x00|") != strings.Join(chunked, "\x00|") || len(whole) != len(chunked) {
+			t.Fatalf("chunking changed the output: %q vs %q", whole, chunked)
+		}
+		stripped := strings.NewReplacer("\r\n", "", "\r", "", "\n", "").Replace(string(in))
+		if got := strings.Join(whole, ""); got != stripped {
+			t.Fatalf("bytes lost: %q, want %q", got, stripped)
+		}
+		for _, p := range whole {
+			if len(p) > m {
+				t.Fatalf("piece of %d bytes > max %d", len(p), m)
+			}
+			if utf8.Valid(in) && !utf8.ValidString(p) {
+				t.Fatalf("piece %q of valid input is not valid UTF-8", p)
+			}
+		}
+	})
+}
+
+// FuzzReplaceStream compares the streaming replacement with bytes.ReplaceAll under any chunking.
+func FuzzReplaceStream(f *testing.F) {
+	f.Add([]byte("localhost localhost"), []byte("localhost"), []byte("0.0.0.0"), false)
+	f.Add([]byte("aaaa"), []byte("aa"), []byte("a"), true)
+	f.Add([]byte(strings.Repeat("ab", 40000)), []byte("ba"), []byte(""), true)
+	f.Fuzz(func(t *testing.T, in, old, new []byte, oneByte bool) {
+		if len(old) == 0 {
+			return
+		}
+		var r io.Reader = bytes.NewReader(in)
+		if oneByte {
+			r = iotest.OneByteReader(r)
+		}
+		var out bytes.Buffer
+		n, err := replaceStream(&out, r, old, new)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := bytes.ReplaceAll(in, old, new); !bytes.Equal(out.Bytes(), want) {
+			t.Fatalf("got %q, want %q", out.Bytes(), want)
+		}
+		if want := bytes.Count(in, old); n != want {
+			t.Fatalf("count = %d, want %d", n, want)
+		}
+	})
+}
+
+// FuzzSecureJoin resolves arbitrary paths in a tree full of escaping links: the result is
+// always Root or below it, and the only errors are ErrSymlinkLoop and ErrInvalid (NUL).
+func FuzzSecureJoin(f *testing.F) {
+	root := filepath.Join(f.TempDir(), "root")
+	if err := os.MkdirAll(filepath.Join(root, "d", "e"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	for name, target := range map[string]string{"abs": "/", "up": "../..", "d/up": "../../..", "loop": "loop",
+		"d/e/x": "/d/../abs/up", "etc": "/etc"} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	for _, seed := range []string{"/", "../..", "/abs/up/etc/passwd", "d/up/x", "loop/a", "d/e/x/../..", "/etc/../.."} {
+		f.Add(seed, true)
+	}
+	f.Fuzz(func(t *testing.T, p string, follow bool) {
+		got, err := secureJoin(root, p, follow)
+		if err != nil {
+			if !errors.Is(err, ErrSymlinkLoop) && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("secureJoin(%q): %v", p, err)
+			}
+			return
+		}
+		if got != root && !strings.HasPrefix(got, root+"/") {
+			t.Fatalf("secureJoin(%q) = %q escapes %q", p, got, root)
+		}
+	})
+}
+
+// FuzzParseMode: accepted modes render back to the same decimal-written octal number.
+func FuzzParseMode(f *testing.F) {
+	for _, m := range []int{0, 644, 755, 7777, 800, -1, 10000, 4755} {
+		f.Add(m)
+	}
+	f.Fuzz(func(t *testing.T, m int) {
+		mode, err := parseMode(m)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("parseMode(%d) error %v does not wrap ErrInvalid", m, err)
+			}
+			return
+		}
+		if got := modeToDecimal(mode); got != m {
+			t.Fatalf("modeToDecimal(parseMode(%d)) = %d", m, got)
+		}
+	})
+}
+
+// FuzzGlobMatch: valid patterns never fail to match, and a literal base name always matches itself.
+func FuzzGlobMatch(f *testing.F) {
+	f.Add("*.go", "a/b/c.go")
+	f.Add("**/x/**", "x")
+	f.Add("[", "a")
+	f.Fuzz(func(t *testing.T, pattern, rel string) {
+		if validGlob(pattern) != nil {
+			return
+		}
+		if _, err := globMatch(pattern, rel); err != nil {
+			t.Fatalf("globMatch(%q, %q): %v after validGlob accepted it", pattern, rel, err)
+		}
+		if pattern != "" && !strings.ContainsAny(pattern, `*?[\/`) {
+			if ok, _ := globMatch(pattern, "dir/"+pattern); !ok {
+				t.Fatalf("literal %q does not match itself", pattern)
+			}
+		}
+	})
+}
