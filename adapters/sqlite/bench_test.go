@@ -1,0 +1,294 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// Benchmarks run a fixed workload per iteration (meaningful with -benchtime 1x)
+// and report rates and ratios against a raw baseline measured in the same run.
+
+const (
+	benchEntries = 100_000
+	benchBatch   = 1000
+)
+
+// outputEntries returns n realistic exec.output entries of about 200 bytes
+// (the JSON payload), spread over 10 sessions.
+func outputEntries(n int) []events.Entry {
+	line := strings.Repeat("npm WARN deprecated inflight@1.0.6: leaks memory ", 4)[:150]
+	es := make([]events.Entry, n)
+	for i := range es {
+		es[i] = events.New(1764400000000+int64(i/10), "bench", fmt.Sprintf("sbx-%d", i%10), 1+i%50,
+			events.ExecOutput, events.NewOutput(1+i%50, events.Stdout, []byte(fmt.Sprintf("%06d %s\n", i, line))))
+	}
+	return es
+}
+
+// migrated returns a new, migrated database file and a raw handle on it with
+// the store's own connection settings.
+func migrated(b *testing.B) (path string, raw *sql.DB) {
+	b.Helper()
+	path = filepath.Join(b.TempDir(), "raw.db")
+	s, err := Open(path, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.ReadAll(context.Background(), "x", "y"); err != nil { // first use: migrate
+		b.Fatal(err)
+	}
+	raw, err = sql.Open("sqlite", s.dsn(true, "synchronous("+s.cfg.Synchronous+")"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw.SetMaxOpenConns(1)
+	_ = s.Close()
+	b.Cleanup(func() { _ = raw.Close() })
+	return path, raw
+}
+
+// rawInsert writes es with the fastest plain path through the same driver:
+// multi-row INSERTs of chunk rows, one transaction per batch.
+func rawInsert(ctx context.Context, db *sql.DB, es []events.Entry, batch int) error {
+	for len(es) > 0 {
+		n := min(batch, len(es))
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		stmt, err := tx.PrepareContext(ctx, insertChunk)
+		if err != nil {
+			return err
+		}
+		a := make([]any, 0, 9*chunk)
+		for part := es[:n]; len(part) > 0; {
+			k := min(chunk, len(part))
+			a = a[:0]
+			for _, e := range part[:k] {
+				var payload any
+				if e.Payload != nil {
+					payload = string(e.Payload)
+				}
+				a = append(a, e.SandboxID, e.Name, e.StepIndex, nil, string(e.Event), payload, nil, e.Ts, nil)
+			}
+			if k == chunk {
+				_, err = stmt.ExecContext(ctx, a...)
+			} else {
+				_, err = tx.ExecContext(ctx, insertCols+strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, k), ", "), a...)
+			}
+			if err != nil {
+				return err
+			}
+			part = part[k:]
+		}
+		stmt.Close()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		es = es[n:]
+	}
+	return nil
+}
+
+func BenchmarkAppendBatch(b *testing.B) {
+	ctx := context.Background()
+	es := outputEntries(benchEntries)
+	var rawDur, storeDur time.Duration
+	for range b.N {
+		_, raw := migrated(b)
+		start := time.Now()
+		if err := rawInsert(ctx, raw, es, benchBatch); err != nil {
+			b.Fatal(err)
+		}
+		rawDur += time.Since(start)
+
+		s, err := Open(filepath.Join(b.TempDir(), "store.db"), Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ReadAll(ctx, "x", "y"); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		for i := 0; i < len(es); i += benchBatch {
+			if err := s.AppendBatch(ctx, es[i:i+benchBatch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		storeDur += time.Since(start)
+		_ = s.Close()
+	}
+	n := float64(b.N * benchEntries)
+	b.ReportMetric(n/storeDur.Seconds(), "events/s")
+	b.ReportMetric(n/rawDur.Seconds(), "raw-events/s")
+	b.ReportMetric(rawDur.Seconds()/storeDur.Seconds(), "ratio")
+}
+
+func BenchmarkAppend(b *testing.B) {
+	ctx := context.Background()
+	const single = 2000
+	es := outputEntries(single + benchEntries/10)
+	var oneDur, batchDur time.Duration
+	for range b.N {
+		s, err := Open(filepath.Join(b.TempDir(), "store.db"), Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ReadAll(ctx, "x", "y"); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for _, e := range es[:single] {
+			if err := s.Append(ctx, e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		oneDur += time.Since(start)
+		start = time.Now()
+		for rest := es[single:]; len(rest) > 0; rest = rest[benchBatch:] {
+			if err := s.AppendBatch(ctx, rest[:benchBatch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		batchDur += time.Since(start)
+		_ = s.Close()
+	}
+	oneRate := float64(b.N*single) / oneDur.Seconds()
+	batchRate := float64(b.N*(len(es)-single)) / batchDur.Seconds()
+	b.ReportMetric(oneRate, "events/s")
+	b.ReportMetric(oneRate/batchRate, "ratio-to-batch")
+}
+
+const (
+	detailsSessions = 100_000
+	detailsPer      = 20 // entries per session: 2M in all
+)
+
+// loadDetailsDataset writes sessions × per entries and their summary rows
+// straight into a migrated database, with multi-row INSERTs in large
+// transactions (synchronous off): the fastest raw path of this driver.
+func loadDetailsDataset(b *testing.B, sessions, per int) (*Store, time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	path, _ := migrated(b)
+	s, err := Open(path, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	raw, err := sql.Open("sqlite", s.dsn(true, "synchronous(OFF)"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetMaxOpenConns(1)
+	start := time.Now()
+	created := `{"sandboxId":"%s","resources":{"cpu":"1"},"runId":"run-%d"}`
+	out := `{"seq":%d,"type":"stdout","text":"` + strings.Repeat("x", 150) + `"}`
+	batch := make([]events.Entry, 0, 10_000)
+	var summary []any
+	flush := func() {
+		if err := rawInsert(ctx, raw, batch, len(batch)); err != nil {
+			b.Fatal(err)
+		}
+		batch = batch[:0]
+		q := `INSERT INTO alineo_sandbox_details (name, sandbox_id, status, started_at, completed_at, exec_count, run_id) VALUES ` +
+			strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?), `, len(summary)/7), ", ")
+		if _, err := raw.ExecContext(ctx, q, summary...); err != nil {
+			b.Fatal(err)
+		}
+		summary = summary[:0]
+	}
+	for i := range sessions {
+		id, name := fmt.Sprintf("sbx-%06d", i), fmt.Sprintf("job-%d", i%50)
+		ts := int64(1764400000000) + int64(i)*1000
+		batch = append(batch, events.Entry{Ts: ts, Name: name, SandboxID: id, StepIndex: -1, Event: events.SandboxCreated,
+			Payload: []byte(fmt.Sprintf(created, id, i))})
+		execs := 0
+		for j := 1; j < per-1; j++ {
+			ev := []events.Event{events.ExecStarted, events.ExecOutput, events.ExecCompleted}[j%3]
+			if ev == events.ExecCompleted {
+				execs++
+			}
+			batch = append(batch, events.Entry{Ts: ts + int64(j), Name: name, SandboxID: id, StepIndex: 1 + j/3, Event: ev,
+				Payload: []byte(fmt.Sprintf(out, 1+j/3))})
+		}
+		last := events.Entry{Ts: ts + int64(per), Name: name, SandboxID: id, StepIndex: -1, Event: events.SandboxClosed}
+		status, completed := "completed", any(last.Ts)
+		if i%2 == 1 { // every other session still running
+			last.Event, last.StepIndex, last.Payload = events.ExecOutput, 9, []byte(fmt.Sprintf(out, 9))
+			status, completed = "running", nil
+		}
+		batch = append(batch, last)
+		summary = append(summary, name, id, status, ts, completed, execs, fmt.Sprintf("run-%d", i))
+		if len(batch) >= 10_000 {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	return s, time.Since(start)
+}
+
+func BenchmarkListAllSandboxDetails(b *testing.B) {
+	ctx := context.Background()
+	s, load := loadDetailsDataset(b, detailsSessions, detailsPer)
+	mid := int64(1764400000000) + int64(detailsSessions/2)*1000
+	queries := []struct {
+		name string
+		run  func() ([]adapters.SandboxDetails, error)
+	}{
+		{"all", func() ([]adapters.SandboxDetails, error) {
+			return s.ListAllSandboxDetails(ctx, adapters.ListOptions{Limit: 20})
+		}},
+		{"running", func() ([]adapters.SandboxDetails, error) {
+			return s.ListAllSandboxDetails(ctx, adapters.ListOptions{Limit: 20, Status: adapters.StatusRunning})
+		}},
+		{"before", func() ([]adapters.SandboxDetails, error) {
+			return s.ListAllSandboxDetails(ctx, adapters.ListOptions{Limit: 20, Before: mid})
+		}},
+		{"by-name", func() ([]adapters.SandboxDetails, error) {
+			return s.ListSandboxDetails(ctx, "job-7", adapters.ListOptions{Limit: 20})
+		}},
+	}
+	const calls = 200
+	b.ResetTimer()
+	for range b.N {
+		for _, q := range queries {
+			lat := make([]time.Duration, 0, calls)
+			for range calls {
+				start := time.Now()
+				ds, err := q.run()
+				lat = append(lat, time.Since(start))
+				if err != nil || len(ds) != 20 {
+					b.Fatalf("%s: %d details, %v; want 20", q.name, len(ds), err)
+				}
+				if q.name == "all" && ds[0].SandboxID != fmt.Sprintf("sbx-%06d", detailsSessions-1) {
+					b.Fatalf("newest session = %s, want the last one loaded", ds[0].SandboxID)
+				}
+			}
+			slices.Sort(lat)
+			if q.name == "all" {
+				b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+				b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+			} else {
+				b.ReportMetric(ms(lat[len(lat)/2]), q.name+"-p50-ms")
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(detailsSessions*detailsPer), "entries")
+	b.ReportMetric(load.Seconds(), "load-s")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

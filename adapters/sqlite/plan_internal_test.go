@@ -1,0 +1,57 @@
+package sqlite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/alineo-labs/alineo/adapters"
+)
+
+// TestDetailsQueriesUseIndexes checks that the details lists are served by an
+// index in order, without a sort over the whole table.
+func TestDetailsQueriesUseIndexes(t *testing.T) {
+	s, err := Open(t.TempDir()+"/plan.db", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, _, err := s.dbs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		where string
+		a     []any
+		index string
+	}{
+		{"all", "", nil, "alineo_sandbox_details_started"},
+		{"before", " AND started_at < ?", []any{int64(5)}, "alineo_sandbox_details_started"},
+		{"status", " AND status = ?", []any{string(adapters.StatusRunning)}, "alineo_sandbox_details_status_started"},
+		{"name", " AND name = ?", []any{"job"}, "alineo_sandbox_details_name_started"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := `EXPLAIN QUERY PLAN SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE started_at IS NOT NULL` +
+				tt.where + ` ORDER BY started_at DESC, name, sandbox_id LIMIT 20`
+			rows, err := w.QueryContext(t.Context(), q, tt.a...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, notused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			got := strings.Join(plan, "; ")
+			if !strings.Contains(got, tt.index) || strings.Contains(got, "TEMP B-TREE") {
+				t.Fatalf("plan = %q, want a scan of %s without a sort", got, tt.index)
+			}
+		})
+	}
+}
