@@ -131,9 +131,13 @@ func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx cont
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
+	every := lease.RenewAfter
+	if every <= 0 {
+		every = checkpoints.DefaultLeaseDuration / 3
+	}
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(lease.RenewAfter)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -143,6 +147,9 @@ func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx cont
 				return
 			case <-t.C:
 				if _, err := lease.Renew(ctx); err != nil {
+					if ctx.Err() != nil {
+						return // the snapshot ended or was cancelled meanwhile
+					}
 					m.cfg.Logger.Warn("snapshot writer lease lost", "thread", thread, "fence", lease.Fence, "err", err)
 					cancel(err)
 					return
