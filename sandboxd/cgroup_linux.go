@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -147,4 +148,25 @@ func (c *cgroups) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killAll thaws the group and kills every process in it, then removes it. It
+// cleans up after a server that died without stopping its sandboxes.
+func (c *cgroups) killAll() error {
+	if c.hasFreezer() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = c.setFreezer(ctx, "THAWED")
+		cancel()
+	}
+	for i := 0; i < 100; i++ {
+		pids := c.pids()
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return c.remove()
 }

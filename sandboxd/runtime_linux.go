@@ -138,7 +138,11 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 	p := &proc{cmd: cmd, ctl: ctlW, done: make(chan struct{})}
 	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits)
 	if len(p.cg.missing) > 0 {
-		s.log.Warn("sandboxd: cgroup features unavailable for sandbox", "id", rec.ID, "missing", strings.Join(p.cg.missing, "; "))
+		missing := strings.Join(p.cg.missing, "; ")
+		s.cgWarnOnce.Do(func() {
+			s.log.Warn("sandboxd: cgroup features unavailable: limits not enforced, pause uses SIGSTOP", "missing", missing)
+		})
+		s.log.Debug("sandboxd: cgroup features unavailable for sandbox", "id", rec.ID, "missing", missing)
 	}
 	if err := p.cg.add(cmd.Process.Pid); err != nil {
 		s.log.Warn("sandboxd: cgroup placement failed", "id", rec.ID, "err", err)
@@ -315,6 +319,10 @@ func (s *Server) freeze(ctx context.Context, p *proc) error {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
+	// A second pass stops children forked while the first one ran.
+	if err := signalTree(p.pid(), syscall.SIGSTOP); err != nil {
+		return err
+	}
 	return signalTree(p.pid(), syscall.SIGSTOP)
 }
 

@@ -1,10 +1,12 @@
 package sandboxd_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,7 +98,20 @@ func counter(t testing.TB, dataDir, id string) int {
 }
 
 func TestPauseFreezes(t *testing.T) {
-	s, base := startServer(t, sandboxd.Config{})
+	for _, c := range []struct {
+		name string
+		cfg  sandboxd.Config
+	}{
+		{"freezer", sandboxd.Config{}},
+		// Without cgroups the server falls back to SIGSTOP/SIGCONT of the tree.
+		{"sigstop", sandboxd.Config{CgroupRoot: t.TempDir()}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testPauseFreezes(t, c.cfg) })
+	}
+}
+
+func testPauseFreezes(t *testing.T, cfg sandboxd.Config) {
+	s, base := startServer(t, cfg)
 	loop := `i=0; while :; do i=$((i+1)); echo $i > /root/counter.tmp; mv /root/counter.tmp /root/counter; sleep 0.01; done`
 	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", loop}})
 	waitState(t, base, id, sandboxd.StateRunning)
@@ -277,4 +292,83 @@ func TestNoIsolation(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestResourceLimits(t *testing.T) {
+	const root = "/sys/fs/cgroup"
+	if _, err := os.Stat(root + "/memory/cgroup.procs"); err != nil {
+		testenv.SkipOrFail(t, "no cgroup v1 memory controller at "+root)
+	}
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, map[string]any{"resourceLimits": map[string]string{"cpu": "250m", "memory": "96Mi"}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	for file, want := range map[string]string{
+		"memory/alineo-sandboxd/" + id + "/memory.limit_in_bytes": strconv.Itoa(96 << 20),
+		"cpu/alineo-sandboxd/" + id + "/cpu.cfs_quota_us":         "25000",
+		"cpu/alineo-sandboxd/" + id + "/cpu.cfs_period_us":        "100000",
+	} {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		if got := strings.TrimSpace(string(b)); err != nil || got != want {
+			t.Errorf("%s = %q (%v), want %s", file, got, err, want)
+		}
+	}
+	u, tok := execdEndpoint(t, base, id, false)
+	lines, _ := run(t, u, tok, "cat /proc/self/cgroup")
+	if got := strings.Join(lines, "\n"); !strings.Contains(got, "memory:/alineo-sandboxd/"+id) || !strings.Contains(got, "freezer:/alineo-sandboxd/"+id) {
+		t.Errorf("a command's cgroups = %q, want the sandbox's", got)
+	}
+	// Holding 200 MB in a shell variable exceeds the 96Mi limit.
+	if _, code := run(t, u, tok, `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo ${#x}`); code == 0 {
+		t.Error("a command used 200 MB under a 96Mi memory limit")
+	}
+	if lines, code := run(t, u, tok, "echo alive"); code != 0 || strings.Join(lines, "") != "alive" {
+		t.Errorf("after the OOM kill: %q exit %d, want execd alive", lines, code)
+	}
+}
+
+// TestServerCrash kills a server process outright: its sandboxes, even a
+// paused one, must not outlive it (after the next start on the same data
+// directory at the latest), and come back Terminated.
+func TestServerCrash(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), serverEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the server's URL: %v", err)
+	}
+	base := strings.TrimSpace(line)
+	running := create(t, base, map[string]any{"entrypoint": []string{"sleep", "4545"}})
+	paused := create(t, base, map[string]any{"entrypoint": []string{"sleep", "4646"}})
+	waitState(t, base, running, sandboxd.StateRunning)
+	waitState(t, base, paused, sandboxd.StateRunning)
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+paused+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, paused, sandboxd.StatePaused)
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// The running sandbox's init sees its control pipe close and exits.
+	assertNoProcesses(t, running)
+
+	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
+	assertNoProcesses(t, paused)
+	for _, id := range []string{running, paused} {
+		if st := getSandbox(t, base2, id).Status; st.State != sandboxd.StateTerminated || st.Reason != "sandboxd_restart" {
+			t.Errorf("%s after the crash: %+v, want Terminated/sandboxd_restart", id, st)
+		}
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/freezer/alineo-sandboxd", id)); err == nil {
+			t.Errorf("cgroup of %s left behind", id)
+		}
+	}
 }

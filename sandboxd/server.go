@@ -25,12 +25,13 @@ type Server struct {
 	tempDir bool
 	handler http.Handler
 
-	probeOnce sync.Once
-	probeErr  error
-	hostOnce  sync.Once
-	host      rootfs
-	hostErr   error
-	importMu  sync.Mutex
+	probeOnce  sync.Once
+	probeErr   error
+	hostOnce   sync.Once
+	host       rootfs
+	hostErr    error
+	importMu   sync.Mutex
+	cgWarnOnce sync.Once
 
 	stop     chan struct{}
 	bg       sync.WaitGroup // janitor and sandbox goroutines
@@ -109,8 +110,12 @@ func New(cfg Config) (*Server, error) {
 			if err := s.saveRecord(&sb.rec); err != nil {
 				return nil, err
 			}
+			// A server that died leaves its sandboxes' groups behind, and a
+			// frozen sandbox's processes alive: thaw and kill them.
+			if err := newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}).killAll(); err != nil {
+				s.log.Warn("sandboxd: clean up the cgroups of a sandbox from an earlier run", "id", r.ID, "err", err)
+			}
 			s.removeRuntimeDirs(r.ID)
-			newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}).remove() //nolint:errcheck // best effort: leftover groups of a crashed run
 		}
 		if sb.rec.Status.LastTransitionAt != nil {
 			sb.ended = *sb.rec.Status.LastTransitionAt
