@@ -21,6 +21,9 @@ type Store interface {
 	// List returns the thread's checkpoints in the order they were appended;
 	// an unknown thread has none.
 	List(ctx context.Context, threadID string) ([]*Checkpoint, error)
+	// Threads returns the ids of every thread that has checkpoints, sorted (an
+	// addition to the contract, for listing every sandbox's snapshots).
+	Threads(ctx context.Context) ([]string, error)
 	// Head returns the thread's head checkpoint id, or "" when it has none.
 	Head(ctx context.Context, threadID string) (string, error)
 	// Append adds in.Checkpoint to its thread and makes it the head, if and only

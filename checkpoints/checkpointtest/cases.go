@@ -75,6 +75,22 @@ func testAppendGetList(t *testing.T, f Factory) {
 	if list, _ := e.s.List(e.ctx, "other"); len(list) != 0 {
 		t.Fatalf("List(other) = %s, want empty", ids(list))
 	}
+	l0 := e.acquire("a-thread")
+	e.append(l0, checkpoint("a1", "a-thread", ""))
+	e.acquire("leased-but-empty")
+	threads, err := e.s.Threads(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(threads, ","), "a-thread,t1"; got != want {
+		t.Fatalf("Threads = %s, want %s", got, want)
+	}
+	if err := e.s.DeleteHead(e.ctx, checkpoints.DeleteHeadInput{ThreadID: "a-thread", CheckpointID: "a1", Writer: l0.Writer}); err != nil {
+		t.Fatal(err)
+	}
+	if threads, _ := e.s.Threads(e.ctx); strings.Join(threads, ",") != "t1" {
+		t.Fatalf("Threads after emptying a-thread = %v, want [t1]", threads)
+	}
 }
 
 func ids(cs []*checkpoints.Checkpoint) string {

@@ -90,6 +90,20 @@ func (s *Store) List(ctx context.Context, threadID string) ([]*checkpoints.Check
 	return out, nil
 }
 
+// Threads implements checkpoints.Store.
+func (s *Store) Threads(ctx context.Context) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.threads))
+	for t := range s.threads {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // Head implements checkpoints.Store.
 func (s *Store) Head(ctx context.Context, threadID string) (string, error) {
 	if err := checkpoints.ValidateID("thread id", threadID); err != nil {

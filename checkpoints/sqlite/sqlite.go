@@ -218,6 +218,31 @@ func (s *Store) List(ctx context.Context, threadID string) ([]*checkpoints.Check
 	return out, nil
 }
 
+// Threads implements checkpoints.Store.
+func (s *Store) Threads(ctx context.Context) ([]string, error) {
+	r, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.QueryContext(ctx, `SELECT DISTINCT thread_id FROM alineo_checkpoints ORDER BY thread_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("list threads: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	return out, nil
+}
+
 // Head implements checkpoints.Store.
 func (s *Store) Head(ctx context.Context, threadID string) (string, error) {
 	if err := checkpoints.ValidateID("thread id", threadID); err != nil {
