@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,6 +58,9 @@ type Config struct {
 	// context. It never applies to command streams, metric watches or download
 	// bodies. Default 60 s; negative disables.
 	RequestTimeout time.Duration
+	// EndpointHostRewrite maps hosts in endpoints returned by the server to hosts
+	// reachable from here, e.g. {"host.docker.internal": "localhost"}.
+	EndpointHostRewrite map[string]string
 	// ExecdReadyTimeout bounds the execd readiness wait in Client.Execd on top of its
 	// context. Default 80 s; negative means only the context bounds it.
 	ExecdReadyTimeout time.Duration
@@ -99,6 +103,7 @@ type Client struct {
 	apiKey            string
 	useServerProxy    bool
 	execdReadyTimeout time.Duration
+	hostRewrite       map[string]string
 }
 
 // New returns a Client for cfg. It fails with ErrInvalidRequest if BaseURL is not an
@@ -131,7 +136,8 @@ func New(cfg Config) (*Client, error) {
 	if rt == 0 {
 		rt = 80 * time.Second
 	}
-	return &Client{t: t, apiKey: cfg.APIKey, useServerProxy: cfg.UseServerProxy, execdReadyTimeout: rt}, nil
+	return &Client{t: t, apiKey: cfg.APIKey, useServerProxy: cfg.UseServerProxy, execdReadyTimeout: rt,
+		hostRewrite: maps.Clone(cfg.EndpointHostRewrite)}, nil
 }
 
 // BaseURL returns the normalised lifecycle base URL (no trailing slash).
@@ -190,7 +196,11 @@ type request struct {
 
 func (t *transport) url(path string, q url.Values) string {
 	u := *t.base
-	u.Path = t.base.Path + path
+	unescaped, err := url.PathUnescape(path)
+	if err != nil {
+		unescaped = path
+	}
+	u.Path = t.base.Path + unescaped
 	u.RawPath = t.base.EscapedPath() + path
 	if len(q) > 0 {
 		u.RawQuery = q.Encode()

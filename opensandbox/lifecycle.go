@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -450,12 +451,28 @@ func setDefaultHeader(h map[string]string, name, value string) {
 	h[name] = value
 }
 
-// absolute adds the base URL's scheme to a scheme-less endpoint.
+// absolute adds the base URL's scheme to a scheme-less endpoint and applies
+// Config.EndpointHostRewrite.
 func (c *Client) absolute(ep string) string {
-	if strings.HasPrefix(ep, "http://") || strings.HasPrefix(ep, "https://") {
-		return strings.TrimRight(ep, "/")
+	if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+		ep = c.t.base.Scheme + "://" + ep
 	}
-	return c.t.base.Scheme + "://" + strings.TrimRight(ep, "/")
+	ep = strings.TrimRight(ep, "/")
+	if len(c.hostRewrite) == 0 {
+		return ep
+	}
+	u, err := url.Parse(ep)
+	if err != nil {
+		return ep
+	}
+	if to, ok := c.hostRewrite[u.Hostname()]; ok {
+		if port := u.Port(); port != "" {
+			u.Host = net.JoinHostPort(to, port)
+		} else {
+			u.Host = to
+		}
+	}
+	return u.String()
 }
 
 // pollBackOff is the wait-loop schedule: 100 ms growing ×1.5 up to max, no overall

@@ -605,3 +605,32 @@ func TestWaitSnapshotReady(t *testing.T) {
 		})
 	}
 }
+
+func TestPathEscapingAndHostRewrite(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if strings.Contains(r.URL.Path, "/endpoints/") {
+			writeJSON(w, 200, `{"endpoint":"host.docker.internal:40001/proxy/44772"}`)
+			return
+		}
+		writeJSON(w, 200, sandboxJSON)
+	})
+	c := newClient(t, rec.URL, func(cfg *opensandbox.Config) {
+		cfg.EndpointHostRewrite = map[string]string{"host.docker.internal": "localhost"}
+	})
+	if _, err := c.GetSandbox(context.Background(), "a/b c"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.last(t).Path, "/v1/sandboxes/a%2Fb%20c"; got != want {
+		t.Errorf("path = %q, want %q", got, want)
+	}
+	ep, err := c.GetEndpoint(context.Background(), "sbx-1", 44772)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "http://localhost:40001/proxy/44772"; ep.URL != want {
+		t.Errorf("URL = %q, want %q", ep.URL, want)
+	}
+	if _, err := c.GetEndpoint(context.Background(), "sbx-1", 0); !errors.Is(err, opensandbox.ErrInvalidRequest) {
+		t.Errorf("port 0 err = %v, want ErrInvalidRequest", err)
+	}
+}
