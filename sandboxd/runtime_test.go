@@ -199,31 +199,35 @@ func TestRestartKeepsRecords(t *testing.T) {
 		s1.Close(context.Background())
 		t.Skip(err)
 	}
-	live := create(t, base1, map[string]any{"metadata": map[string]string{"k": "v"}})
+	live := create(t, base1, map[string]any{"metadata": map[string]string{"k": "v"}, "timeout": 600})
 	failed := create(t, base1, map[string]any{"entrypoint": []string{"false"}})
 	waitState(t, base1, live, sandboxd.StateRunning)
 	waitState(t, base1, failed, sandboxd.StateFailed)
-
-	// A second server on the same data directory, as after a crash of the first.
-	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
-	sb := getSandbox(t, base2, live)
-	if sb.Status.State != sandboxd.StateTerminated || sb.Status.Reason != "sandboxd_restart" || sb.Metadata["k"] != "v" {
-		t.Errorf("after a crash: %+v, want Terminated/sandboxd_restart with its metadata", sb)
-	}
-	if st := getSandbox(t, base2, failed).Status; st.State != sandboxd.StateFailed || st.Reason != "entrypoint_exited" {
-		t.Errorf("failed sandbox after restart: %+v", st)
-	}
-	// A new sandbox after the restart.
-	id := create(t, base2, nil)
-	waitState(t, base2, id, sandboxd.StateRunning)
-
+	before := getSandbox(t, base1, live)
 	if err := s1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	assertNoProcesses(t, live)
-	_, base3 := startServer(t, sandboxd.Config{DataDir: dir})
-	if st := getSandbox(t, base3, live).Status; st.State != sandboxd.StateTerminated || st.Reason != "sandboxd_shutdown" {
-		t.Errorf("after a clean shutdown: %+v, want Terminated/sandboxd_shutdown", st)
+
+	// A crash instead of a clean Close is TestServerCrash.
+	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
+	sb := getSandbox(t, base2, live)
+	if sb.Status.State != sandboxd.StateTerminated || sb.Status.Reason != "sandboxd_shutdown" {
+		t.Errorf("after a restart: %+v, want Terminated/sandboxd_shutdown", sb.Status)
+	}
+	if sb.Metadata["k"] != "v" || !sb.CreatedAt.Equal(before.CreatedAt) || sb.ExpiresAt == nil || !sb.ExpiresAt.Equal(*before.ExpiresAt) {
+		t.Errorf("after a restart: %+v, want the record of %+v", sb, before)
+	}
+	if st := getSandbox(t, base2, failed).Status; st.State != sandboxd.StateFailed || st.Reason != "entrypoint_exited" {
+		t.Errorf("failed sandbox after restart: %+v", st)
+	}
+	id := create(t, base2, nil)
+	waitState(t, base2, id, sandboxd.StateRunning)
+	r := call(t, "GET", base2+"/v1/sandboxes", nil)
+	var page struct{ Items []sandboxd.Sandbox }
+	r.decode(t, &page)
+	if len(page.Items) != 3 || page.Items[2].ID != id {
+		t.Errorf("list after restart = %d items, want the 2 old then the new one", len(page.Items))
 	}
 }
 
