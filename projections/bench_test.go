@@ -1,0 +1,256 @@
+package projections_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // the raw-insert baseline only
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/postgres"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/bus/bustest"
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/projections"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// loaded opens a bus holding sandboxes sessions of the realistic mix
+// (created, execs × (started, 20 outputs, completed)) and returns the entries.
+func loaded(b *testing.B, sandboxes, execs int) (*bus.Bus, []events.Entry) {
+	bb := openBus(b, bus.Config{})
+	l := newLedger(b, bb, bus.LedgerConfig{MaxPending: 4096})
+	var es []events.Entry
+	for i := range sandboxes {
+		all := bustest.Entries("bench", bustest.ID(fmt.Sprintf("pb%d", i)), execs, 20)
+		es = append(es, all[:len(all)-2]...)
+	}
+	ctx := context.Background()
+	for _, e := range es {
+		if err := l.Append(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return bb, es
+}
+
+// project runs a projector into store until it has applied want entries.
+func project(b *testing.B, bb *bus.Bus, store adapters.ProjectionStore, want int) time.Duration {
+	p := &projections.Projector{Bus: bb, Store: store, Consumer: "bench"}
+	start := time.Now()
+	stop := run(b, p)
+	testenv.Eventually(b, 60*time.Second, func() error {
+		if got := p.Progress().Applied; got < uint64(want) {
+			return fmt.Errorf("applied %d of %d", got, want)
+		}
+		return nil
+	})
+	d := time.Since(start)
+	if err := stop(); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+const rawSQLiteSchema = `
+CREATE TABLE alineo_events (id INTEGER PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL,
+  step_idx INTEGER NOT NULL, branch INTEGER, event TEXT NOT NULL, payload TEXT, error TEXT,
+  ts INTEGER NOT NULL, ledger_seq INTEGER);
+CREATE INDEX alineo_events_name_sandbox_ts ON alineo_events(name, sandbox_id, ts, id);
+CREATE UNIQUE INDEX alineo_events_ledger_seq ON alineo_events(ledger_seq);`
+
+// rawSQLite inserts es into a bare table of the same schema, in transactions
+// of projections.DefaultBatchSize rows with one prepared statement.
+func rawSQLite(b *testing.B, es []events.Entry) time.Duration {
+	path := testenv.SQLitePath(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(rawSQLiteSchema); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for lo := 0; lo < len(es); lo += projections.DefaultBatchSize {
+		tx, err := db.Begin()
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := tx.Prepare(`INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq) VALUES (?,?,?,?,?,?,?,?,?)`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, e := range es[lo:min(lo+projections.DefaultBatchSize, len(es))] {
+			if _, err := st.Exec(e.SandboxID, e.Name, e.StepIndex, nil, string(e.Event), string(e.Payload), nil, e.Ts, lo+i+1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		st.Close()
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// rawPostgres copies es into a bare table of the same schema with COPY, in
+// chunks of projections.DefaultBatchSize rows.
+func rawPostgres(b *testing.B, dsn string, es []events.Entry) time.Duration {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE raw_events (id BIGSERIAL PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL,
+  step_idx INTEGER NOT NULL, branch INTEGER, event TEXT NOT NULL, payload JSONB, error TEXT, ts BIGINT NOT NULL, ledger_seq BIGINT);
+CREATE INDEX raw_events_name_sandbox_ts ON raw_events(name, sandbox_id, ts, id);
+CREATE UNIQUE INDEX raw_events_ledger_seq ON raw_events(ledger_seq);`); err != nil {
+		b.Fatal(err)
+	}
+	cols := []string{"sandbox_id", "name", "step_idx", "event", "payload", "ts", "ledger_seq"}
+	start := time.Now()
+	for lo := 0; lo < len(es); lo += projections.DefaultBatchSize {
+		chunk := es[lo:min(lo+projections.DefaultBatchSize, len(es))]
+		rows := make([][]any, len(chunk))
+		for i, e := range chunk {
+			rows[i] = []any{e.SandboxID, e.Name, e.StepIndex, string(e.Event), string(e.Payload), e.Ts, int64(lo + i + 1)}
+		}
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"raw_events"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkProjectorSQLite: projector throughput into SQLite vs a raw bulk
+// insert of the same rows.
+func BenchmarkProjectorSQLite(b *testing.B) {
+	bb, es := loaded(b, 40, 20) // 40 × 441 = 17,640 events
+	var projD, rawD time.Duration
+	for range b.N {
+		rawD += rawSQLite(b, es)
+		s, err := sqlite.Open(testenv.SQLitePath(b), sqlite.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		projD += project(b, bb, s, len(es))
+		s.Close()
+	}
+	pr, rr := float64(len(es)*b.N)/projD.Seconds(), float64(len(es)*b.N)/rawD.Seconds()
+	b.ReportMetric(pr, "proj-ev/s")
+	b.ReportMetric(rr, "raw-ev/s")
+	b.ReportMetric(pr/rr, "ratio")
+}
+
+// BenchmarkProjectorPostgres: projector throughput into Postgres vs COPY of
+// the same rows.
+func BenchmarkProjectorPostgres(b *testing.B) {
+	bb, es := loaded(b, 40, 20)
+	var projD, rawD time.Duration
+	for range b.N {
+		rawD += rawPostgres(b, testenv.Postgres(b), es)
+		s, err := postgres.Open(testenv.Postgres(b), postgres.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		projD += project(b, bb, s, len(es))
+		s.Close()
+	}
+	pr, rr := float64(len(es)*b.N)/projD.Seconds(), float64(len(es)*b.N)/rawD.Seconds()
+	b.ReportMetric(pr, "proj-ev/s")
+	b.ReportMetric(rr, "raw-ev/s")
+	b.ReportMetric(pr/rr, "ratio")
+}
+
+// lagStore records, for every applied entry, the time from its append (Ts is
+// taken at append, in ms) to the commit of its batch.
+type lagStore struct {
+	adapters.ProjectionStore
+	mu  sync.Mutex
+	lag []time.Duration
+}
+
+func (s *lagStore) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	if err := s.ProjectionStore.ApplyBatch(ctx, consumer, es, offset); err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	s.mu.Lock()
+	for _, e := range es {
+		s.lag = append(s.lag, time.Duration(now-e.Ts)*time.Millisecond)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// BenchmarkProjectorLag: projector lag (append to commit) under a steady
+// 20k events/s for 3 s into SQLite.
+func BenchmarkProjectorLag(b *testing.B) {
+	const rate, secs = 20_000, 3
+	bb := openBus(b, bus.Config{})
+	l := newLedger(b, bb, bus.LedgerConfig{MaxPending: 4096})
+	s, err := sqlite.Open(testenv.SQLitePath(b), sqlite.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ls := &lagStore{ProjectionStore: s}
+	p := &projections.Projector{Bus: bb, Store: ls, Consumer: "lag"}
+	run(b, p)
+	ctx := context.Background()
+	var sent int
+	for range b.N {
+		ids := make([]string, 20)
+		for i := range ids {
+			ids[i] = bustest.ID("lag")
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		start := time.Now()
+		for time.Since(start) < secs*time.Second {
+			<-tick.C
+			due := int(time.Since(start).Seconds()*rate) - sent
+			for range due {
+				id := ids[sent%len(ids)]
+				e := events.New(time.Now().UnixMilli(), "lag", id, 1, events.ExecOutput, events.NewOutput(1, events.Stdout, make([]byte, 200)))
+				if err := l.Append(ctx, e); err != nil {
+					b.Fatal(err)
+				}
+				sent++
+			}
+		}
+		tick.Stop()
+	}
+	testenv.Eventually(b, 60*time.Second, func() error {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if len(ls.lag) < sent {
+			return fmt.Errorf("projected %d of %d", len(ls.lag), sent)
+		}
+		return nil
+	})
+	ls.mu.Lock()
+	lag := slices.Clone(ls.lag)
+	ls.mu.Unlock()
+	slices.Sort(lag)
+	b.ReportMetric(float64(sent)/float64(secs*b.N), "ev/s")
+	b.ReportMetric(float64(lag[len(lag)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(lag[len(lag)*99/100].Milliseconds()), "p99-ms")
+}
