@@ -160,6 +160,31 @@ func (c *Client) waitRunning(ctx context.Context, id string) error {
 
 var errRunningTimeout = errors.New("sandbox not running in time")
 
+// waitPaused polls the sandbox until it is Paused, for at most runningTimeout.
+func (c *Client) waitPaused(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, runningTimeout)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for {
+		sb, err := c.os.GetSandbox(wctx, id)
+		if err != nil {
+			return &SandboxError{SandboxID: id, Op: "wait paused", Err: err}
+		}
+		switch sb.Status.State {
+		case opensandbox.StatePaused:
+			return nil
+		case opensandbox.StateFailed, opensandbox.StateTerminated:
+			return &ClientError{Status: http.StatusInternalServerError, SandboxID: id, Message: "sandbox is " + string(sb.Status.State)}
+		}
+		select {
+		case <-wctx.Done():
+			return &SandboxError{SandboxID: id, Op: "wait paused", Err: context.Cause(wctx)}
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
 // newUUID returns a random (version 4) UUID.
 func newUUID() string {
 	var b [16]byte

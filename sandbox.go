@@ -178,9 +178,9 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 	return e
 }
 
-// Pause pauses the sandbox (its processes are frozen), cancels the streams of
-// running execs, and records sandbox.paused. Exec and file operations fail with
-// ErrPaused until Resume.
+// Pause pauses the sandbox (its processes are frozen) and waits until it is
+// Paused, then cancels the streams of running execs and records
+// sandbox.paused. Exec and file operations fail with ErrPaused until Resume.
 func (s *Sandbox) Pause(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -190,6 +190,9 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 	s.mu.Unlock()
 	if err := s.c.os.PauseSandbox(ctx, s.id); err != nil {
 		return &SandboxError{SandboxID: s.id, Op: "pause", Err: err}
+	}
+	if err := s.c.waitPaused(ctx, s.id); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.paused = true

@@ -1,8 +1,8 @@
 package alineo
 
 import (
+	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
@@ -40,14 +40,19 @@ func lineBytes(ev opensandbox.Event) []byte {
 // rawBytes returns the exact bytes of a raw (Jupyter) output chunk.
 func rawBytes(ev opensandbox.Event) []byte { return exactBytes(ev) }
 
+// dataKey starts the "data" member of an event object. It cannot occur inside a
+// JSON string, where every quote is escaped.
+var dataKey = []byte(`"data":"`)
+
 func exactBytes(ev opensandbox.Event) []byte {
-	if strings.ContainsRune(ev.Text, utf8.RuneError) && len(ev.Raw) > 0 {
-		var w struct {
-			Data string `json:"data"`
-		}
-		if json.Unmarshal(ev.Raw, &w) == nil && w.Data != "" {
-			if b, err := base64.StdEncoding.DecodeString(w.Data); err == nil {
-				return b
+	if len(ev.Raw) > 0 && (strings.ContainsRune(ev.Text, utf8.RuneError) || strings.IndexByte(ev.Text, 0) >= 0) {
+		if i := bytes.Index(ev.Raw, dataKey); i >= 0 {
+			rest := ev.Raw[i+len(dataKey):]
+			if j := bytes.IndexByte(rest, '"'); j >= 0 {
+				b := make([]byte, base64.StdEncoding.DecodedLen(j), base64.StdEncoding.DecodedLen(j)+1)
+				if n, err := base64.StdEncoding.Decode(b, rest[:j]); err == nil {
+					return b[:n]
+				}
 			}
 		}
 	}

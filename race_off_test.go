@@ -1,0 +1,5 @@
+//go:build !race
+
+package alineo_test
+
+const raceEnabled = false
