@@ -49,8 +49,8 @@ type Manager struct {
 }
 
 type threadLock struct {
-	mu   sync.Mutex
-	refs int
+	ch   chan struct{} // holds a token while a writer of the thread runs
+	refs int           // guarded by Manager.mu
 }
 
 // NewManager returns a Manager over store and blobs.
@@ -76,24 +76,30 @@ func (m *Manager) Store() checkpoints.Store { return m.store }
 // Blobs returns the blob store.
 func (m *Manager) Blobs() *BlobStore { return m.blobs }
 
-// lockThread serializes this process's writers of thread; call the result to unlock.
-func (m *Manager) lockThread(thread string) func() {
+// lockThread serializes this process's writers of thread, waiting at most
+// until ctx is done; call the result to unlock.
+func (m *Manager) lockThread(ctx context.Context, thread string) (func(), error) {
 	m.mu.Lock()
 	l := m.threads[thread]
 	if l == nil {
-		l = &threadLock{}
+		l = &threadLock{ch: make(chan struct{}, 1)}
 		m.threads[thread] = l
 	}
 	l.refs++
 	m.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	drop := func() {
 		m.mu.Lock()
 		if l.refs--; l.refs == 0 {
 			delete(m.threads, thread)
 		}
 		m.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; drop() }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, fmt.Errorf("wait for another snapshot of %s: %w", thread, ctx.Err())
 	}
 }
 
@@ -121,7 +127,10 @@ func (m *Manager) acquire(ctx context.Context, thread string) (*checkpoints.Leas
 // withLease runs fn holding thread's writer lease, renewing it in the
 // background; fn's ctx is cancelled if the lease is lost.
 func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx context.Context, w checkpoints.Writer) error) error {
-	unlock := m.lockThread(thread)
+	unlock, err := m.lockThread(ctx, thread)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	lease, err := m.acquire(ctx, thread)
 	if err != nil {
@@ -161,7 +170,7 @@ func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx cont
 	close(done)
 	wg.Wait()
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		err = fmt.Errorf("%w (lease: %v)", err, cause)
+		err = fmt.Errorf("%w (lease: %w)", err, cause)
 	}
 	cancel(nil)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

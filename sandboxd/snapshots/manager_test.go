@@ -348,3 +348,35 @@ func TestSupersededWriterFails(t *testing.T) {
 		t.Fatalf("head = %q, want none", h)
 	}
 }
+
+// TestWaitingSnapshotHonoursCtx: a snapshot waiting for another one of the
+// same thread gives up when its ctx ends.
+func TestWaitingSnapshotHonoursCtx(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	src := t.TempDir()
+	write(t, src, "f", "x", 0o644)
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src, Freeze: func(context.Context) (func(), error) {
+			close(started)
+			<-release
+			return func() {}, nil
+		}})
+		done <- err
+	}()
+	<-started
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := m.Snapshot(cctx, snapshots.SnapshotInput{ThreadID: "t", Root: src}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiting Snapshot with a cancelled ctx: err = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("first Snapshot: %v", err)
+	}
+	if _, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src}); err != nil {
+		t.Fatalf("Snapshot after both: %v", err)
+	}
+}
