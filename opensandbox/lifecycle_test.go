@@ -634,3 +634,54 @@ func TestPathEscapingAndHostRewrite(t *testing.T) {
 		t.Errorf("port 0 err = %v, want ErrInvalidRequest", err)
 	}
 }
+
+func TestDiagnostics(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if r.URL.Query().Get("scope") == "" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("raw log line\n"))
+			return
+		}
+		writeJSON(w, 200, `{"sandboxId":"sbx-1","kind":"logs","scope":"container","delivery":"inline",
+			"contentType":"text/plain; charset=utf-8","content":"line\n","truncated":false}`)
+	})
+	c := newClient(t, rec.URL)
+	d, err := c.Diagnostics(context.Background(), "sbx-1", "logs", "container")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Delivery != "inline" || d.Content != "line\n" || d.Scope != "container" {
+		t.Errorf("descriptor = %+v", d)
+	}
+	if r := rec.last(t); r.Path != "/v1/sandboxes/sbx-1/diagnostics/logs" || r.Query["scope"][0] != "container" {
+		t.Errorf("request = %s %v", r.Path, r.Query)
+	}
+	d, err = c.Diagnostics(context.Background(), "sbx-1", "events", "")
+	if err != nil || d.Content != "raw log line\n" || d.Kind != "events" {
+		t.Errorf("raw = %+v, %v", d, err)
+	}
+	if _, err := c.Diagnostics(context.Background(), "sbx-1", "bogus", ""); !errors.Is(err, opensandbox.ErrInvalidRequest) {
+		t.Errorf("bad kind err = %v", err)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	var calls atomic.Int32
+	var first, second atomic.Int64 // Unix nanoseconds
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if calls.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 429, `{"code":"RATE_LIMITED","message":"slow down"}`)
+			return
+		}
+		second.Store(time.Now().UnixNano())
+		writeJSON(w, 200, sandboxJSON)
+	})
+	if _, err := newClient(t, rec.URL).GetSandbox(context.Background(), "sbx-1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Duration(second.Load() - first.Load()); d < 900*time.Millisecond {
+		t.Errorf("retried after %v, want at least the 1 s Retry-After", d)
+	}
+}
