@@ -20,6 +20,8 @@ const (
 	killSignalTimeout    = syscall.SIGKILL
 	killSignalDisconnect = syscall.SIGKILL
 	killSignalInterrupt  = syscall.SIGTERM // escalated to SIGKILL after interruptGrace
+
+	maxDrainAfterExit = 4 << 20 // bytes read from a pipe after the read deadline passed
 )
 
 // command is one started process (and its process group): a /command, /code or session run.
@@ -263,11 +265,42 @@ func (s *Server) pump(f *os.File, typ string, send func(event), wg *sync.WaitGro
 		if n > 0 {
 			_, _ = sp.Write(buf[:n])
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			drainAvailable(f, buf, sp)
+			break
+		}
 		if err != nil {
 			break
 		}
 	}
 	_ = sp.Flush()
+}
+
+// drainAvailable reads what is already buffered in pipe f without waiting for more. The read
+// deadline set after the process exit only stops waiting for writers that never close the pipe
+// (a lingering grandchild); output the process wrote before exiting must not be lost just
+// because the client was slow to take it.
+func drainAvailable(f *os.File, buf []byte, w io.Writer) {
+	if f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	// Bounded: a grandchild writing without pause must not keep us here.
+	for total := 0; total < maxDrainAfterExit; {
+		var n int
+		err := rc.Read(func(fd uintptr) bool {
+			n, _ = syscall.Read(int(fd), buf) // non-blocking: EAGAIN once the pipe is empty
+			return true
+		})
+		if err != nil || n <= 0 {
+			return
+		}
+		total += n
+		_, _ = w.Write(buf[:n])
+	}
 }
 
 func terminalEvent(c *command) event {

@@ -440,3 +440,34 @@ func TestCommandStartFailureIsJSONError(t *testing.T) {
 	wantError(t, resp, 500, "RUNTIME_ERROR")
 	_ = io.Discard
 }
+
+// TestSlowClientLosesNoOutput reads a large output slowly: output the command wrote before it
+// exited must all arrive even though the stream is drained long after the exit.
+func TestSlowClientLosesNoOutput(t *testing.T) {
+	e := newEnv(t, execd.Config{})
+	resp := e.do("POST", "/command", `{"command":"seq 1 200000"}`)
+	defer resp.Body.Close()
+	sr := newStreamReader(resp.Body)
+	n := 0
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			t.Fatalf("after %d lines: %v", n, err)
+		}
+		if ev.Type == "stdout" {
+			n++
+			if ev.Text != strconv.Itoa(n) {
+				t.Fatalf("line %d = %q", n, ev.Text)
+			}
+			if n%20000 == 0 {
+				time.Sleep(50 * time.Millisecond) // a slow consumer, not a wait for a condition
+			}
+		}
+		if ev.Type == "execution_complete" || ev.Type == "error" {
+			break
+		}
+	}
+	if n != 200000 {
+		t.Fatalf("got %d lines, want 200000", n)
+	}
+}
