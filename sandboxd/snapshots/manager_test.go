@@ -380,3 +380,37 @@ func TestWaitingSnapshotHonoursCtx(t *testing.T) {
 		t.Fatalf("Snapshot after both: %v", err)
 	}
 }
+
+// TestSurvivesRestart: snapshots in a SQLite store and a blob directory are
+// there after the Manager (sandboxd) restarts, and the next snapshot still
+// re-uses the blobs of the last one.
+func TestSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() (*snapshots.Manager, func()) {
+		s, err := sqlite.Open(ctx, filepath.Join(dir, "ckpt.db"), checkpoints.Options{})
+		must(t, err)
+		b, err := snapshots.OpenBlobStore(filepath.Join(dir, "blobs"), snapshots.BlobConfig{})
+		must(t, err)
+		return snapshots.NewManager(s, b, snapshots.ManagerConfig{}), func() { must(t, s.Close()) }
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	buildTree(t, src)
+	backdate(t, src)
+	want := describe(t, src, true)
+	m, closeStore := open()
+	c1, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx", Root: src})
+	must(t, err)
+	closeStore()
+
+	m, closeStore = open()
+	defer closeStore()
+	dest := filepath.Join(t.TempDir(), "dest")
+	must(t, m.Restore(ctx, c1.ID, dest, snapshots.RestoreOptions{}))
+	diff(t, "restore after restart", describe(t, dest, true), want)
+	c2, st, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "sbx", Root: src})
+	must(t, err)
+	if c2.ParentID != c1.ID || st.HashedFiles != 0 || st.ReusedFiles != st.Files {
+		t.Fatalf("snapshot after restart: parent %s, stats %+v; want parent %s and every file re-used", c2.ParentID, st, c1.ID)
+	}
+}
