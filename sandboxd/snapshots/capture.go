@@ -42,6 +42,12 @@ type CaptureStats struct {
 // files written just before a checkpoint.
 const RacyWindow = 20 * time.Millisecond
 
+// Overlay extended attributes that make an upper-dir entry depend on the
+// lower layer in ways a snapshot cannot express: a metadata-only copy-up
+// (metacopy=on) and a renamed directory (redirect_dir=on). Both are off by
+// default; Capture fails with ErrUnsupportedOverlay when it finds one.
+var dependentXattrs = []string{"trusted.overlay.metacopy", "trusted.overlay.redirect", "user.overlay.metacopy", "user.overlay.redirect"}
+
 // Overlay extended attributes marking an opaque directory (the trusted
 // namespace for mounts by root, the user namespace for "userxattr" mounts).
 var opaqueXattrs = []string{"trusted.overlay.opaque", "user.overlay.opaque"}
@@ -112,6 +118,11 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 			e.UID, e.GID = int(sys.Uid), int(sys.Gid)
 		}
 		e.ModTime = info.ModTime().UnixNano()
+		if typ := info.Mode().Type(); typ == fs.ModeDir || typ == 0 {
+			if name := dependentXattr(p); name != "" {
+				return &PathError{Op: "capture", Path: rel, Err: fmt.Errorf("%w: has %s", ErrUnsupportedOverlay, name)}
+			}
+		}
 		switch typ := info.Mode().Type(); {
 		case typ == fs.ModeDir:
 			e.Kind = checkpoints.KindDir
@@ -173,6 +184,15 @@ func storeFile(ctx context.Context, p string, blobs *BlobStore) (string, int64, 
 	}
 	defer f.Close()
 	return blobs.put(ctx, f)
+}
+
+func dependentXattr(p string) string {
+	for _, name := range dependentXattrs {
+		if _, err := unix.Lgetxattr(p, name, nil); err == nil {
+			return name
+		}
+	}
+	return ""
 }
 
 func isOpaque(p string) bool {

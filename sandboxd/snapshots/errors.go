@@ -15,6 +15,9 @@ var (
 	// (through a symlink or a non-directory on the way). Manifests with ".."
 	// or absolute paths are rejected earlier with checkpoints.ErrInvalidEntry.
 	ErrUnsafePath = errors.New("unsafe restore path")
+	// ErrUnsupportedOverlay reports an overlay upper dir written with
+	// metacopy=on or redirect_dir=on, whose entries depend on the lower layer.
+	ErrUnsupportedOverlay = errors.New("unsupported overlay feature (metacopy or redirect_dir)")
 	// ErrCorruptBlob reports a blob whose size differs from its manifest entry.
 	ErrCorruptBlob = errors.New("corrupt blob")
 )

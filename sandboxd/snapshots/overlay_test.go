@@ -2,6 +2,7 @@ package snapshots_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,4 +96,29 @@ func TestOverlayUpperDir(t *testing.T) {
 	must(t, snapshots.Restore(ctx, entries, blobs, upper2, snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts}))
 	mountOverlay(t, lower, upper2, filepath.Join(base, "work2"), merged2)
 	diff(t, "overlay with restored upper", describe(t, merged2, true), want)
+}
+
+// TestRefusesDependentOverlayEntries: an upper dir written with metacopy or
+// redirect_dir cannot be snapshotted on its own; Capture says so.
+func TestRefusesDependentOverlayEntries(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("trusted.* xattrs need root")
+	}
+	for _, name := range []string{"trusted.overlay.metacopy", "trusted.overlay.redirect"} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, "d/f", "x", 0o644)
+			target := filepath.Join(root, "d/f")
+			if name == "trusted.overlay.redirect" {
+				target = filepath.Join(root, "d")
+			}
+			if err := unix.Lsetxattr(target, name, []byte("y"), 0); err != nil {
+				t.Skipf("cannot set %s here: %v", name, err)
+			}
+			_, _, err := snapshots.Capture(context.Background(), root, nil, openBlobs(t))
+			if !errors.Is(err, snapshots.ErrUnsupportedOverlay) {
+				t.Fatalf("Capture err = %v, want ErrUnsupportedOverlay", err)
+			}
+		})
+	}
 }
