@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -312,14 +314,28 @@ func insert(ctx context.Context, tx *sql.Tx, c *checkpoints.Checkpoint) error {
 	if len(counts) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO alineo_checkpoint_blob_refs (checkpoint_id, blob_key, refs) VALUES (?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("insert blob refs: %w", err)
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
 	}
-	defer stmt.Close()
-	for k, n := range counts {
-		if _, err := stmt.ExecContext(ctx, c.ID, k, n); err != nil {
-			return fmt.Errorf("insert blob ref %s: %w", k, err)
+	sort.Strings(keys)
+	// Multi-row inserts, within SQLite's limit on bound parameters.
+	const rowsPerInsert = 300
+	for len(keys) > 0 {
+		chunk := keys[:min(rowsPerInsert, len(keys))]
+		keys = keys[len(chunk):]
+		var q strings.Builder
+		q.WriteString(`INSERT INTO alineo_checkpoint_blob_refs (checkpoint_id, blob_key, refs) VALUES `)
+		args := make([]any, 0, 3*len(chunk))
+		for i, k := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?)")
+			args = append(args, c.ID, k, counts[k])
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("insert blob refs of %s: %w", c.ID, err)
 		}
 	}
 	return nil
