@@ -5,9 +5,11 @@ package alineo_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
@@ -36,6 +39,19 @@ var storeKinds = []struct {
 		}
 		return s
 	}},
+	{"postgres", func(t *testing.T) adapters.Store {
+		s, err := postgres.Open(testenv.Postgres(t), postgres.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}},
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopPostgres()
+	os.Exit(code)
 }
 
 // env is one test's sandboxd, store and client.
@@ -44,11 +60,6 @@ type env struct {
 	store  adapters.Store
 	client *alineo.Client
 }
-
-var (
-	sandboxdOnce sync.Once
-	sandboxdURL  string
-)
 
 func newEnv(t *testing.T, store adapters.Store, opts ...func(*alineo.Options)) *env {
 	t.Helper()
@@ -115,7 +126,7 @@ func (e *env) liveSandboxes(t *testing.T, ctx context.Context) int {
 func summary(es []events.Entry) string {
 	var b strings.Builder
 	for _, e := range es {
-		p := string(e.Payload)
+		p := canonical(e.Payload)
 		if e.Event == events.ExecStarted {
 			var sp events.ExecStartedPayload
 			_ = e.Decode(&sp)
@@ -275,18 +286,18 @@ func TestLedgerRowsOfEachOperation(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := summary(e.rows(t, sb))
-		want := `sandbox.created -1 {"sandboxId":"` + sb.ID() + `","resources":{"cpu":"500m","memory":"256Mi"},"runId":"run-7"}
+		want := `sandbox.created -1 {"resources":{"cpu":"500m","memory":"256Mi"},"runId":"run-7","sandboxId":"` + sb.ID() + `"}
 exec.started 1 {Seq:1 Kind:command Cmd:echo one; echo two >&2 Code: Fingerprint:}
-exec.output 1 {"seq":1,"type":"stdout","text":"one\n"}
-exec.output 1 {"seq":1,"type":"stderr","text":"two\n"}
-exec.completed 1 {"seq":1,"exitCode":0}
+exec.output 1 {"seq":1,"text":"one\n","type":"stdout"}
+exec.output 1 {"seq":1,"text":"two\n","type":"stderr"}
+exec.completed 1 {"exitCode":0,"seq":1}
 exec.started 2 {Seq:2 Kind:code Cmd: Code:echo code Fingerprint:}
-exec.output 2 {"seq":2,"type":"stdout","text":"code\n"}
-exec.completed 2 {"seq":2,"exitCode":0}
+exec.output 2 {"seq":2,"text":"code\n","type":"stdout"}
+exec.completed 2 {"exitCode":0,"seq":2}
 sandbox.paused -1 
 sandbox.resumed -1 
 exec.started 4 {Seq:4 Kind:command Cmd:exit 5 Code: Fingerprint:}
-exec.completed 4 {"seq":4,"exitCode":5}
+exec.completed 4 {"exitCode":5,"seq":4}
 sandbox.closed -1 
 `
 		if got != want {
@@ -393,7 +404,7 @@ func TestCloseIdempotentAndCancelsStreams(t *testing.T) {
 			t.Fatalf("second Close = %v", err)
 		}
 		got := summary(e.rows(t, sb))
-		if !strings.HasSuffix(got, "exec.output 1 {\"seq\":1,\"type\":\"stdout\",\"text\":\"started\\n\"}\nsandbox.closed -1 \n") {
+		if !strings.HasSuffix(got, "exec.output 1 {\"seq\":1,\"text\":\"started\\n\",\"type\":\"stdout\"}\nsandbox.closed -1 \n") {
 			t.Fatalf("ledger:\n%s\nwant the recorded chunk kept, no exec.completed, one sandbox.closed last", got)
 		}
 		if n := e.liveSandboxes(t, ctx); n != 0 {
@@ -649,6 +660,20 @@ func TestProxyAndMetrics(t *testing.T) {
 	if err != nil || m.Timestamp.IsZero() {
 		t.Fatalf("Metrics = %+v, %v", m, err)
 	}
+}
+
+// canonical re-encodes a JSON payload with sorted keys and no spaces, the way
+// every store returns it (Postgres JSONB reorders keys).
+func canonical(raw []byte) string {
+	if raw == nil {
+		return ""
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "BAD JSON " + string(raw)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // firstDiff returns the index of the first byte where a and b differ, or -1.
