@@ -101,8 +101,11 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request, ss *sessio
 		// Readonly or special variables may refuse to be set again; that is not the script's error.
 		b.WriteString("{\n" + exports + "\n} 2>/dev/null\n")
 	}
-	b.WriteString("trap '__execd_rc=$?; export -p >" + shellQuote(envFile) + " 2>/dev/null; pwd >" +
-		shellQuote(cwdFile) + " 2>/dev/null; exit $__execd_rc' EXIT\n")
+	// On exit, save the cwd and the exported variables except the ones the shell manages itself.
+	// (A script that installs its own EXIT trap replaces this one; its run then keeps no state.)
+	b.WriteString("trap '__execd_rc=$?; set +e; pwd >" + shellQuote(cwdFile) + " 2>/dev/null; " +
+		"unset PWD OLDPWD SHLVL 2>/dev/null; export -p >" + shellQuote(envFile) + " 2>/dev/null; " +
+		"exit $__execd_rc' EXIT\n")
 	b.WriteString(script)
 	b.WriteString("\n")
 

@@ -56,9 +56,10 @@ func TestSessionCarriesExportsAndCwd(t *testing.T) {
 	if res := run(`pwd`); res.stdout[0] != filepath.Join(e.root, "sub", "dir") {
 		t.Fatalf("pwd = %q", res.stdout)
 	}
-	res = e.stream("/session/"+id+"/run", map[string]any{"command": "pwd", "cwd": "/sub"})
-	if got, want := res.stdout[0], filepath.Join(e.root, "sub"); got != want {
-		t.Fatalf("pwd with cwd override = %q, want %q", got, want)
+	res = e.stream("/session/"+id+"/run", map[string]any{"command": `pwd; echo "$PWD"; set -u; echo "$MY_VAR"`, "cwd": "/sub"})
+	want := filepath.Join(e.root, "sub")
+	if got := strings.Join(res.stdout, "|"); got != want+"|"+want+"|42" {
+		t.Fatalf("pwd, $PWD, $MY_VAR with cwd override = %q, want %q twice and 42", got, want)
 	}
 	// Timeout kills the run.
 	res = e.stream("/session/"+id+"/run", map[string]any{"command": "sleep 30", "timeout": 200})
