@@ -207,7 +207,8 @@ func (s *Stream) fail(err error) {
 	case s.ctx.Err() != nil:
 		se.Err = context.Cause(s.ctx)
 	default:
-		se.Err = err
+		// The connection broke (reset, cut inside a chunk): still a truncation.
+		se.Err = fmt.Errorf("%w: %w", ErrStreamTruncated, err)
 	}
 	s.err = se
 	s.release(false)
@@ -250,9 +251,10 @@ func (s *Stream) Event() Event { return s.ev }
 func (s *Stream) ID() string { return s.res.ID }
 
 // Err returns nil if the stream ended at its terminal event (or has not ended yet),
-// else a *StreamError: wrapping ErrStreamTruncated when the response ended before the
-// terminal event, ErrMalformedStream for bytes that are not events, or the context
-// or transport error.
+// else a *StreamError: wrapping ErrStreamTruncated (and the transport error, if any)
+// when the response ended or broke before the terminal event, ErrMalformedStream for
+// bytes that are not events, or the context's error when it was cancelled (also by
+// Close).
 func (s *Stream) Err() error { return s.err }
 
 // Result returns how the run ended; meaningful once Next has returned the terminal

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -461,4 +462,31 @@ func TestExecdNoGoroutineLeak(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A connection cut inside a chunk is a truncation too, and keeps the transport error.
+func TestStreamBrokenConnection(t *testing.T) {
+	ex, _ := newExecd(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ev := observedExit3[0] + "\n\n"
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		_, _ = buf.WriteString(strconv.FormatInt(int64(len(ev)), 16) + "\r\n" + ev + "\r\n")
+		_, _ = buf.WriteString("400\r\n{\"type\":\"stdout\"") // chunk announced, never finished
+		_ = buf.Flush()
+	})
+	s, err := ex.RunCommand(context.Background(), opensandbox.CommandRequest{Command: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Wait()
+	if !errors.Is(err, opensandbox.ErrStreamTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err = %v, want ErrStreamTruncated wrapping io.ErrUnexpectedEOF", err)
+	}
+	if s.ID() != "7b6d7e9a0f4248afbb47255b0876dcc5" {
+		t.Errorf("ID = %q", s.ID())
+	}
 }
