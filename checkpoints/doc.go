@@ -14,6 +14,12 @@
 // blobs (see sandboxd/snapshots for a blob store). ListBlobReferences counts the
 // references, and GC deletes the blobs that no checkpoint references.
 //
+// Additions to the contract, all additive: entry kinds symlink and whiteout
+// and the fields a filesystem snapshot needs (mode, mtime, owner, symlink
+// target, opaque), Checkpoint.ForkedFrom, Store.DeleteCheckpoint (delete any
+// checkpoint, not only the head) and Store.Threads. The conversation is kept
+// as opaque JSON.
+//
 // Implementations live in memory and sqlite; both pass the conformance suite in
 // checkpointtest. Validation, error codes and the lease type live here once.
 //
