@@ -157,6 +157,8 @@ type record struct {
 	ImageSource string            `json:"imageSource,omitempty"`
 	// Seq orders sandboxes created in the same millisecond.
 	Seq int64 `json:"seq"`
+	// History is the last transitions, oldest first, for diagnostics.
+	History []Status `json:"history,omitempty"`
 }
 
 var (
@@ -293,9 +295,16 @@ func parseMetadataFilter(s string) (map[string]string, error) {
 
 func sandboxTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
+// maxHistory bounds the transitions a record keeps for diagnostics.
+const maxHistory = 64
+
 func (r *record) setStatus(s State, reason, msg string) {
 	now := sandboxTime(time.Now())
 	r.Status = Status{State: s, Reason: reason, Message: msg, LastTransitionAt: &now}
+	r.History = append(r.History, r.Status)
+	if len(r.History) > maxHistory {
+		r.History = append(r.History[:0:0], r.History[len(r.History)-maxHistory:]...)
+	}
 }
 
 func (r *record) String() string { return fmt.Sprintf("sandbox %s (%s)", r.ID, r.Status.State) }

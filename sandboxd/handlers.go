@@ -31,6 +31,7 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET "+p+"/sandboxes/{id}/endpoints/{port}", s.handleEndpoint)
 		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}", s.handleProxy)
 		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}/{rest...}", s.handleProxy)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}/diagnostics/{kind}", s.handleDiagnostics)
 		s.snapshotRoutes(mux, p)
 	}
 	return s.middleware(mux)

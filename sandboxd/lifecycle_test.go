@@ -407,3 +407,35 @@ func TestTTLExpiry(t *testing.T) {
 		return nil
 	})
 }
+
+func TestDiagnostics(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "echo started-ok; exec sleep 1000"}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	type diag struct {
+		SandboxID, Kind, Scope, Delivery, ContentType, Content string
+		Truncated                                              bool
+	}
+	var d diag
+	testenv.Eventually(t, 5*time.Second, func() error {
+		r := call(t, "GET", base+"/v1/sandboxes/"+id+"/diagnostics/logs?scope=container", nil)
+		wantStatus(t, r, http.StatusOK)
+		r.decode(t, &d)
+		if !strings.Contains(d.Content, "started-ok") {
+			return fmt.Errorf("logs = %+v, want the entrypoint's output", d)
+		}
+		return nil
+	})
+	if d.SandboxID != id || d.Kind != "logs" || d.Delivery != "inline" || d.Scope != "container" {
+		t.Errorf("logs descriptor = %+v", d)
+	}
+	r := call(t, "GET", base+"/v1/sandboxes/"+id+"/diagnostics/events?scope=lifecycle", nil)
+	wantStatus(t, r, http.StatusOK)
+	r.decode(t, &d)
+	if !strings.Contains(d.Content, "Pending") || !strings.Contains(d.Content, "Running") {
+		t.Errorf("events = %q, want the Pending and Running transitions", d.Content)
+	}
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id+"/diagnostics/logs?scope=kernel", nil), http.StatusBadRequest)
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id+"/diagnostics/other", nil), http.StatusNotFound)
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/nope/diagnostics/logs", nil), http.StatusNotFound)
+}
