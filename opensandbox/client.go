@@ -28,6 +28,9 @@ const (
 	HeaderRequestID   = "X-Request-ID"
 )
 
+// userAgent is sent unless Config.Headers sets one.
+const userAgent = "alineo-opensandbox-go/1"
+
 // DefaultBaseURL is used when Config.BaseURL is empty.
 const DefaultBaseURL = "http://localhost:8080/v1"
 
@@ -254,6 +257,9 @@ func (t *transport) send(ctx context.Context, r request) (*http.Response, error)
 			req.Header.Set("Content-Type", "application/json")
 		case r.body != nil && r.contentType != "":
 			req.Header.Set("Content-Type", r.contentType)
+		}
+		if req.Header.Get("User-Agent") == "" {
+			req.Header.Set("User-Agent", userAgent)
 		}
 		accept := r.accept
 		if accept == "" {
