@@ -128,24 +128,18 @@ func (p *Projector) retry(ctx context.Context, what string, op func() error) err
 	})
 }
 
-// consumer creates the durable consumer so that it delivers from offset+1,
-// recreating it when it is ahead of the store (a fresh or restored database).
+// consumer (re)creates the durable consumer so that it delivers from
+// offset+1, the store's offset, in stream order.
+//
+// It is recreated on every session rather than reused: a reused consumer
+// would first deliver the messages after the ones a crashed predecessor had in
+// flight and redeliver those only after AckWait; committing and acking (AckAll)
+// the later ones would then skip the earlier ones for good. A fresh consumer's
+// first deliveries are in stream order, so any later redelivery is of a
+// message this session has already seen, and the offset check skips it.
 func (p *Projector) consumer(ctx context.Context, offset uint64) (jetstream.Consumer, error) {
 	js, stream := p.Bus.JetStream(), p.Bus.Config().Stream
-	if c, err := js.Consumer(ctx, stream, p.Consumer); err == nil {
-		info, err := c.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if info.AckFloor.Stream <= offset && info.Config.FilterSubject == p.Bus.LedgerFilter() {
-			return c, nil
-		}
-		p.Logger.Info("projector: consumer ahead of the store; recreating it",
-			"consumer", p.Consumer, "ackFloor", info.AckFloor.Stream, "offset", offset)
-		if err := js.DeleteConsumer(ctx, stream, p.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, err
-		}
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := js.DeleteConsumer(ctx, stream, p.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
 	}
 	cfg := jetstream.ConsumerConfig{

@@ -1,0 +1,5 @@
+//go:build !race
+
+package projections_test
+
+const raceEnabled = false
