@@ -50,6 +50,7 @@ var storeKinds = []struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeExampleServer()
 	testenv.StopPostgres()
 	os.Exit(code)
 }
