@@ -127,6 +127,10 @@ func TestEgressVault(t *testing.T) {
 	if err != nil || rv != 3 || len(creds) != 1 || creds[0].Name != "gh" {
 		t.Errorf("ListCredentials = %+v, %d, %v", creds, rv, err)
 	}
+	bindings, rv, err := eg.ListBindings(ctx)
+	if err != nil || rv != 3 || len(bindings) != 1 || bindings[0].Match == nil || bindings[0].Match.Hosts[0] != "api.github.com" {
+		t.Errorf("ListBindings = %+v, %d, %v", bindings, rv, err)
+	}
 	if _, err := eg.GetVault(ctx); err != nil {
 		t.Fatal(err)
 	}
