@@ -8,11 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 type timedEvent struct {
@@ -98,34 +102,63 @@ func TestCommandEndToEnd(t *testing.T) {
 	}
 }
 
-// TestProxyWebSocket upgrades a connection through the server proxy to a
-// WebSocket-style echo server on a loopback port.
-func TestProxyWebSocket(t *testing.T) {
-	_, base := startServer(t, sandboxd.Config{})
-	id := create(t, base, nil)
-	waitState(t, base, id, sandboxd.StateRunning)
+// wsEcho is a WebSocket-style echo server run inside a sandbox: it answers
+// an upgrade of /ws?x=1 with 101 and then echoes bytes. It writes its port to
+// /root/port.
+const wsEcho = `
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(5)
+open("/root/port.tmp", "w").write(str(s.getsockname()[1]))
+import os
+os.rename("/root/port.tmp", "/root/port")
+while True:
+    c, _ = s.accept()
+    data = b""
+    while b"\r\n\r\n" not in data:
+        d = c.recv(4096)
+        if not d:
+            break
+        data += d
+    if not data.startswith(b"GET /ws?x=1 ") or b"websocket" not in data.lower():
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        c.close()
+        continue
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+`
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// TestProxyWebSocket upgrades a connection through the server proxy to a
+// WebSocket-style echo server in a sandbox, and checks the proxy refuses a
+// port no process of the sandbox listens on, such as a host service's.
+func TestProxyWebSocket(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is needed in the sandbox (host fallback image)")
+	}
+	s, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, map[string]any{"entrypoint": []string{"python3", "-c", wsEcho}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	var port string
+	testenv.Eventually(t, 10*time.Second, func() error {
+		b, err := os.ReadFile(filepath.Join(s.DataDir(), "sandboxes", id, "upper", "root", "port"))
+		port = string(b)
+		return err
+	})
+
+	// A host service on loopback is not reachable through the proxy.
+	host, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "websocket" || r.URL.Path != "/ws" || r.URL.RawQuery != "x=1" {
-			http.Error(w, "want an upgrade of /ws?x=1", http.StatusBadRequest)
-			return
-		}
-		conn, rw, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		rw.Flush()
-		io.Copy(conn, rw)
-	})}
-	go echo.Serve(ln)
-	t.Cleanup(func() { echo.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
+	defer host.Close()
+	r := call(t, "GET", fmt.Sprintf("%s/sandboxes/%s/proxy/%d/", base, id, host.Addr().(*net.TCPAddr).Port), nil)
+	wantStatus(t, r, http.StatusBadGateway)
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -133,7 +166,7 @@ func TestProxyWebSocket(t *testing.T) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "GET /v1/sandboxes/%s/proxy/%d/ws?x=1 HTTP/1.1\r\nHost: sandboxd\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", id, port)
+	fmt.Fprintf(conn, "GET /v1/sandboxes/%s/proxy/%s/ws?x=1 HTTP/1.1\r\nHost: sandboxd\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", id, port)
 	br := bufio.NewReader(conn)
 	res, err := http.ReadResponse(br, nil)
 	if err != nil {

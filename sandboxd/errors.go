@@ -17,6 +17,8 @@ var (
 	// ErrIsolationUnavailable reports a kernel that refuses the namespaces a
 	// sandbox needs. Config.NoIsolation runs sandboxes without them.
 	ErrIsolationUnavailable = errors.New("namespace isolation unavailable")
+	// ErrDataDirInUse reports a data directory another running server holds.
+	ErrDataDirInUse = errors.New("data directory in use by another sandboxd")
 	// ErrImage reports an image that cannot be resolved or imported.
 	ErrImage = errors.New("image unavailable")
 )

@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -13,7 +14,7 @@ var strippedHeaders = []string{"Authorization", "Cookie", APIKeyHeader}
 
 // handleProxy forwards /sandboxes/{id}/proxy/{port}/{rest...} to the sandbox:
 // port 44772 to its execd, any other port to 127.0.0.1:port (sandboxes share
-// the host network). HTTP and WebSocket; responses are flushed at once, so
+// the host network) if a process of the sandbox listens there. HTTP and WebSocket; responses are flushed at once, so
 // command streams arrive event by event. The caller must send the execd token
 // itself: the proxy adds no credentials.
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
@@ -29,15 +30,18 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.mu.Lock()
-	st, execdPort := sb.rec.Status.State, sb.rec.ExecdPort
+	st, execdPort, p := sb.rec.Status.State, sb.rec.ExecdPort, sb.proc
 	sb.mu.Unlock()
-	if st != StateRunning {
+	if st != StateRunning || p == nil {
 		s.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
 		return
 	}
 	target := port
 	if port == ExecdPort {
 		target = execdPort
+	} else if !p.listensOn(port) {
+		writeError(w, http.StatusBadGateway, "BAD_GATEWAY", fmt.Sprintf("no process of sandbox %s listens on port %d", id, port))
+		return
 	}
 	u := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(target)}
 	rest := "/" + r.PathValue("rest")

@@ -3,6 +3,7 @@ package sandboxd_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -374,5 +375,13 @@ func TestServerCrash(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/freezer/alineo-sandboxd", id)); err == nil {
 			t.Errorf("cgroup of %s left behind", id)
 		}
+	}
+}
+
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	startServer(t, sandboxd.Config{DataDir: dir})
+	if _, err := sandboxd.New(sandboxd.Config{DataDir: dir}); !errors.Is(err, sandboxd.ErrDataDirInUse) {
+		t.Fatalf("second server on %s: err = %v, want ErrDataDirInUse", dir, err)
 	}
 }

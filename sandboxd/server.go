@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -23,6 +25,7 @@ type Server struct {
 	log     *slog.Logger
 	dataDir string
 	tempDir bool
+	lock    *os.File // flock on DataDir/.lock while the server lives
 	handler http.Handler
 
 	probeOnce  sync.Once
@@ -98,8 +101,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.dataDir = cfg.DataDir
 	}
+	lock, err := lockDataDir(s.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
 	recs, err := s.loadRecords()
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	for _, r := range recs {
@@ -108,6 +117,7 @@ func New(cfg Config) (*Server, error) {
 			sb.rec.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
 			sb.rec.ExecdPort, sb.rec.InitPID = 0, 0
 			if err := s.saveRecord(&sb.rec); err != nil {
+				lock.Close()
 				return nil, err
 			}
 			// A server that died leaves its sandboxes' groups behind, and a
@@ -214,12 +224,32 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	if err := s.lock.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if s.tempDir {
 		if err := os.RemoveAll(s.dataDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lockDataDir takes an exclusive flock on dir/.lock so that two servers never
+// share a data directory; the kernel releases it when the process dies.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("sandboxd: %w: %s", ErrDataDirInUse, dir)
+		}
+		return nil, fmt.Errorf("sandboxd: lock data dir: %w", err)
+	}
+	return f, nil
 }
 
 func newID() string {
