@@ -471,3 +471,11 @@ func TestSlowClientLosesNoOutput(t *testing.T) {
 		t.Fatalf("got %d lines, want 60000", n)
 	}
 }
+
+func TestEnvDefaults(t *testing.T) {
+	e := newEnv(t, execd.Config{Env: []string{"FOO=bar", "HOME=/home/x"}})
+	res := e.run(`echo "$FOO|$HOME|$LANG"; command -v sh >/dev/null && echo has-path`)
+	if got, want := strings.Join(res.stdout, " "), "bar|/home/x|C.UTF-8 has-path"; got != want {
+		t.Fatalf("env = %q, want %q", got, want)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -105,9 +106,13 @@ func New(cfg Config) (*Server, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("new execd: root %q is not a directory: %w", cfg.Root, ErrInvalid)
 	}
-	env := cfg.Env
-	if len(env) == 0 {
-		env = []string{"PATH=" + DefaultPath, "HOME=/root", "LANG=C.UTF-8"}
+	// Keys missing from Env get the defaults, so an image environment without PATH still works.
+	env := slices.Clone(cfg.Env)
+	for _, kv := range []string{"PATH=" + DefaultPath, "HOME=/root", "LANG=C.UTF-8"} {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
+			env = append(env, kv)
+		}
 	}
 	shell := cfg.Shell
 	if shell == "" {
