@@ -150,6 +150,10 @@ type cluster struct {
 	uid, gid uint32
 	asUser   bool // run as uid/gid (when we are root)
 
+	// lock is held (flock) while this process owns dir; the kernel drops it
+	// when the process dies, which tells sweepStale the folder is left over.
+	lock *os.File
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -190,7 +194,12 @@ func newCluster() (*cluster, error) {
 		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 		c.uid, c.gid, c.asUser = uint32(uid), uint32(gid), true
 	}
+	sweepStale()
 	if c.dir, err = os.MkdirTemp("", "alineo-pg-"); err != nil {
+		return nil, err
+	}
+	if c.lock, err = lockDir(c.dir); err != nil {
+		c.remove()
 		return nil, err
 	}
 	for _, d := range []string{c.dir, c.path("sock")} {
@@ -316,7 +325,46 @@ func (c *cluster) kill() {
 	c.cmd, c.done = nil, nil
 }
 
-func (c *cluster) remove() { _ = os.RemoveAll(c.dir) }
+func (c *cluster) remove() {
+	_ = os.RemoveAll(c.dir)
+	if c.lock != nil {
+		_ = c.lock.Close()
+	}
+}
+
+const lockName = ".alineo-lock"
+
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// sweepStale removes the folders of clusters whose test process died without
+// StopPostgres (their servers shut down with it, by Pdeathsig).
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "alineo-pg-*"))
+	for _, d := range dirs {
+		f, err := os.Open(filepath.Join(d, lockName))
+		if err != nil {
+			// No lock file: being created this instant, or not ours; leave young ones.
+			if fi, serr := os.Stat(d); serr == nil && time.Since(fi.ModTime()) > 10*time.Minute {
+				_ = os.RemoveAll(d)
+			}
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			_ = os.RemoveAll(d) // nobody holds it: its process is gone
+		}
+		f.Close()
+	}
+}
 
 // exec runs one statement in database db.
 func (c *cluster) exec(db, sql string) error {
