@@ -157,6 +157,11 @@ func (s *Stream) Next() bool {
 		s.done = true
 		return false
 	}
+	if err := s.ctx.Err(); err != nil {
+		// Cancelled or closed: do not hand out events still buffered.
+		s.fail(err)
+		return false
+	}
 	f, err := s.fr.next()
 	if err == nil {
 		var ev Event

@@ -490,3 +490,26 @@ func TestStreamBrokenConnection(t *testing.T) {
 		t.Errorf("ID = %q", s.ID())
 	}
 }
+
+// After Close, buffered events are not handed out.
+func TestStreamCloseStopsBufferedEvents(t *testing.T) {
+	ex, _ := newExecd(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		startStream(w)
+		writeEvents(w, observedExit3[:4]...)
+		<-r.Context().Done()
+	})
+	s, err := ex.RunCommand(context.Background(), opensandbox.CommandRequest{Command: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Next() {
+		t.Fatalf("no first event: %v", s.Err())
+	}
+	s.Close()
+	if s.Next() {
+		t.Fatalf("event %+v after Close", s.Event())
+	}
+	if err := s.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Err = %v, want context.Canceled", err)
+	}
+}
