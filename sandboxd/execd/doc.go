@@ -1,26 +1,41 @@
 // Package execd is the per-sandbox execution daemon of sandboxd: an HTTP handler that speaks the
-// OpenSandbox execd API (commands, sessions, code, files, directories, metrics) with the exact
-// command-stream format of the real execd, so unmodified OpenSandbox clients work against it.
+// OpenSandbox execd API (commands, sessions, code, files, directories, metrics, the /proxy/{port}
+// reverse proxy) with the exact command-stream format of the real execd, so unmodified
+// OpenSandbox clients work against it.
 //
 // The sandbox init process serves a *Server on a loopback listener inside the sandbox's namespaces
 // (Config.Root = "/"); in development (--no-isolation) it runs on the host with Config.Root set to
 // the sandbox's directory. Every file-API path and command cwd resolves under Root, following
-// symlinks component by component inside Root, so no path or link (`..`, `/`, `../..`) leaves it.
+// symlinks component by component inside Root, so no path or link (`..`, `/`, `../..`) leaves it:
+// like a chroot, `/../x` is Root/x. In --no-isolation mode this confines the file API and the
+// starting cwd only; the commands themselves see the host.
 //
-// Wire-format decisions (see API-NOTES §6.1 of the OpenSandbox notes):
-//   - Stream events are bare JSON objects each followed by a blank line, `init` first, a `ping`
+// Wire-format decisions (API-NOTES §6.1 of the OpenSandbox notes):
+//   - Stream events are bare JSON objects each followed by a blank line: `init` first, a `ping`
 //     right after it and then every Config.PingInterval, exactly one terminal `error` or
-//     `execution_complete`. Unlike the real execd the response ends right after the terminal event
-//     (no post-completion grace sleep); every known client reads to EOF or stops at the terminal event.
+//     `execution_complete`. Unlike the real execd, the response ends right after the terminal
+//     event (no post-completion grace sleep); every known client reads to EOF or stops at the
+//     terminal event, and the sleep would add a second to every command.
 //   - Output is one `stdout`/`stderr` event per line, newline stripped; `\n`, `\r` and `\r\n` end a
-//     line; an empty line is sent as "\n"; an unterminated last line is flushed at exit; a line longer
-//     than Config.MaxLine is split into several events at a UTF-8 character boundary.
+//     line; an empty line is sent as "\n"; an unterminated last line is flushed at exit; a line
+//     longer than Config.MaxLine is split into several events at a UTF-8 character boundary.
 //   - Bytes that are not valid UTF-8 are sent the way the real (Go) execd sends them: `text` is the
-//     encoding/json rendering, where each invalid byte becomes U+FFFD. As an additive extension, such
-//     an event also carries `data`, the exact line bytes in standard base64, so a client that wants
-//     the original bytes (the alineo ledger does) can recover them. Other clients ignore the field.
-//   - Session runs follow the real execd: each run is a fresh shell whose exported variables and
-//     working directory are carried over from the previous run of the same session.
+//     encoding/json rendering, where each invalid byte becomes U+FFFD. As an additive extension,
+//     such an event also carries `data`, the exact line bytes in standard base64, so a client that
+//     wants the original bytes (the alineo ledger does) can recover them. Other clients ignore it.
+//   - Session runs follow the real execd: each run is a fresh shell; the exported variables and
+//     the working directory the previous run ended with are carried over (plain variables are not).
+//   - Errors are JSON {code, message} with the execd codes, 401 included (code UNAUTHORIZED; the
+//     real execd sends {"error": ...} there). /code with a Jupyter language other than python
+//     answers 500 RUNTIME_ERROR as the real execd without Jupyter does; python runs with python3
+//     when it is installed. Stateful non-shell code contexts and /pty answer 501 NOT_SUPPORTED.
+//   - Commands run in their own process group. A timeout, a client disconnect, DELETE /command and
+//     Close kill the whole group. Processes a command left running after it exited (`server &`)
+//     are not tracked; in an isolated sandbox the PID namespace ends them.
+//
+// Metrics describe the cgroup execd runs in (the sandbox's cgroup when isolated); without a
+// readable cgroup they fall back to /proc/stat and /proc/meminfo, i.e. the machine. In
+// --no-isolation mode they therefore describe the parent's cgroup or the host, not one sandbox.
 //
 // Package execd imports only the standard library. It must not import sandboxd or any other
 // alineo package: it runs inside the sandbox and knows nothing of the lifecycle server.

@@ -30,6 +30,7 @@ const (
 
 	maxJSONBody      = 8 << 20 // request bodies other than uploads
 	maxFinishedCmds  = 1024    // finished command records kept for /command/status
+	maxSessions      = 1024    // live sessions and code contexts
 	interruptGrace   = 3 * time.Second
 	drainAfterExit   = 100 * time.Millisecond
 	minMaxLine       = 16

@@ -45,7 +45,13 @@ func (s *Server) newSession(language, cwd string) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		_ = os.RemoveAll(ss.dir)
 		return nil, apiErr(http.StatusServiceUnavailable, CodeUnavailable, ErrClosed, "execd is shutting down")
+	}
+	if len(s.sessions) >= maxSessions {
+		_ = os.RemoveAll(ss.dir)
+		return nil, apiErr(http.StatusTooManyRequests, CodeRuntimeError, ErrInvalid,
+			"too many sessions (%d); delete some first", maxSessions)
 	}
 	s.sessions[ss.id] = ss
 	return ss, nil
