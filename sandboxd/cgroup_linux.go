@@ -13,16 +13,17 @@ import (
 	"time"
 )
 
-// cgroups is one sandbox's set of cgroup v1 groups (freezer, memory, cpu).
+// cgroups is one sandbox's set of cgroup v1 groups (freezer, memory, cpu,
+// pids).
 // Controllers that are missing or refuse are left out and reported.
 type cgroups struct {
 	dirs    map[string]string // controller → group dir
 	missing []string          // "controller: why"
 }
 
-func newCgroups(root, parent, id string, lim limits) *cgroups {
+func newCgroups(root, parent, id string, lim limits, maxPids int) *cgroups {
 	c := &cgroups{dirs: map[string]string{}}
-	for _, ctrl := range []string{"freezer", "memory", "cpu"} {
+	for _, ctrl := range []string{"freezer", "memory", "cpu", "pids"} {
 		base := filepath.Join(root, ctrl)
 		if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
 			c.missing = append(c.missing, ctrl+": controller not mounted")
@@ -39,6 +40,13 @@ func newCgroups(root, parent, id string, lim limits) *cgroups {
 		if err := writeFile(filepath.Join(d, "memory.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 			c.missing = append(c.missing, "memory limit: "+err.Error())
 		}
+		// With swap accounting, the limit covers swap too (else a sandbox
+		// would swap past it).
+		if f := filepath.Join(d, "memory.memsw.limit_in_bytes"); fileExists(f) {
+			if err := writeFile(f, strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+				c.missing = append(c.missing, "memory+swap limit: "+err.Error())
+			}
+		}
 	} else if lim.MemoryBytes > 0 {
 		c.missing = append(c.missing, "memory limit not enforced")
 	}
@@ -53,8 +61,15 @@ func newCgroups(root, parent, id string, lim limits) *cgroups {
 	} else if lim.MilliCPU > 0 {
 		c.missing = append(c.missing, "cpu limit not enforced")
 	}
+	if d, ok := c.dirs["pids"]; ok && maxPids > 0 {
+		if err := writeFile(filepath.Join(d, "pids.max"), strconv.Itoa(maxPids)); err != nil {
+			c.missing = append(c.missing, "pids limit: "+err.Error())
+		}
+	}
 	return c
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func writeFile(path, v string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -110,7 +125,7 @@ func (c *cgroups) setFreezer(ctx context.Context, state string) error {
 
 // pids lists the processes of the group (freezer first, else any).
 func (c *cgroups) pids() []int {
-	for _, ctrl := range []string{"freezer", "memory", "cpu"} {
+	for _, ctrl := range []string{"freezer", "memory", "cpu", "pids"} {
 		d, ok := c.dirs[ctrl]
 		if !ok {
 			continue

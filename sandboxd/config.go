@@ -50,6 +50,9 @@ type Config struct {
 	// MaxSandboxes bounds live sandboxes; a create beyond it gets 409.
 	// Default 256.
 	MaxSandboxes int
+	// MaxProcesses is each sandbox's pids.max (fork-bomb guard) where the pids
+	// controller exists. Default 4096.
+	MaxProcesses int
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +85,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = 256
+	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = 4096
 	}
 	return c
 }

@@ -56,7 +56,8 @@
 //
 // Pause freezes every process of the sandbox with the cgroup v1 freezer, or
 // with SIGSTOP/SIGCONT of every process of the tree where no freezer is
-// available. CPU and memory limits use the cpu and memory cgroup controllers
+// available. CPU and memory limits use the cpu and memory cgroup controllers,
+// and the pids controller caps the number of tasks (Config.MaxProcesses),
 // where present; where not, the server logs that they are not enforced.
 //
 // With Config.NoIsolation (development only) a sandbox is a plain host process

@@ -136,7 +136,7 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	p := &proc{cmd: cmd, ctl: ctlW, done: make(chan struct{})}
-	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits)
+	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits, s.cfg.MaxProcesses)
 	if len(p.cg.missing) > 0 {
 		missing := strings.Join(p.cg.missing, "; ")
 		s.cgWarnOnce.Do(func() {

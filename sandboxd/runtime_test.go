@@ -311,6 +311,7 @@ func TestResourceLimits(t *testing.T) {
 		"memory/alineo-sandboxd/" + id + "/memory.limit_in_bytes": strconv.Itoa(96 << 20),
 		"cpu/alineo-sandboxd/" + id + "/cpu.cfs_quota_us":         "25000",
 		"cpu/alineo-sandboxd/" + id + "/cpu.cfs_period_us":        "100000",
+		"pids/alineo-sandboxd/" + id + "/pids.max":                "4096",
 	} {
 		b, err := os.ReadFile(filepath.Join(root, file))
 		if got := strings.TrimSpace(string(b)); err != nil || got != want {

@@ -122,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 			}
 			// A server that died leaves its sandboxes' groups behind, and a
 			// frozen sandbox's processes alive: thaw and kill them.
-			if err := newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}).killAll(); err != nil {
+			if err := newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}, 0).killAll(); err != nil {
 				s.log.Warn("sandboxd: clean up the cgroups of a sandbox from an earlier run", "id", r.ID, "err", err)
 			}
 			s.removeRuntimeDirs(r.ID)
