@@ -230,3 +230,42 @@ INSERT INTO alineo_environments VALUES ('node-base', 'snap-2', 'node:20', 5);`)
 		t.Fatalf("indexes = %v; want the composite and ledger_seq ones, not the old ones", names)
 	}
 }
+
+// TestApplyBatchAtomic makes the offset write fail after the rows went in: the
+// rows must roll back with it.
+func TestApplyBatchAtomic(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	s := open(t, dsn)
+	c := t.Context()
+	if _, err := s.Offset(c, "x"); err != nil { // first use: migrate
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(c, `
+CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.consumer = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER poison BEFORE INSERT ON alineo_projection_offsets FOR EACH ROW EXECUTE FUNCTION poison();`); err != nil {
+		t.Fatal(err)
+	}
+	e := created(1, "n", "id")
+	e.Seq = 7
+	if err := s.ApplyBatch(c, "poison", []events.Entry{e}, 7); err == nil {
+		t.Fatal("ApplyBatch with a failing offset write succeeded")
+	}
+	if es, err := s.ReadAll(c, "n", "id"); err != nil || len(es) != 0 {
+		t.Fatalf("ReadAll = %d entries, %v; want none after the failed batch", len(es), err)
+	}
+	if d, err := s.GetSandboxDetails(c, "n", "id"); err != nil || d != nil {
+		t.Fatalf("GetSandboxDetails = %+v, %v; want nil after the failed batch", d, err)
+	}
+	if err := s.ApplyBatch(c, "good", []events.Entry{e}, 7); err != nil {
+		t.Fatalf("the same entry under another consumer = %v, want it stored", err)
+	}
+	if es, err := s.ReadAll(c, "n", "id"); err != nil || len(es) != 1 || es[0].Seq != 7 {
+		t.Fatalf("ReadAll = %+v, %v; want the entry with Seq 7", es, err)
+	}
+}

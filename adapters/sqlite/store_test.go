@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -219,4 +220,41 @@ func TestCloseDuringUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+}
+
+// TestApplyBatchAtomic makes the offset write fail after the rows went in: the
+// rows must roll back with it.
+func TestApplyBatchAtomic(t *testing.T) {
+	path := testenv.SQLitePath(t)
+	s := open(t, path)
+	c := t.Context()
+	if _, err := s.Offset(c, "x"); err != nil { // first use: migrate
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`CREATE TRIGGER poison BEFORE INSERT ON alineo_projection_offsets
+		WHEN NEW.consumer = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END`); err != nil {
+		t.Fatal(err)
+	}
+	e := created(1, "n", "id")
+	e.Seq = 7
+	if err := s.ApplyBatch(c, "poison", []events.Entry{e}, 7); err == nil {
+		t.Fatal("ApplyBatch with a failing offset write succeeded")
+	}
+	if es, err := s.ReadAll(c, "n", "id"); err != nil || len(es) != 0 {
+		t.Fatalf("ReadAll = %d entries, %v; want none after the failed batch", len(es), err)
+	}
+	if d, err := s.GetSandboxDetails(c, "n", "id"); err != nil || d != nil {
+		t.Fatalf("GetSandboxDetails = %+v, %v; want nil after the failed batch", d, err)
+	}
+	if err := s.ApplyBatch(c, "good", []events.Entry{e}, 7); err != nil {
+		t.Fatalf("the same entry under another consumer = %v, want it stored", err)
+	}
+	if es, err := s.ReadAll(c, "n", "id"); err != nil || len(es) != 1 || es[0].Seq != 7 {
+		t.Fatalf("ReadAll = %+v, %v; want the entry with Seq 7", es, err)
+	}
 }
