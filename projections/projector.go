@@ -273,6 +273,7 @@ func (b *batcher) add(ctx context.Context, m jetstream.Msg) error {
 	}
 	b.msgs++
 	b.last, b.lastSeq, b.pending = m, seq, md.NumPending
+	b.p.lag.Store(md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
 	if seq <= b.offset {
 		return nil // redelivered after a crash between commit and ack
 	}
