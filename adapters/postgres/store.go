@@ -78,13 +78,11 @@ func Open(dsn string, cfg Config) (*Store, error) {
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	}
-	if !hasParam(dsn, "pool_max_conns") {
+	if !strings.Contains(dsn, "pool_max_conns") {
 		pcfg.MaxConns = cfg.MaxConns
 	}
 	return &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}, nil
 }
-
-func hasParam(dsn, key string) bool { return strings.Contains(dsn, key) }
 
 func (s *Store) isClosed() bool {
 	s.mu.RLock()

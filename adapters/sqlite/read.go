@@ -15,7 +15,7 @@ import (
 // row, else the row id.
 const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
 
-// read runs a query on the reader pool.
+// query runs a query on the reader pool.
 func (s *Store) query(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
 	_, r, err := s.dbs(ctx)
 	if err != nil {

@@ -186,14 +186,14 @@ func (s *Store) dsn(immediate bool, pragmas ...string) string {
 
 // open creates the parent folders, opens the handles and migrates.
 func (s *Store) open(ctx context.Context) (w, r *sql.DB, err error) {
-	sync := "synchronous(" + s.cfg.Synchronous + ")"
+	syncPragma := "synchronous(" + s.cfg.Synchronous + ")"
 	if s.path != Memory {
 		// MkdirAll tolerates a folder that another store created meanwhile.
 		if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 			return nil, nil, err
 		}
 	}
-	w, err = sql.Open("sqlite", s.dsn(true, sync))
+	w, err = sql.Open("sqlite", s.dsn(true, syncPragma))
 	if err != nil {
 		return nil, nil, err
 	}
