@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -122,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 			shell = p
 		}
 	}
-	tmp, err := os.MkdirTemp("", "execd-")
+	tmp, err := makeTempDir()
 	if err != nil {
 		return nil, fmt.Errorf("new execd: temp dir: %w", err)
 	}
@@ -373,4 +374,25 @@ func lookPath(file, path string) (string, error) {
 		}
 	}
 	return exec.LookPath(file)
+}
+
+// makeTempDir creates execd's private directory in $TMPDIR or /tmp. A minimal image may have
+// no /tmp; it is then created (mode 1777, as usual), and /run and /dev/shm are tried last.
+func makeTempDir() (string, error) {
+	dir, err := os.MkdirTemp("", "execd-")
+	if err == nil {
+		return dir, nil
+	}
+	if _, statErr := os.Stat("/tmp"); errors.Is(statErr, fs.ErrNotExist) && os.Mkdir("/tmp", 0o755) == nil {
+		_ = os.Chmod("/tmp", 0o777|os.ModeSticky) // Mkdir is subject to the umask
+	}
+	if dir, err2 := os.MkdirTemp("/tmp", "execd-"); err2 == nil {
+		return dir, nil
+	}
+	for _, base := range []string{"/run", "/dev/shm"} {
+		if dir, err2 := os.MkdirTemp(base, "execd-"); err2 == nil {
+			return dir, nil
+		}
+	}
+	return "", err
 }
