@@ -167,3 +167,61 @@ func TestProxy(t *testing.T) {
 	l.Close()
 	wantStatus(t, e.do("GET", "/proxy/"+closed+"/", nil, execd.TokenHeader, "tok"), 502)
 }
+
+func TestInterruptCodeContext(t *testing.T) {
+	e := newEnv(t, execd.Config{})
+	var ctx struct{ ID string }
+	if err := json.Unmarshal(wantStatus(t, e.do("POST", "/code/context", `{"language":"bash"}`), 200), &ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp := e.do("POST", "/code", map[string]any{"code": "echo started; sleep 30", "context": map[string]string{"id": ctx.ID}})
+	defer resp.Body.Close()
+	sr := newStreamReader(resp.Body)
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == "stdout" && ev.Text == "started" {
+			break
+		}
+	}
+	wantStatus(t, e.do("DELETE", "/code?id="+ctx.ID, nil), 200)
+	for {
+		ev, err := sr.Next()
+		if err != nil {
+			t.Fatalf("stream ended without a terminal event: %v", err)
+		}
+		if ev.Type == "error" {
+			if ev.Error.Evalue != "-1" || ev.Error.Traceback[0] != "signal: terminated" {
+				t.Fatalf("terminal = %+v, want -1 / signal: terminated", ev.Error)
+			}
+			return
+		}
+		if ev.Type == "execution_complete" {
+			t.Fatal("interrupted run completed successfully")
+		}
+	}
+}
+
+// TestRealRoot runs with Root "/" as the server does inside an isolated sandbox: paths are the
+// real ones and `..` stops at "/".
+func TestRealRoot(t *testing.T) {
+	e := newEnv(t, execd.Config{Root: "/"})
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(p, []byte("real"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi := e.info(p)[p]; fi.Path != p || fi.Size != 4 || fi.Mode != 600 {
+		t.Fatalf("info = %+v", fi)
+	}
+	if b := wantStatus(t, e.do("GET", "/files/download?path=/../../"+p, nil), 200); string(b) != "real" {
+		t.Fatalf("download = %q", b)
+	}
+	if res := e.run("pwd"); strings.Join(res.stdout, "") != "/" {
+		t.Fatalf("default cwd = %q, want /", res.stdout)
+	}
+	wantError(t, e.do("DELETE", "/directories?path=/", nil), 400, "INVALID_REQUEST_BODY")
+	wantError(t, e.do("POST", "/files/mv", []map[string]string{{"src": "/", "dest": dir + "/x"}}), 400, "INVALID_REQUEST_BODY")
+}
