@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -46,8 +47,8 @@ type Config struct {
 	Headers map[string]string
 	// HTTPClient is the client used for all calls (lifecycle, execd, egress). Its
 	// Timeout is ignored (a copy with Timeout 0 is used) so that it cannot cut
-	// command streams; use RequestTimeout and contexts instead. Default: a client on
-	// http.DefaultTransport.
+	// command streams; use RequestTimeout and contexts instead. Default: a shared
+	// clone of http.DefaultTransport keeping up to 64 idle connections per host.
 	HTTPClient *http.Client
 	// UseServerProxy routes execd and egress traffic through the lifecycle server:
 	// {BaseURL}/sandboxes/{id}/proxy/{port}. Needed when sandbox endpoints are not
@@ -146,6 +147,16 @@ func New(cfg Config) (*Client, error) {
 // BaseURL returns the normalised lifecycle base URL (no trailing slash).
 func (c *Client) BaseURL() string { return c.t.base.String() }
 
+// defaultTransport is shared by clients without Config.HTTPClient: the standard
+// transport but keeping more idle connections per host, since with the server proxy
+// every sandbox's traffic goes to one host (http.DefaultTransport keeps 2).
+var defaultTransport = sync.OnceValue(func() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	return t
+})
+
 // transportConfig is what every per-service transport shares.
 type transportConfig struct {
 	HTTPClient     *http.Client
@@ -165,7 +176,7 @@ type transport struct {
 }
 
 func newTransport(base *url.URL, headers http.Header, cfg transportConfig) *transport {
-	hc := &http.Client{}
+	hc := &http.Client{Transport: defaultTransport()}
 	if cfg.HTTPClient != nil {
 		cp := *cfg.HTTPClient
 		cp.Timeout = 0

@@ -99,33 +99,54 @@ func (p Permission) wire() permissionWire {
 	return permissionWire{Owner: p.Owner, Group: p.Group, Mode: modeToWire(p.Mode)}
 }
 
-// UploadFile writes r to path in the sandbox (POST /files/upload, multipart). The body
-// is streamed: r is read while sending, never buffered whole. Parent directories are
-// created; perm is applied afterwards. Never retried (r cannot be rewound). r is not
-// read after UploadFile returns.
-func (e *Execd) UploadFile(ctx context.Context, filePath string, r io.Reader, perm Permission) error {
-	if filePath == "" {
-		return fmt.Errorf("%w: upload: empty path", ErrInvalidRequest)
+// Upload is one file of UploadFiles.
+type Upload struct {
+	Path       string
+	Reader     io.Reader
+	Permission Permission
+}
+
+// UploadFiles writes several files in one streamed multipart request (one metadata
+// and one file part per file, in order). Like UploadFile it never buffers a file,
+// is never retried and reads no Reader after it returns.
+func (e *Execd) UploadFiles(ctx context.Context, files ...Upload) error {
+	if len(files) == 0 {
+		return fmt.Errorf("%w: upload: no files", ErrInvalidRequest)
 	}
-	if r == nil {
-		return fmt.Errorf("%w: upload %s: nil reader", ErrInvalidRequest, filePath)
+	metas := make([][]byte, len(files))
+	for i, f := range files {
+		if f.Path == "" {
+			return fmt.Errorf("%w: upload: empty path (file %d)", ErrInvalidRequest, i)
+		}
+		if f.Reader == nil {
+			return fmt.Errorf("%w: upload %s: nil reader", ErrInvalidRequest, f.Path)
+		}
+		meta := struct {
+			Path string `json:"path"`
+			permissionWire
+		}{f.Path, f.Permission.wire()}
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return fmt.Errorf("%w: upload %s: %v", ErrInvalidRequest, f.Path, err)
+		}
+		metas[i] = b
 	}
 	if e.isClosed() {
 		return ErrClosed
-	}
-	meta := struct {
-		Path string `json:"path"`
-		permissionWire
-	}{filePath, perm.wire()}
-	metaJSON, err := json.Marshal(meta)
-	if err != nil {
-		return fmt.Errorf("%w: upload %s: %v", ErrInvalidRequest, filePath, err)
 	}
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	writeDone := make(chan error, 1)
 	go func() {
-		err := writeUpload(mw, metaJSON, path.Base(filePath), r)
+		var err error
+		for i, f := range files {
+			if err = writeUploadPair(mw, metas[i], path.Base(f.Path), f.Reader); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = mw.Close()
+		}
 		pw.CloseWithError(err)
 		writeDone <- err
 	}()
@@ -138,19 +159,34 @@ func (e *Execd) UploadFile(ctx context.Context, filePath string, r io.Reader, pe
 		resp.Body.Close()
 	}
 	// Stop the writer if the server answered before reading everything, and wait for
-	// it so r is never touched after we return.
+	// it so no reader is touched after we return.
 	pr.CloseWithError(io.ErrClosedPipe)
 	werr := <-writeDone
+	what := files[0].Path
+	if len(files) > 1 {
+		what = fmt.Sprintf("%d files", len(files))
+	}
 	if werr != nil && !errors.Is(werr, io.ErrClosedPipe) {
-		return fmt.Errorf("upload %s: read source: %w", filePath, werr)
+		return fmt.Errorf("upload %s: read source: %w", what, werr)
 	}
 	if sendErr != nil {
-		return fmt.Errorf("upload %s: %w", filePath, sendErr)
+		return fmt.Errorf("upload %s: %w", what, sendErr)
 	}
 	return nil
 }
 
-func writeUpload(mw *multipart.Writer, metaJSON []byte, name string, r io.Reader) error {
+// UploadFile writes r to path in the sandbox (POST /files/upload, multipart). The body
+// is streamed: r is read while sending, never buffered whole. Parent directories are
+// created; perm is applied afterwards. Never retried (r cannot be rewound). r is not
+// read after UploadFile returns.
+func (e *Execd) UploadFile(ctx context.Context, filePath string, r io.Reader, perm Permission) error {
+	if r == nil {
+		return fmt.Errorf("%w: upload %s: nil reader", ErrInvalidRequest, filePath)
+	}
+	return e.UploadFiles(ctx, Upload{Path: filePath, Reader: r, Permission: perm})
+}
+
+func writeUploadPair(mw *multipart.Writer, metaJSON []byte, name string, r io.Reader) error {
 	h := textproto.MIMEHeader{}
 	h.Set("Content-Disposition", `form-data; name="metadata"; filename="metadata"`)
 	h.Set("Content-Type", "application/json")
@@ -170,10 +206,8 @@ func writeUpload(mw *multipart.Writer, metaJSON []byte, name string, r io.Reader
 	if w, err = mw.CreatePart(h); err != nil {
 		return err
 	}
-	if _, err := io.Copy(w, r); err != nil {
-		return err
-	}
-	return mw.Close()
+	_, err = io.Copy(w, r)
+	return err
 }
 
 // DownloadFile streams the file at path (GET /files/download). The caller must

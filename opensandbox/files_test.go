@@ -43,6 +43,8 @@ type uploadSeen struct {
 	parts     []string // "form/filename/content-type"
 	meta      map[string]any
 	size      int64
+	sizes     []int64
+	metas     []string
 	sum       [32]byte
 	transfer  []string
 	ctLength  int64
@@ -80,10 +82,12 @@ func uploadServer(t *testing.T, seen *uploadSeen) *httptest.Server {
 					return
 				}
 				_ = json.NewDecoder(p).Decode(&seen.meta)
+				seen.metas = append(seen.metas, seen.meta["path"].(string))
 			case "file":
 				h := sha256.New()
 				n, _ := io.Copy(h, p)
 				seen.size = n
+				seen.sizes = append(seen.sizes, n)
 				copy(seen.sum[:], h.Sum(nil))
 			}
 		}
@@ -255,5 +259,36 @@ func TestDownload(t *testing.T) {
 	}
 	if _, err := ex.DownloadFile(ctx, "/nope"); !errors.Is(err, opensandbox.ErrNotFound) {
 		t.Errorf("missing err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestUploadFilesPairsInOrder(t *testing.T) {
+	var seen uploadSeen
+	ex := execdAt(t, uploadServer(t, &seen).URL)
+	err := ex.UploadFiles(context.Background(),
+		opensandbox.Upload{Path: "/a/one.txt", Reader: strings.NewReader("1")},
+		opensandbox.Upload{Path: "/b/two.txt", Reader: &patternReader{n: 3 << 20}, Permission: opensandbox.Permission{Mode: 0o600}},
+		opensandbox.Upload{Path: "/c/empty", Reader: strings.NewReader("")},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantParts := []string{"metadata/metadata/application/json", "file/one.txt/application/octet-stream",
+		"metadata/metadata/application/json", "file/two.txt/application/octet-stream",
+		"metadata/metadata/application/json", "file/empty/application/octet-stream"}
+	if strings.Join(seen.parts, ",") != strings.Join(wantParts, ",") {
+		t.Errorf("parts = %v, want %v", seen.parts, wantParts)
+	}
+	if got, want := strings.Join(seen.metas, ","), "/a/one.txt,/b/two.txt,/c/empty"; got != want {
+		t.Errorf("metadata paths = %s, want %s", got, want)
+	}
+	if len(seen.sizes) != 3 || seen.sizes[0] != 1 || seen.sizes[1] != 3<<20 || seen.sizes[2] != 0 {
+		t.Errorf("sizes = %v", seen.sizes)
+	}
+	if err := ex.UploadFiles(context.Background()); !errors.Is(err, opensandbox.ErrInvalidRequest) {
+		t.Errorf("no files err = %v", err)
+	}
+	if err := ex.UploadFiles(context.Background(), opensandbox.Upload{Path: "/x"}); !errors.Is(err, opensandbox.ErrInvalidRequest) {
+		t.Errorf("nil reader err = %v", err)
 	}
 }
