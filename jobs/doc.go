@@ -1,0 +1,42 @@
+// Package jobs is what the executor runs: the job spec (a JSON document naming
+// an image, resources, environment and a list of steps), its strict decoding
+// and validation, the Runner that executes a spec's steps through the SDK, and
+// the fleet side: a Queue on the ALINEO_JOBS stream (work-queue retention) with
+// each job's status in a JetStream KV bucket, and a Worker that pulls jobs,
+// holds each one's lease by heartbeating it, and takes over a job whose
+// previous worker died by resuming it from its last checkpoint.
+//
+// # The spec
+//
+//	{
+//	  "name": "build",
+//	  "image": "ubuntu:22.04",
+//	  "resources": {"cpu": "1", "memory": "512Mi"},
+//	  "env": {"CI": "1"},
+//	  "steps": [
+//	    {"writeFile": {"path": "/work/hello.sh", "content": "echo hello"}},
+//	    {"exec": {"command": "sh /work/hello.sh", "timeout": "30s"}},
+//	    {"checkpoint": {"tag": "after-setup"}},
+//	    {"exec": {"command": "false", "strict": false}},
+//	    {"execCode": {"code": "print(1)", "language": "python"}}
+//	  ]
+//	}
+//
+// Each step is an object with exactly one key: exec (command, strict, timeout,
+// cwd, env), execCode (code, language, strict), writeFile (path, content,
+// base64) or checkpoint (tag). Unknown fields are errors naming the field
+// (*SpecError, wrapping ErrInvalidSpec); so are missing and out-of-range values.
+//
+// # Takeover
+//
+// A job's status records its sandbox and, after each checkpoint step, the
+// checkpoint's tag and the index of the step after it. A worker that receives a
+// job whose status names a sandbox fences that sandbox's previous writer
+// (bus.Ledger.Takeover) and resumes from the recorded checkpoint: every step
+// before it is called again and the SDK answers the exec steps from its replay
+// cache without running them, so they ran live exactly once; file writes and
+// checkpoints before it are skipped (the restored snapshot holds their effect).
+//
+// This package imports the SDK (alineo), events, adapters and nats.go's
+// jetstream; never a database driver, sandboxd or cmd.
+package jobs

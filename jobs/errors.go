@@ -1,0 +1,58 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidSpec is wrapped by every *SpecError.
+	ErrInvalidSpec = errors.New("invalid job spec")
+	// ErrNotFound is returned for an unknown job id.
+	ErrNotFound = errors.New("job not found")
+	// ErrDrained is returned by Runner.Run when it stopped early because its
+	// Drain channel closed; the job is to be handed back.
+	ErrDrained = errors.New("job drained before its last step")
+	// ErrResumeUnavailable is returned when a job must be resumed from a
+	// checkpoint and the Runner has no way to resume (Runner.Resume is nil).
+	ErrResumeUnavailable = errors.New("resume from a checkpoint is not available")
+	// ErrCheckpointUnavailable is returned by a checkpoint step when the SDK
+	// cannot take checkpoints.
+	ErrCheckpointUnavailable = errors.New("checkpoints are not available")
+	// ErrInvalidConfig reports a Queue or Worker configuration that cannot work.
+	ErrInvalidConfig = errors.New("invalid jobs config")
+)
+
+// SpecError says what is wrong with a job spec and where. Path is a JSON path
+// such as "steps[2].exec.timeout" ("" for the document itself). It unwraps to
+// ErrInvalidSpec.
+type SpecError struct {
+	Path   string
+	Reason string
+}
+
+func (e *SpecError) Error() string {
+	if e.Path == "" {
+		return "job spec: " + e.Reason
+	}
+	return "job spec: " + e.Path + ": " + e.Reason
+}
+
+// Unwrap returns ErrInvalidSpec.
+func (e *SpecError) Unwrap() error { return ErrInvalidSpec }
+
+// StepError reports the step a job failed in. Index is the step's position in
+// Spec.Steps (0-based); Err is the SDK's error (a *alineo.CommandError for a
+// strict exec that exited non-zero).
+type StepError struct {
+	Index int
+	Kind  StepKind
+	Err   error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %d (%s): %v", e.Index+1, e.Kind, e.Err)
+}
+
+// Unwrap returns the step's error.
+func (e *StepError) Unwrap() error { return e.Err }

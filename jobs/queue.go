@@ -1,0 +1,278 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of QueueConfig.
+const (
+	DefaultStream     = "ALINEO_JOBS"
+	DefaultSubject    = "alineo.jobs"
+	DefaultBucket     = "ALINEO_JOB_STATUS"
+	DefaultConsumer   = "alineo-executor"
+	DefaultAckWait    = 30 * time.Second
+	DefaultMaxDeliver = 10
+)
+
+// QueueConfig configures OpenQueue. The zero value is valid.
+type QueueConfig struct {
+	// Stream is the jobs stream (work-queue retention). Default ALINEO_JOBS.
+	Stream string
+	// Subject is the subject jobs are published on. Default alineo.jobs.
+	Subject string
+	// Bucket is the KV bucket holding each job's Status. Default ALINEO_JOB_STATUS.
+	Bucket string
+	// Consumer is the durable consumer every worker pulls from. Default alineo-executor.
+	Consumer string
+	// Replicas of the stream and the bucket: 1 (default) or 3.
+	Replicas int
+	// AckWait is a job's lease: a job whose worker neither heartbeats nor
+	// acknowledges it for this long is delivered again. Default 30 s.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of one job. Default 10.
+	MaxDeliver int
+}
+
+func (c QueueConfig) withDefaults() (QueueConfig, error) {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Subject == "" {
+		c.Subject = DefaultSubject
+	}
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.Consumer == "" {
+		c.Consumer = DefaultConsumer
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return c, fmt.Errorf("%w: replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
+	case c.AckWait < time.Second:
+		return c, fmt.Errorf("%w: AckWait %v, want at least 1s", ErrInvalidConfig, c.AckWait)
+	case c.MaxDeliver < 1:
+		return c, fmt.Errorf("%w: MaxDeliver %d, want at least 1", ErrInvalidConfig, c.MaxDeliver)
+	}
+	return c, nil
+}
+
+// State is a job's state in its Status.
+type State string
+
+// Job states.
+const (
+	StateQueued    State = "queued"    // submitted, not yet picked up
+	StateRunning   State = "running"   // a worker holds it
+	StateRequeued  State = "requeued"  // handed back (drain or a transient failure); will be delivered again
+	StateSucceeded State = "succeeded" // every step done
+	StateFailed    State = "failed"    // a step failed, or deliveries ran out
+)
+
+// Terminal reports whether the state is final.
+func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed }
+
+// Status is a job's status, kept in the KV bucket under its id.
+type Status struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Attempt is the delivery being worked on (1 for the first).
+	Attempt int    `json:"attempt"`
+	Worker  string `json:"worker,omitempty"`
+	// SandboxID and SandboxName are the session of the current attempt.
+	SandboxID   string `json:"sandboxId,omitempty"`
+	SandboxName string `json:"sandboxName,omitempty"`
+	// Steps is the spec's step count; Done the steps finished in this attempt
+	// (replayed ones included).
+	Steps int `json:"steps"`
+	Done  int `json:"done"`
+	// Checkpoint is the last resume point: a redelivered job resumes there.
+	Checkpoint  *Checkpoint `json:"checkpoint,omitempty"`
+	Error       string      `json:"error,omitempty"`
+	SubmittedAt int64       `json:"submittedAt"` // Unix ms
+	UpdatedAt   int64       `json:"updatedAt"`   // Unix ms
+}
+
+// Message is the body of a job message on the jobs stream.
+type Message struct {
+	ID   string `json:"id"`
+	Spec Spec   `json:"spec"`
+}
+
+var idRE = regexp.MustCompile(`^[a-f0-9]{32}$`)
+
+// ValidID reports whether id has the form of a job id (32 lowercase hex digits).
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// NewID returns a new random job id.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Queue is the jobs stream and the status bucket. Safe for concurrent use.
+type Queue struct {
+	js     jetstream.JetStream
+	cfg    QueueConfig
+	stream jetstream.Stream
+	kv     jetstream.KeyValue
+}
+
+// OpenQueue creates or updates the jobs stream and the status bucket. It is
+// idempotent; several processes may open the same queue at once.
+func OpenQueue(ctx context.Context, js jetstream.JetStream, cfg QueueConfig) (*Queue, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{js: js, cfg: cfg}
+	q.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Stream,
+		Description: "alineo jobs: one message per job, removed when a worker acknowledges it",
+		Subjects:    []string{cfg.Subject},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
+	}
+	q.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "alineo job status",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.Bucket, err)
+	}
+	return q, nil
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (q *Queue) Config() QueueConfig { return q.cfg }
+
+// Submit validates spec, records its status (queued) and publishes it on the
+// jobs stream with its id as the message id, so a retried submit is stored
+// once. Errors: *SpecError; stream and bucket errors.
+func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
+	if err := spec.Validate(); err != nil {
+		return Status{}, err
+	}
+	now := time.Now().UnixMilli()
+	st := Status{ID: NewID(), Name: spec.Name, State: StateQueued, Steps: len(spec.Steps), SubmittedAt: now, UpdatedAt: now}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return Status{}, err
+	}
+	if _, err := q.kv.Create(ctx, st.ID, data); err != nil {
+		return Status{}, fmt.Errorf("record job %s: %w", st.ID, err)
+	}
+	body, err := json.Marshal(Message{ID: st.ID, Spec: spec})
+	if err != nil {
+		return Status{}, err
+	}
+	if _, err := q.js.Publish(ctx, q.cfg.Subject, body, jetstream.WithMsgID(st.ID)); err != nil {
+		return Status{}, fmt.Errorf("publish job %s: %w", st.ID, err)
+	}
+	return st, nil
+}
+
+// Status returns the job's status. Errors: ErrNotFound for an unknown or
+// malformed id.
+func (q *Queue) Status(ctx context.Context, id string) (Status, error) {
+	st, _, err := q.get(ctx, id)
+	return st, err
+}
+
+func (q *Queue) get(ctx context.Context, id string) (Status, uint64, error) {
+	if !ValidID(id) {
+		return Status{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	e, err := q.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Status{}, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Status{}, 0, fmt.Errorf("read job %s: %w", id, err)
+	}
+	var st Status
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return Status{}, 0, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return st, e.Revision(), nil
+}
+
+// update applies f to the job's status with compare-and-set, retrying on a
+// concurrent change. A missing status is created from zero.
+func (q *Queue) update(ctx context.Context, id string, f func(*Status)) (Status, error) {
+	for attempt := 0; ; attempt++ {
+		st, rev, err := q.get(ctx, id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return st, err
+		}
+		if errors.Is(err, ErrNotFound) {
+			st = Status{ID: id}
+		}
+		f(&st)
+		st.UpdatedAt = time.Now().UnixMilli()
+		data, err := json.Marshal(st)
+		if err != nil {
+			return st, err
+		}
+		if rev == 0 {
+			_, err = q.kv.Create(ctx, id, data)
+		} else {
+			_, err = q.kv.Update(ctx, id, data, rev)
+		}
+		if err == nil {
+			return st, nil
+		}
+		if attempt >= 10 || ctx.Err() != nil {
+			return st, fmt.Errorf("update job %s: %w", id, err)
+		}
+	}
+}
+
+// Pending returns the number of jobs in the stream not yet acknowledged.
+func (q *Queue) Pending(ctx context.Context) (uint64, error) {
+	si, err := q.stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return si.State.Msgs, nil
+}
+
+func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	return q.js.CreateOrUpdateConsumer(ctx, q.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       q.cfg.Consumer,
+		Description:   "alineo executors",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       q.cfg.AckWait,
+		MaxDeliver:    q.cfg.MaxDeliver,
+		FilterSubject: q.cfg.Subject,
+		MaxAckPending: 1024,
+	})
+}

@@ -1,0 +1,298 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	alineo "github.com/alineo-labs/alineo"
+)
+
+// Fencer fences the previous writer of a sandbox's ledger: bus.Ledger.
+type Fencer interface {
+	Takeover(ctx context.Context, sandboxID string) (uint64, error)
+}
+
+// Worker pulls jobs from a Queue and runs them. Queue and Client are required;
+// every other zero value is valid. Run it once.
+type Worker struct {
+	Queue  *Queue
+	Client *alineo.Client
+	// Ledger, when set, fences the sandbox of a job's previous attempt before
+	// the job is taken over (the bus ledger the Client writes to).
+	Ledger Fencer
+	// Resume restores a checkpointed session (see Runner.Resume).
+	Resume ResumeFunc
+	// ID names this worker in job statuses. Default a random id.
+	ID string
+	// Concurrency is the number of jobs run at once. Default 1.
+	Concurrency int
+	// Heartbeat is the period of the lease renewals (InProgress). Default a
+	// third of the queue's AckWait.
+	Heartbeat time.Duration
+	// DrainTimeout bounds the wait for the current step once Run's ctx is
+	// done; past it the job is cancelled and handed back. Default 1 min.
+	DrainTimeout time.Duration
+	// Progress receives every step event, with the job's id. Nil discards them.
+	Progress func(jobID string, ev Event)
+	// Output receives live exec stdout. Nil discards it.
+	Output io.Writer
+	// Logger, default discard.
+	Logger *slog.Logger
+}
+
+func (w *Worker) init() error {
+	if w.Queue == nil || w.Client == nil {
+		return fmt.Errorf("%w: Worker needs Queue and Client", ErrInvalidConfig)
+	}
+	if w.Concurrency < 0 || w.Heartbeat < 0 || w.DrainTimeout < 0 {
+		return fmt.Errorf("%w: negative Concurrency, Heartbeat or DrainTimeout", ErrInvalidConfig)
+	}
+	if w.ID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		w.ID = "worker-" + hex.EncodeToString(b[:])
+	}
+	if w.Concurrency == 0 {
+		w.Concurrency = 1
+	}
+	if w.Heartbeat == 0 {
+		w.Heartbeat = w.Queue.cfg.AckWait / 3
+	}
+	if w.DrainTimeout == 0 {
+		w.DrainTimeout = time.Minute
+	}
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Run pulls and runs jobs until ctx is done, then drains: it stops pulling,
+// lets each running job finish its current step, checkpoint and hand the job
+// back (Nak), and returns nil. It returns an error only when it cannot start.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.init(); err != nil {
+		return err
+	}
+	cons, err := w.Queue.consumer(ctx)
+	if err != nil {
+		return fmt.Errorf("jobs consumer: %w", err)
+	}
+	var wg sync.WaitGroup
+	for range w.Concurrency {
+		wg.Go(func() { w.loop(ctx, cons) })
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) loop(ctx context.Context, cons jetstream.Consumer) {
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.Logger.Warn("jobs: fetch", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		for m := range batch.Messages() {
+			w.handle(ctx, m)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// handle runs one delivered job. ctx ending means drain.
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
+	jobCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	if ctx.Err() != nil { // delivered while draining
+		_ = m.Nak()
+		return
+	}
+	var jm Message
+	if err := json.Unmarshal(m.Data(), &jm); err != nil || !ValidID(jm.ID) {
+		w.Logger.Error("jobs: undecodable job message; terminated", "err", err)
+		_ = m.Term()
+		return
+	}
+	attempt := 1
+	if md, err := m.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	if err := jm.Spec.Validate(); err != nil {
+		w.finish(jobCtx, m, jm.ID, StateFailed, err.Error(), attempt)
+		return
+	}
+
+	// The lease: heartbeat until the job is settled; once draining, give the
+	// current step DrainTimeout and then cancel it.
+	done := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		t := time.NewTicker(w.Heartbeat)
+		defer t.Stop()
+		drain := ctx.Done()
+		var hard <-chan time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := m.InProgress(); err != nil {
+					w.Logger.Warn("jobs: heartbeat", "job", jm.ID, "err", err)
+				}
+			case <-drain:
+				drain, hard = nil, time.After(w.DrainTimeout)
+			case <-hard:
+				cancel()
+				return
+			}
+		}
+	})
+	defer func() { close(done); bg.Wait() }()
+
+	prev, err := w.Queue.Status(jobCtx, jm.ID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		w.Logger.Warn("jobs: read status; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if prev.State.Terminal() { // already settled by an earlier delivery whose ack was lost
+		_ = m.Ack()
+		return
+	}
+	from, err := w.takeover(jobCtx, prev)
+	if err != nil {
+		w.Logger.Warn("jobs: take over; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if _, err := w.Queue.update(jobCtx, jm.ID, func(s *Status) {
+		s.Name, s.Steps, s.State, s.Attempt, s.Worker, s.Done, s.Error = jm.Spec.Name, len(jm.Spec.Steps), StateRunning, attempt, w.ID, 0, ""
+	}); err != nil {
+		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	r := &Runner{
+		Client: w.Client, Resume: w.Resume, Drain: ctx.Done(), Output: w.Output,
+		Progress: func(ev Event) {
+			if ev.Index >= 0 && (ev.State == StepDone || ev.State == StepReplayed || ev.State == StepSkipped) {
+				_, _ = w.Queue.update(jobCtx, jm.ID, func(s *Status) { s.Done = ev.Index + 1 })
+			}
+			if w.Progress != nil {
+				w.Progress(jm.ID, ev)
+			}
+		},
+		OnSandbox: func(ctx context.Context, sb *alineo.Sandbox) error {
+			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.SandboxID, s.SandboxName = sb.ID(), sb.Name() })
+			return err
+		},
+		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
+			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.Checkpoint = &cp })
+			return err
+		},
+	}
+	_, err = r.Run(jobCtx, jm.Spec, from)
+	var se *StepError
+	var spe *SpecError
+	switch {
+	case err == nil:
+		w.finish(jobCtx, m, jm.ID, StateSucceeded, "", attempt)
+	case errors.Is(err, ErrDrained):
+		w.requeue(jobCtx, m, jm.ID, "drained", 0)
+	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
+		w.finish(jobCtx, m, jm.ID, StateFailed, err.Error(), attempt)
+	case attempt >= w.Queue.cfg.MaxDeliver:
+		w.finish(jobCtx, m, jm.ID, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
+	default:
+		w.Logger.Warn("jobs: attempt failed; handing the job back", "job", jm.ID, "attempt", attempt, "err", err)
+		w.requeue(jobCtx, m, jm.ID, err.Error(), time.Second)
+	}
+}
+
+// takeover prepares a redelivered job: it fences the sandboxes of the
+// previous attempt and returns the checkpoint to resume from (nil: start over).
+func (w *Worker) takeover(ctx context.Context, prev Status) (*Checkpoint, error) {
+	if prev.SandboxID == "" && prev.Checkpoint == nil {
+		return nil, nil
+	}
+	if w.Ledger != nil {
+		for _, id := range []string{prev.SandboxID, checkpointSandbox(prev.Checkpoint)} {
+			if id == "" {
+				continue
+			}
+			if _, err := w.Ledger.Takeover(ctx, id); err != nil {
+				return nil, fmt.Errorf("fence sandbox %s: %w", id, err)
+			}
+		}
+	}
+	if prev.Checkpoint != nil && w.Resume != nil {
+		cp := *prev.Checkpoint
+		return &cp, nil
+	}
+	// Start over: remove the dead attempt's container (best effort).
+	if prev.SandboxID != "" {
+		if err := w.Client.OpenSandbox().DeleteSandbox(ctx, prev.SandboxID); err != nil {
+			w.Logger.Debug("jobs: delete previous attempt's sandbox", "sandbox", prev.SandboxID, "err", err)
+		}
+	}
+	return nil, nil
+}
+
+func checkpointSandbox(cp *Checkpoint) string {
+	if cp == nil {
+		return ""
+	}
+	return cp.SandboxID
+}
+
+func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state State, msg string, attempt int) {
+	if _, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error, s.Attempt = state, msg, attempt }); err != nil {
+		w.Logger.Warn("jobs: record final status", "job", id, "err", err)
+	}
+	var err error
+	if state == StateSucceeded {
+		err = m.DoubleAck(ctx)
+	} else {
+		err = m.Term()
+	}
+	if err != nil {
+		w.Logger.Warn("jobs: settle job", "job", id, "state", state, "err", err)
+	}
+}
+
+func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id, why string, delay time.Duration) {
+	if _, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error = StateRequeued, why }); err != nil {
+		w.Logger.Warn("jobs: record requeue", "job", id, "err", err)
+	}
+	var err error
+	if delay > 0 {
+		err = m.NakWithDelay(delay)
+	} else {
+		err = m.Nak()
+	}
+	if err != nil {
+		w.Logger.Warn("jobs: hand back job", "job", id, "err", err)
+	}
+}
