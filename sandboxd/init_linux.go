@@ -188,6 +188,13 @@ func runInit() int {
 
 	// The server holds the control pipe open; EOF means it is gone.
 	killAll := func() {
+		if !cfg.Isolated {
+			// Not PID 1: nothing kills the tree for us when we exit, so take
+			// every descendant (orphans were re-parented to us, the subreaper).
+			for _, pid := range descendants(os.Getpid()) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		_ = syscall.Kill(-execd.Process.Pid, syscall.SIGKILL)
 		_ = syscall.Kill(-entry.Process.Pid, syscall.SIGKILL)
 		_ = execd.Process.Kill()

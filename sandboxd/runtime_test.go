@@ -386,3 +386,34 @@ func TestDataDirInUse(t *testing.T) {
 		t.Fatalf("second server on %s: err = %v, want ErrDataDirInUse", dir, err)
 	}
 }
+
+// TestNoIsolationEntrypointExitKillsTree checks that, without namespaces and
+// cgroups, a sandbox whose entrypoint exits leaves no background process.
+func TestNoIsolationEntrypointExitKillsTree(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{NoIsolation: true, CgroupRoot: t.TempDir()})
+	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "sleep 0.5"}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, id, false)
+	marker := "4747" + id[:4]
+	if _, code := run(t, u, tok, "setsid sleep "+marker+" >/dev/null 2>&1 & echo started"); code != 0 {
+		t.Fatalf("start background sleep: exit %d", code)
+	}
+	running := func() error {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			c, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if strings.Contains(string(c), "sleep\x00"+marker) {
+				return fmt.Errorf("background process %s outlived its sandbox", e.Name())
+			}
+		}
+		return nil
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if running() == nil {
+			return errors.New("the background sleep is not running")
+		}
+		return nil
+	})
+	waitState(t, base, id, sandboxd.StateFailed)
+	testenv.Eventually(t, 5*time.Second, running)
+}

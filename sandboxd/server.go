@@ -330,12 +330,12 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		cancel()
 		return Sandbox{}, err
 	}
+	out := cloneSandbox(sb.rec.Sandbox)
 	s.sandboxes[rec.ID] = sb
 	sb.op.Lock() // held by the launch goroutine
 	s.bg.Add(1)
 	s.mu.Unlock()
 
-	out := cloneSandbox(sb.rec.Sandbox)
 	go func() {
 		defer s.bg.Done()
 		defer sb.op.Unlock()
