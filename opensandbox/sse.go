@@ -9,8 +9,9 @@ import (
 	"io"
 )
 
-// maxFrame bounds one line and one assembled event (4 MiB, like the official SDK).
-const maxFrame = 4 << 20
+// maxFrame bounds one line and one assembled event (16 MiB; the official SDK stops
+// at 4 MiB, which a long unbroken output line can exceed).
+const maxFrame = 16 << 20
 
 // frame is one event's payload: the JSON object and the SSE "event:" name, if any.
 type frame struct {
