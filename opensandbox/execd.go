@@ -57,7 +57,8 @@ func (c *Client) endpointConfig(ep Endpoint) EndpointConfig {
 }
 
 // Execd is a client for one sandbox's execd API. Safe for concurrent use. It tracks
-// its open streams and metric watches; Close cancels them all.
+// its open streams and metric watches; Close cancels them all (uploads and download
+// bodies are bounded by their own contexts instead).
 type Execd struct {
 	t *transport
 

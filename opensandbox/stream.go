@@ -121,8 +121,8 @@ func exitCode(e *ExecError) int {
 const drainTimeout = 3 * time.Second
 
 // Stream is one running command, code run or session run. Read it with Next/Event;
-// it stops at the terminal event without waiting for the server to close the
-// response. Next, Event, Result and Wait must be called from one goroutine; Close
+// every event is delivered, pings included, and reading stops at the terminal event
+// without waiting for the server to close the response. Next, Event, Result and Wait must be called from one goroutine; Close
 // may be called from any goroutine, any number of times.
 type Stream struct {
 	op     string
