@@ -54,6 +54,11 @@ func (c *command) kill(sig syscall.Signal) {
 	if c.exited || c.pid == 0 {
 		return
 	}
+	// Descendants first (found through the still-living leader), then the group: a process
+	// that left the group (setsid, setpgid) is still part of the tree.
+	for _, pid := range descendants(c.pid) {
+		_ = syscall.Kill(pid, sig)
+	}
 	_ = syscall.Kill(-c.pid, sig)
 	if sig == syscall.SIGTERM {
 		c.timers = append(c.timers, time.AfterFunc(interruptGrace, func() { c.kill(syscall.SIGKILL) }))
@@ -521,4 +526,47 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, io.NewSectionReader(f, cursor, size-cursor))
 	return err
+}
+
+// descendants returns the pids of every process below root, read from /proc. Only processes
+// whose parent chain still reaches root are found: an orphan adopted by init is not.
+func descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := make(map[int][]int)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may contain spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }

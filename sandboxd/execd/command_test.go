@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -477,4 +478,19 @@ func TestEnvDefaults(t *testing.T) {
 	if got, want := strings.Join(res.stdout, " "), "bar|/home/x|C.UTF-8 has-path"; got != want {
 		t.Fatalf("env = %q, want %q", got, want)
 	}
+}
+
+// TestTimeoutKillsEscapedDescendants: a child that left the process group (setsid) is still
+// part of the command's tree and dies on timeout.
+func TestTimeoutKillsEscapedDescendants(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("setsid(1) not installed")
+	}
+	e := newEnv(t, execd.Config{})
+	res := e.stream("/command", map[string]any{"command": "setsid sleep 60 & echo $!; wait", "timeout": 300})
+	if res.evalue != "-1" || len(res.stdout) != 1 {
+		t.Fatalf("evalue %q stdout %q", res.evalue, res.stdout)
+	}
+	pid, _ := strconv.Atoi(res.stdout[0])
+	testenv.Eventually(t, 5*time.Second, func() error { return processGone(pid) })
 }
