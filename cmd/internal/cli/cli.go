@@ -1,0 +1,161 @@
+// Package cli is the wiring the alineo binaries (executor, projector, api)
+// share: opening the bus, the read-model store and an in-process sandboxd from
+// flags and the conventional variables, and serving Prometheus metrics. It
+// holds no logic of its own and is imported only by cmd/*.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/postgres"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/sandboxd"
+)
+
+// Defaults shared by the binaries (DESIGN §5).
+const (
+	DefaultSQLite  = "./alineo.db"
+	DefaultNATSDir = "./.alineo/nats"
+	NoIsolationEnv = "ALINEO_SANDBOXD_NO_ISOLATION"
+)
+
+// Store is a read-model store a projector writes and the API reads.
+type Store interface {
+	adapters.Store
+	adapters.ProjectionStore
+}
+
+// UsePostgres reports whether the variables select Postgres: DATABASE_URL or
+// PGHOST or PGDATABASE is set.
+func UsePostgres(getenv func(string) string) bool {
+	return getenv("DATABASE_URL") != "" || getenv("PGHOST") != "" || getenv("PGDATABASE") != ""
+}
+
+// OpenStore opens Postgres when dsn is set or the variables select it
+// (postgres.Open then reads DATABASE_URL or the PG* variables), and SQLite at
+// sqlitePath otherwise. It returns the store and a description for logs.
+func OpenStore(sqlitePath, dsn string, getenv func(string) string) (Store, string, error) {
+	if dsn != "" || UsePostgres(getenv) {
+		if dsn == "" {
+			dsn = getenv("DATABASE_URL")
+		}
+		s, err := postgres.Open(dsn, postgres.Config{})
+		if err != nil {
+			return nil, "", fmt.Errorf("postgres: %w", err)
+		}
+		return s, "postgres", nil
+	}
+	if sqlitePath == "" {
+		sqlitePath = DefaultSQLite
+	}
+	s, err := sqlite.Open(sqlitePath, sqlite.Config{Synchronous: "NORMAL"})
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: %w", err)
+	}
+	return s, "sqlite " + s.Path(), nil
+}
+
+// OpenBus connects to url, or starts an embedded NATS server storing under
+// dir when url is empty.
+func OpenBus(ctx context.Context, url, dir string, log *slog.Logger) (*bus.Bus, error) {
+	if dir == "" {
+		dir = DefaultNATSDir
+	}
+	b, err := bus.Open(ctx, bus.Config{URL: url, StoreDir: dir, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	return b, nil
+}
+
+// Sandboxd returns url when set; otherwise it starts sandboxd in-process on a
+// loopback port and returns its URL and a function that stops it. With
+// ALINEO_SANDBOXD_NO_ISOLATION=1 sandboxes run as plain host processes.
+func Sandboxd(ctx context.Context, url string, getenv func(string) string, log *slog.Logger) (string, func(), error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	cfg := sandboxd.Config{NoIsolation: getenv(NoIsolationEnv) == "1", Logger: log}
+	s, err := sandboxd.New(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("sandboxd: %w", err)
+	}
+	u, err := s.Start(ctx)
+	if err != nil {
+		_ = s.Close(context.Background())
+		if errors.Is(err, sandboxd.ErrIsolationUnavailable) {
+			return "", nil, fmt.Errorf("sandboxd: %w (set %s=1 to run sandboxes without isolation, development only)", err, NoIsolationEnv)
+		}
+		return "", nil, fmt.Errorf("sandboxd: %w", err)
+	}
+	stop := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+	}
+	return u, stop, nil
+}
+
+// Serve serves h on addr until ctx is done, then shuts it down. It returns
+// the bound address at once (addr may end in :0) and a channel that receives
+// Serve's result.
+func Serve(ctx context.Context, addr string, h http.Handler) (string, <-chan error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		done <- err
+	}()
+	context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	return ln.Addr().String(), done, nil
+}
+
+// MetricsHandler serves reg (and the Go and process collectors) at /metrics
+// and a liveness answer at /healthz.
+func MetricsHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	return mux
+}
+
+// NewRegistry returns a registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Env returns getenv(key), or def when it is empty.
+func Env(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
