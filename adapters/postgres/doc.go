@@ -18,5 +18,10 @@
 // payload reads back as the same JSON value, not the same bytes. The JSON
 // literal null and an absent payload (SQL NULL) stay distinct.
 //
+// Entries read back ordered by (ts, id). Their Seq is the row id, or for rows a
+// projector wrote through ApplyBatch, the ledger (stream) sequence kept in the
+// unique ledger_seq column. Sandbox details are served from the summary table,
+// kept in the transaction of every write, never aggregated over the entries.
+//
 // It imports events, adapters and pgx; never the bus or the SDK.
 package postgres

@@ -134,7 +134,8 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 		where = append(where, "started_at < "+arg(opts.Before))
 	}
 	if opts.RunID != "" {
-		where = append(where, "COALESCE(run_id, sandbox_id) = "+arg(opts.RunID))
+		// run_id is set whenever started_at is (the runId, or the sandbox id).
+		where = append(where, "run_id = "+arg(opts.RunID))
 	}
 	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY started_at DESC, name, sandbox_id`

@@ -12,5 +12,10 @@
 // folders, migrates, switches on WAL, and keeps one writer connection (every
 // write is an immediate transaction) beside a pool of readers.
 //
+// Entries read back ordered by (ts, id). Their Seq is the row id, or for rows a
+// projector wrote through ApplyBatch, the ledger (stream) sequence kept in the
+// unique ledger_seq column. Sandbox details are served from the summary table,
+// kept in the transaction of every write, never aggregated over the entries.
+//
 // It imports events, adapters and the driver; never the bus or the SDK.
 package sqlite

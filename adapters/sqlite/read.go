@@ -132,7 +132,8 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 		where, a = append(where, "started_at < ?"), append(a, opts.Before)
 	}
 	if opts.RunID != "" {
-		where, a = append(where, "COALESCE(run_id, sandbox_id) = ?"), append(a, opts.RunID)
+		// run_id is set whenever started_at is (the runId, or the sandbox id).
+		where, a = append(where, "run_id = ?"), append(a, opts.RunID)
 	}
 	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY started_at DESC, name, sandbox_id`
