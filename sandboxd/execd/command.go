@@ -54,12 +54,14 @@ func (c *command) kill(sig syscall.Signal) {
 	if c.exited || c.pid == 0 {
 		return
 	}
-	// Descendants first (found through the still-living leader), then the group: a process
-	// that left the group (setsid, setpgid) is still part of the tree.
-	for _, pid := range descendants(c.pid) {
+	// The group gets the signal at once, so the leader sees it together with its children (a
+	// shell must not first see a child die and exit on its own). Processes that left the group
+	// (setsid, setpgid) are found through the leader's tree, read before the leader can die.
+	tree := descendants(c.pid)
+	_ = syscall.Kill(-c.pid, sig)
+	for _, pid := range tree {
 		_ = syscall.Kill(pid, sig)
 	}
-	_ = syscall.Kill(-c.pid, sig)
 	if sig == syscall.SIGTERM {
 		c.timers = append(c.timers, time.AfterFunc(interruptGrace, func() { c.kill(syscall.SIGKILL) }))
 	}

@@ -109,9 +109,10 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request, ss *sessio
 	}
 	// On exit, save the cwd and the exported variables except the ones the shell manages itself.
 	// (A script that installs its own EXIT trap replaces this one; its run then keeps no state.)
-	b.WriteString("trap '__execd_rc=$?; set +e; pwd >" + shellQuote(cwdFile) + " 2>/dev/null; " +
-		"unset PWD OLDPWD SHLVL 2>/dev/null; export -p >" + shellQuote(envFile) + " 2>/dev/null; " +
-		"exit $__execd_rc' EXIT\n")
+	// The trap calls no `exit`: the shell keeps the script's exit status, and a run killed by a
+	// signal still dies by that signal (bash and dash both behave so).
+	b.WriteString("trap 'set +e; pwd >" + shellQuote(cwdFile) + " 2>/dev/null; " +
+		"unset PWD OLDPWD SHLVL 2>/dev/null; export -p >" + shellQuote(envFile) + " 2>/dev/null' EXIT\n")
 	b.WriteString(script)
 	b.WriteString("\n")
 
