@@ -1,11 +1,13 @@
 package postgres_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/adaptertest"
+	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -32,4 +34,12 @@ func TestConformance(t *testing.T) {
 
 func TestProjection(t *testing.T) {
 	adaptertest.RunProjection(t, func(t *testing.T) adaptertest.ProjectionStore { return open(t, testenv.Postgres(t)) })
+}
+
+func TestSameAnswersAsMemory(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			adaptertest.Differential(t, memory.New(), open(t, testenv.Postgres(t)), seed)
+		})
+	}
 }

@@ -1,10 +1,12 @@
 package sqlite_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/adaptertest"
+	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -29,4 +31,12 @@ func TestConformanceMemory(t *testing.T) {
 
 func TestProjection(t *testing.T) {
 	adaptertest.RunProjection(t, func(t *testing.T) adaptertest.ProjectionStore { return open(t, testenv.SQLitePath(t)) })
+}
+
+func TestSameAnswersAsMemory(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			adaptertest.Differential(t, memory.New(), open(t, testenv.SQLitePath(t)), seed)
+		})
+	}
 }
