@@ -40,3 +40,13 @@ func TestSameAnswersAsMemory(t *testing.T) {
 		})
 	}
 }
+
+// FuzzSameAnswersAsMemory explores workloads: go test -fuzz SameAnswers ./adapters/sqlite
+func FuzzSameAnswersAsMemory(f *testing.F) {
+	for seed := range uint64(3) {
+		f.Add(seed + 100)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		adaptertest.Differential(t, memory.New(), open(t, sqlite.Memory), seed)
+	})
+}
