@@ -7,21 +7,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// cgroups is one sandbox's set of cgroup v1 groups (freezer, memory, cpu,
-// pids).
-// Controllers that are missing or refuse are left out and reported.
+// cgroups is one sandbox's set of cgroups: in cgroup v1 one group per
+// controller (freezer, memory, cpu, pids), in cgroup v2 (a root holding
+// cgroup.controllers) one group with the memory, cpu and pids controllers and
+// cgroup.freeze. Controllers that are missing or refuse are left out and
+// reported in missing.
 type cgroups struct {
-	dirs    map[string]string // controller → group dir
-	missing []string          // "controller: why"
+	v2      bool
+	dirs    map[string]string // v1: controller → group dir; v2: "" → the group dir
+	missing []string
 }
 
 func newCgroups(root, parent, id string, lim limits, maxPids int) *cgroups {
+	if fileExists(filepath.Join(root, "cgroup.controllers")) {
+		return newCgroupsV2(root, parent, id, lim, maxPids)
+	}
 	c := &cgroups{dirs: map[string]string{}}
 	for _, ctrl := range []string{"freezer", "memory", "cpu", "pids"} {
 		base := filepath.Join(root, ctrl)
@@ -69,6 +76,62 @@ func newCgroups(root, parent, id string, lim limits, maxPids int) *cgroups {
 	return c
 }
 
+// newCgroupsV2 makes root/parent/id in a cgroup v2 hierarchy, delegating the
+// memory, cpu and pids controllers down to it where root offers them.
+func newCgroupsV2(root, parent, id string, lim limits, maxPids int) *cgroups {
+	c := &cgroups{v2: true, dirs: map[string]string{}}
+	base := filepath.Join(root, parent)
+	dir := filepath.Join(base, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.missing = append(c.missing, "cgroup v2: "+err.Error())
+		return c
+	}
+	c.dirs[""] = dir
+	b, _ := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	avail := strings.Fields(string(b))
+	var enable []string
+	for _, ctrl := range []string{"memory", "cpu", "pids"} {
+		if slices.Contains(avail, ctrl) {
+			enable = append(enable, "+"+ctrl)
+		} else {
+			c.missing = append(c.missing, ctrl+": controller not available in cgroup v2")
+		}
+	}
+	if len(enable) > 0 {
+		for _, d := range []string{root, base} {
+			if err := writeFile(filepath.Join(d, "cgroup.subtree_control"), strings.Join(enable, " ")); err != nil {
+				c.missing = append(c.missing, "enable controllers in "+d+": "+err.Error())
+			}
+		}
+	}
+	set := func(file, v, what string) {
+		f := filepath.Join(dir, file)
+		if !fileExists(f) {
+			c.missing = append(c.missing, what+" not enforced")
+			return
+		}
+		if err := writeFile(f, v); err != nil {
+			c.missing = append(c.missing, what+": "+err.Error())
+		}
+	}
+	if lim.MemoryBytes > 0 {
+		set("memory.max", strconv.FormatInt(lim.MemoryBytes, 10), "memory limit")
+		if fileExists(filepath.Join(dir, "memory.swap.max")) {
+			set("memory.swap.max", "0", "swap limit")
+		}
+	}
+	if lim.MilliCPU > 0 {
+		set("cpu.max", strconv.FormatInt(lim.MilliCPU*100, 10)+" 100000", "cpu limit")
+	}
+	if maxPids > 0 && fileExists(filepath.Join(dir, "pids.max")) {
+		set("pids.max", strconv.Itoa(maxPids), "pids limit")
+	}
+	if !fileExists(filepath.Join(dir, "cgroup.freeze")) {
+		c.missing = append(c.missing, "freezer: no cgroup.freeze")
+	}
+	return c
+}
+
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func writeFile(path, v string) error {
@@ -94,23 +157,49 @@ func (c *cgroups) add(pid int) error {
 	return errors.Join(errs...)
 }
 
-func (c *cgroups) hasFreezer() bool { _, ok := c.dirs["freezer"]; return ok }
+func (c *cgroups) hasFreezer() bool {
+	if c.v2 {
+		d, ok := c.dirs[""]
+		return ok && fileExists(filepath.Join(d, "cgroup.freeze"))
+	}
+	_, ok := c.dirs["freezer"]
+	return ok
+}
 
 // setFreezer writes state (FROZEN or THAWED) and waits until the group reports it.
 func (c *cgroups) setFreezer(ctx context.Context, state string) error {
-	d := c.dirs["freezer"]
-	f := filepath.Join(d, "freezer.state")
+	// v1: write the state to freezer.state until it reads back; v2: write 1 or
+	// 0 to cgroup.freeze and wait for "frozen 1" or "frozen 0" in cgroup.events.
+	f, write, check, want := filepath.Join(c.dirs["freezer"], "freezer.state"), state, "", state
+	if c.v2 {
+		d := c.dirs[""]
+		f, check = filepath.Join(d, "cgroup.freeze"), filepath.Join(d, "cgroup.events")
+		write, want = "0", "frozen 0"
+		if state == "FROZEN" {
+			write, want = "1", "frozen 1"
+		}
+	}
 	wait := 100 * time.Microsecond
 	for {
-		if err := writeFile(f, state); err != nil {
+		if err := writeFile(f, write); err != nil {
 			return fmt.Errorf("freezer %s: %w", state, err)
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("freezer %s: %w", state, err)
-		}
-		if strings.TrimSpace(string(b)) == state {
-			return nil
+		if check == "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return fmt.Errorf("freezer %s: %w", state, err)
+			}
+			if strings.TrimSpace(string(b)) == want {
+				return nil
+			}
+		} else {
+			b, err := os.ReadFile(check)
+			if err != nil {
+				return fmt.Errorf("freezer %s: %w", state, err)
+			}
+			if slices.Contains(strings.Split(string(b), "\n"), want) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -125,7 +214,7 @@ func (c *cgroups) setFreezer(ctx context.Context, state string) error {
 
 // pids lists the processes of the group (freezer first, else any).
 func (c *cgroups) pids() []int {
-	for _, ctrl := range []string{"freezer", "memory", "cpu", "pids"} {
+	for _, ctrl := range []string{"", "freezer", "memory", "cpu", "pids"} {
 		d, ok := c.dirs[ctrl]
 		if !ok {
 			continue

@@ -54,7 +54,8 @@
 // the pipe from the server closes). Terminated and Failed records are kept for
 // Config.Retention, then removed.
 //
-// Pause freezes every process of the sandbox with the cgroup v1 freezer, or
+// Pause freezes every process of the sandbox with the cgroup freezer (v1
+// freezer.state or v2 cgroup.freeze, whichever hierarchy Config.CgroupRoot is), or
 // with SIGSTOP/SIGCONT of every process of the tree where no freezer is
 // available. CPU and memory limits use the cpu and memory cgroup controllers,
 // and the pids controller caps the number of tasks (Config.MaxProcesses),

@@ -139,8 +139,12 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits, s.cfg.MaxProcesses)
 	if len(p.cg.missing) > 0 {
 		missing := strings.Join(p.cg.missing, "; ")
+		pause := "cgroup freezer"
+		if !p.cg.hasFreezer() {
+			pause = "SIGSTOP/SIGCONT"
+		}
 		s.cgWarnOnce.Do(func() {
-			s.log.Warn("sandboxd: cgroup features unavailable: limits not enforced, pause uses SIGSTOP", "missing", missing)
+			s.log.Warn("sandboxd: some cgroup features are unavailable and not enforced", "missing", missing, "pause", pause)
 		})
 		s.log.Debug("sandboxd: cgroup features unavailable for sandbox", "id", rec.ID, "missing", missing)
 	}

@@ -106,8 +106,17 @@ func TestPauseFreezes(t *testing.T) {
 		{"freezer", sandboxd.Config{}},
 		// Without cgroups the server falls back to SIGSTOP/SIGCONT of the tree.
 		{"sigstop", sandboxd.Config{CgroupRoot: t.TempDir()}},
+		// The cgroup v2 freezer (cgroup.freeze), where a v2 hierarchy is mounted.
+		{"cgroup2", sandboxd.Config{CgroupRoot: "/sys/fs/cgroup/unified"}},
 	} {
-		t.Run(c.name, func(t *testing.T) { testPauseFreezes(t, c.cfg) })
+		t.Run(c.name, func(t *testing.T) {
+			if c.cfg.CgroupRoot != "" && strings.HasPrefix(c.cfg.CgroupRoot, "/sys/") {
+				if _, err := os.Stat(filepath.Join(c.cfg.CgroupRoot, "cgroup.controllers")); err != nil {
+					t.Skipf("no cgroup v2 hierarchy at %s", c.cfg.CgroupRoot)
+				}
+			}
+			testPauseFreezes(t, c.cfg)
+		})
 	}
 }
 
