@@ -471,3 +471,60 @@ func FuzzDownloadRange(f *testing.F) {
 		}
 	})
 }
+
+// TestOwnersFromRootPasswd: owner and group names come from Root's /etc/passwd and /etc/group.
+func TestOwnersFromRootPasswd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown; run the tests as root")
+	}
+	e := newEnv(t, execd.Config{})
+	if err := os.MkdirAll(filepath.Join(e.root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\nalice:x:4321:4322::/home/alice:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.root, "etc", "group"), []byte("root:x:0:\nstaff:x:4322:\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, e.upload(uploadFile{meta: `{"path":"/home/alice/a.txt","owner":"alice","group":"staff","mode":600}`, content: strings.NewReader("a")}), 200)
+	fi := e.info("/home/alice/a.txt")["/home/alice/a.txt"]
+	if fi.Owner != "alice" || fi.Group != "staff" || fi.Mode != 600 {
+		t.Fatalf("info = %+v, want alice/staff/600", fi)
+	}
+	wantStatus(t, e.do("POST", "/files/permissions", map[string]any{"/home/alice/a.txt": map[string]any{"owner": "root", "mode": 644}}), 200)
+	if fi := e.info("/home/alice/a.txt")["/home/alice/a.txt"]; fi.Owner != "root" || fi.Group != "staff" || fi.Mode != 644 {
+		t.Fatalf("after chown = %+v, want root/staff/644", fi)
+	}
+	wantStatus(t, e.do("POST", "/directories", map[string]any{"/srv/data": map[string]any{"owner": "4321", "group": "staff", "mode": 750}}), 200)
+	if fi := e.info("/srv/data")["/srv/data"]; fi.Owner != "alice" || fi.Group != "staff" || fi.Mode != 750 {
+		t.Fatalf("dir = %+v", fi)
+	}
+	// uid without gid runs with the user's primary group from Root's /etc/passwd.
+	for _, d := range []string{e.root, filepath.Dir(e.root)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := e.stream("/command", map[string]any{"command": "id -u; id -g", "uid": 4321}); strings.Join(res.stdout, " ") != "4321 4322" {
+		t.Fatalf("ids = %q, want 4321 4322", res.stdout)
+	}
+}
+
+func TestPathExpansionAndNames(t *testing.T) {
+	e := newEnv(t, execd.Config{Env: []string{"HOME=/home/me", "DATA=/data"}})
+	wantStatus(t, e.upload(
+		uploadFile{meta: `{"path":"~/notes.txt"}`, content: strings.NewReader("n")},
+		uploadFile{meta: `{"path":"$DATA/été.txt"}`, content: strings.NewReader("e")},
+	), 200)
+	for _, rel := range []string{"home/me/notes.txt", "data/été.txt"} {
+		if _, err := os.Stat(filepath.Join(e.root, rel)); err != nil {
+			t.Fatalf("expanded upload %s: %v", rel, err)
+		}
+	}
+	resp := e.do("GET", "/files/download?path=${DATA}/%C3%A9t%C3%A9.txt", nil)
+	wantStatus(t, resp, 200)
+	if got, want := resp.Header.Get("Content-Disposition"), `attachment; filename*=utf-8''%C3%A9t%C3%A9.txt`; got != want {
+		t.Fatalf("Content-Disposition = %q, want %q", got, want)
+	}
+}
