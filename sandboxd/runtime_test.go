@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -425,4 +426,41 @@ func TestNoIsolationEntrypointExitKillsTree(t *testing.T) {
 	})
 	waitState(t, base, id, sandboxd.StateFailed)
 	testenv.Eventually(t, 5*time.Second, running)
+}
+
+// TestRacingOperations deletes sandboxes while they start, and pauses,
+// resumes and deletes at once: every sandbox ends Terminated with nothing left
+// running.
+func TestRacingOperations(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	var ids []string
+	for range 3 {
+		id := create(t, base, nil)
+		ids = append(ids, id)
+		wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+		if st := getSandbox(t, base, id).Status; st.State != sandboxd.StateTerminated || st.Reason != "user_delete" {
+			t.Errorf("deleted while starting: %+v, want Terminated/user_delete", st)
+		}
+	}
+	for range 3 {
+		id := create(t, base, nil)
+		ids = append(ids, id)
+		waitState(t, base, id, sandboxd.StateRunning)
+		var wg sync.WaitGroup
+		for _, op := range []string{"pause", "resume", "pause", "resume"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				call(t, "POST", base+"/v1/sandboxes/"+id+"/"+op, nil)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			call(t, "DELETE", base+"/v1/sandboxes/"+id, nil)
+		}()
+		wg.Wait()
+		waitState(t, base, id, sandboxd.StateTerminated)
+	}
+	assertNoProcesses(t, ids...)
 }
