@@ -313,3 +313,45 @@ func BenchmarkListAllSandboxDetails(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkApplyBatch measures the projector's path (ledger_seq kept unique,
+// offset stored in the same transaction) against AppendBatch, alternating.
+func BenchmarkApplyBatch(b *testing.B) {
+	ctx := context.Background()
+	es := outputEntries(benchEntries / 2)
+	for i := range es {
+		es[i].Seq = uint64(i + 1)
+	}
+	var applyDur, appendDur time.Duration
+	for range b.N {
+		var stores [2]*Store
+		for k := range stores {
+			s, err := Open(filepath.Join(b.TempDir(), "store.db"), Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.ReadAll(ctx, "x", "y"); err != nil {
+				b.Fatal(err)
+			}
+			stores[k] = s
+		}
+		for i := 0; i < len(es); i += benchBatch {
+			part := es[i : i+benchBatch]
+			start := time.Now()
+			if err := stores[0].ApplyBatch(ctx, "bench", part, part[len(part)-1].Seq); err != nil {
+				b.Fatal(err)
+			}
+			applyDur += time.Since(start)
+			start = time.Now()
+			if err := stores[1].AppendBatch(ctx, part); err != nil {
+				b.Fatal(err)
+			}
+			appendDur += time.Since(start)
+		}
+		for _, s := range stores {
+			_ = s.Close()
+		}
+	}
+	b.ReportMetric(float64(b.N*len(es))/applyDur.Seconds(), "events/s")
+	b.ReportMetric(appendDur.Seconds()/applyDur.Seconds(), "ratio-to-append-batch")
+}
