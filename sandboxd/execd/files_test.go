@@ -528,3 +528,44 @@ func TestPathExpansionAndNames(t *testing.T) {
 		t.Fatalf("Content-Disposition = %q, want %q", got, want)
 	}
 }
+
+// FuzzUpload feeds arbitrary multipart bodies to the upload route: the answer is 200 or a 4xx
+// JSON error, never a server error, and nothing is ever written outside Root.
+func FuzzUpload(f *testing.F) {
+	base := f.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	s, err := execd.New(execd.Config{Root: root})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	const boundary = "XyZ"
+	part := func(name, filename, body string) string {
+		fn := ""
+		if filename != "" {
+			fn = `; filename="` + filename + `"`
+		}
+		return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + `"` + fn + "\r\n\r\n" + body + "\r\n"
+	}
+	f.Add(part("metadata", "metadata", `{"path":"/a/b.txt","mode":644}`) + part("file", "b.txt", "hello") + "--" + boundary + "--\r\n")
+	f.Add(part("metadata", "", `{"path":"../../x"}`) + part("file", "x", "x") + "--" + boundary + "--\r\n")
+	f.Add(part("file", "x", "x") + "--" + boundary + "--\r\n")
+	f.Add(part("metadata", "m", `{"path":"/d","mode":99999}`) + "--" + boundary + "--\r\n")
+	f.Add("--" + boundary + "\r\ngarbage")
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest("POST", "/files/upload", strings.NewReader(body))
+		req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != 200 && (rec.Code < 400 || rec.Code >= 500) {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
+		}
+		entries, err := os.ReadDir(base)
+		if err != nil || len(entries) != 1 || entries[0].Name() != "root" {
+			t.Fatalf("something was written next to Root: %v %v", entries, err)
+		}
+	})
+}
