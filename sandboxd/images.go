@@ -71,6 +71,32 @@ func (s *Server) resolveImage(ctx context.Context, name string) (rootfs, error) 
 	return s.hostRootfs()
 }
 
+// prepareImages checks every configured image and extracts the tarballs not
+// extracted yet, so that a large image does not count against a sandbox's
+// start timeout and a wrong path fails at start.
+func (s *Server) prepareImages(ctx context.Context) error {
+	for name, src := range s.cfg.Images {
+		st, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("%w: image %q: %v", ErrImage, name, err)
+		}
+		if st.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(s.dataDir, "images", imageDirName(name))); err == nil {
+			continue
+		}
+		s.log.Info("sandboxd: extracting image", "name", name, "tarball", src)
+		s.importMu.Lock()
+		err = ImportImage(ctx, s.dataDir, name, src)
+		s.importMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // hostRootfs builds (once) the skeleton lower layer of the host fallback: the
 // mount points and the host's root-level symlinks (bin -> usr/bin and the
 // like). The system directories themselves are overlaid by the init.

@@ -186,3 +186,14 @@ func TestImportImageRejectsEscapes(t *testing.T) {
 		t.Errorf("missing tarball: err = %v, want ErrImage", err)
 	}
 }
+
+func TestStartRejectsMissingImage(t *testing.T) {
+	s, err := sandboxd.New(sandboxd.Config{Images: map[string]string{"gone": filepath.Join(t.TempDir(), "missing")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if _, err := s.Start(context.Background()); !errors.Is(err, sandboxd.ErrImage) {
+		t.Fatalf("Start with a missing image: %v, want ErrImage", err)
+	}
+}

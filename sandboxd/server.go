@@ -166,6 +166,9 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	if err := s.checkIsolation(ctx); err != nil {
 		return "", err
 	}
+	if err := s.prepareImages(ctx); err != nil {
+		return "", err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
