@@ -4,3 +4,10 @@ import "time"
 
 // SweepAt runs the TTL and retention sweep as if the time were now.
 func (s *Server) SweepAt(now time.Time) { s.sweep(now) }
+
+// BreakIsolation makes the kernel refuse the next sandbox namespaces, until
+// the returned function is called.
+func BreakIsolation() (restore func()) {
+	breakIsolation = true
+	return func() { breakIsolation = false }
+}

@@ -77,13 +77,21 @@ func probeIsolation(ctx context.Context) error {
 	return nil
 }
 
+// breakIsolation makes isolatedAttr ask for an invalid user mapping, so tests
+// can see what a kernel that refuses namespaces does.
+var breakIsolation bool
+
 func isolatedAttr() *syscall.SysProcAttr {
+	size := 1<<32 - 1
+	if breakIsolation {
+		size = 0
+	}
 	return &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
 		// Identity mapping: root in the sandbox is root on the host for file
 		// ownership, but its capabilities only hold in the sandbox's namespaces.
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1<<32 - 1}},
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: size}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: size}},
 		GidMappingsEnableSetgroups: true,
 		Setsid:                     true,
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -463,4 +464,31 @@ func TestRacingOperations(t *testing.T) {
 		waitState(t, base, id, sandboxd.StateTerminated)
 	}
 	assertNoProcesses(t, ids...)
+}
+
+func TestIsolationRefused(t *testing.T) {
+	restore := sandboxd.BreakIsolation()
+	defer restore()
+	s, err := sandboxd.New(sandboxd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	_, err = s.Start(context.Background())
+	if !errors.Is(err, sandboxd.ErrIsolationUnavailable) || !strings.Contains(err.Error(), "--no-isolation") {
+		t.Fatalf("Start = %v, want ErrIsolationUnavailable naming --no-isolation", err)
+	}
+	// The handler without Start fails the sandbox with the same reason.
+	s2, err := sandboxd.New(sandboxd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close(context.Background())
+	srv := httptest.NewServer(s2)
+	defer srv.Close()
+	id := create(t, srv.URL, nil)
+	sb := waitState(t, srv.URL, id, sandboxd.StateFailed)
+	if !strings.Contains(sb.Status.Message, "namespace isolation unavailable") {
+		t.Errorf("status = %+v, want the isolation error", sb.Status)
+	}
 }
