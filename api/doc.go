@@ -1,0 +1,25 @@
+// Package api is the HTTP API of cmd/api: the read model (sandboxes, their
+// events and checkpoints, environments), job submission and status on the
+// jobs queue, the live audit stream (Server-Sent Events from the ledger
+// stream, resumable with Last-Event-ID), Prometheus metrics, the OpenAPI 3
+// document and a server-rendered dashboard.
+//
+// # Auth
+//
+// With Config.Token set, every /v1 route but /v1/openapi.json needs
+// "Authorization: Bearer <token>", or the alineo_token cookie holding it;
+// without either the answer is 401 with a JSON error. The dashboard uses the
+// cookie, which GET /login?token=<token> sets (HttpOnly, SameSite=Strict)
+// before redirecting to the dashboard; EventSource then sends it with the live
+// tail's request. /healthz and /metrics are open (scrapers and probes carry no
+// token). With no Token everything is open.
+//
+// # Errors
+//
+// Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a
+// bad job spec), with 400 for bad input, 401, 404 for unknown ids, 503 when a
+// dependency (the store, the bus) fails.
+//
+// This package imports events, adapters, bus and jobs; never a database
+// driver, sandboxd or cmd.
+package api

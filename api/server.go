@@ -1,0 +1,217 @@
+package api
+
+import (
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/jobs"
+)
+
+// Defaults of Config.
+const (
+	DefaultPageSize   = 100
+	MaxPageSize       = 1000
+	DefaultHeartbeat  = 15 * time.Second
+	DefaultMaxStreams = 1024
+	// TokenCookie is the cookie the dashboard carries the token in.
+	TokenCookie  = "alineo_token"
+	maxBodyBytes = jobs.MaxSpecBytes
+)
+
+// Config configures New. Store is required; the zero value of every other
+// field is valid.
+type Config struct {
+	// Store is the read model the sandbox routes read (and DELETE deletes from).
+	Store adapters.Store
+	// Bus feeds /v1/events/stream; nil answers it with 503.
+	Bus *bus.Bus
+	// Queue serves /v1/jobs; nil answers those routes with 503.
+	Queue *jobs.Queue
+	// Token, when set, is required on /v1 and the dashboard (see the package doc).
+	Token string
+	// Registry receives the API's metrics and is served at /metrics. Default a
+	// new registry.
+	Registry *prometheus.Registry
+	// Heartbeat is the period of SSE keep-alive comments. Default 15 s.
+	Heartbeat time.Duration
+	// MaxStreams bounds concurrent SSE streams; beyond it the answer is 503.
+	// Default 1024.
+	MaxStreams int
+	// Logger, default discard.
+	Logger *slog.Logger
+}
+
+// Server is the API's http.Handler. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	streams chan struct{} // one slot per open SSE stream
+	m       *metrics
+}
+
+// New returns the API handler. It does no I/O.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.Heartbeat < 0 || cfg.MaxStreams < 0 {
+		return nil, fmt.Errorf("%w: negative Heartbeat or MaxStreams", ErrInvalidConfig)
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams)}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	api := func(pattern string, h http.HandlerFunc) {
+		route := pattern
+		s.mux.Handle(pattern, s.instrument(route, s.requireToken(h)))
+	}
+	open := func(pattern string, h http.Handler) {
+		s.mux.Handle(pattern, s.instrument(pattern, h))
+	}
+	open("GET /healthz", http.HandlerFunc(s.healthz))
+	open("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}))
+	open("GET /v1/openapi.json", http.HandlerFunc(s.openapi))
+
+	api("GET /v1/sandboxes", s.listSandboxes)
+	api("GET /v1/sandboxes/{name}/{id}", s.getSandbox)
+	api("DELETE /v1/sandboxes/{name}/{id}", s.deleteSandbox)
+	api("GET /v1/sandboxes/{name}/{id}/events", s.sandboxEvents)
+	api("GET /v1/sandboxes/{name}/{id}/checkpoints", s.sandboxCheckpoints)
+	api("GET /v1/environments", s.environments)
+	api("POST /v1/jobs", s.submitJob)
+	api("GET /v1/jobs/{id}", s.getJob)
+	api("GET /v1/events/stream", s.stream)
+	// Anything else under /v1 is a JSON 404 (after auth, so it reveals nothing).
+	api("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no route " + r.Method + " " + r.URL.Path})
+	})
+
+	open("GET /login", http.HandlerFunc(s.login))
+	open("GET /{$}", s.requireTokenHTML(s.dashboardList))
+	open("GET /ui/sandboxes/{name}/{id}", s.requireTokenHTML(s.dashboardSandbox))
+}
+
+// ServeHTTP serves the API and the dashboard.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openapiDoc)
+}
+
+// authorized reports whether r carries the token (header or cookie).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
+	}
+	if c, err := r.Cookie(TokenCookie); err == nil {
+		return s.tokenOK(c.Value)
+	}
+	return false
+}
+
+func (s *Server) tokenOK(tok string) bool {
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1
+}
+
+func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="alineo"`)
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "missing or wrong bearer token (Authorization: Bearer <ALINEO_API_TOKEN>)"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, e)
+}
+
+func badRequest(field, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Field: field, Message: msg}
+}
+
+func notFound(msg string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: msg}
+}
+
+// storeError maps a store or bus failure to 503 (unavailable) or 500.
+func (s *Server) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, adapters.ErrUnavailable) || errors.Is(err, adapters.ErrClosed) {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
+		return
+	}
+	s.log.Error("api: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()})
+}
+
+// intParam parses an optional non-negative integer query parameter.
+func intParam(r *http.Request, name string, def, max int64) (int64, *Error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest(name, fmt.Sprintf("%s must be a non-negative integer, got %q", name, v))
+	}
+	if max > 0 && n > max {
+		return 0, badRequest(name, fmt.Sprintf("%s must be at most %d, got %d", name, max, n))
+	}
+	return n, nil
+}
