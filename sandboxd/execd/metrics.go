@@ -29,23 +29,35 @@ type metrics struct {
 	Timestamp   int64   `json:"timestamp"`
 }
 
-// What the numbers mean: the CPU and memory of the cgroup execd runs in (cgroup v2, or the v1
-// cpuacct and memory controllers), which for an isolated sandbox is the sandbox's cgroup. When
-// no cgroup file is readable (e.g. /sys/fs/cgroup is not mounted in the sandbox) they fall back
-// to /proc/stat and /proc/meminfo, i.e. the whole machine. In --no-isolation mode execd is in
-// its parent's cgroup, so the numbers describe that cgroup (often the whole host), not one
-// sandbox. cpu_count is GOMAXPROCS (cgroup-aware), as in the real execd.
+// What the numbers mean, from the first source that works:
+//  1. the cgroup execd runs in (cgroup v2, or the v1 cpuacct and memory controllers): for an
+//     isolated sandbox with /sys/fs/cgroup visible, the sandbox's cgroup;
+//  2. inside a PID namespace other than the host's (an isolated sandbox without cgroupfs), the
+//     processes of that namespace: CPU time of every process in /proc (children's time included)
+//     and the sum of their resident sets, against the machine's memory;
+//  3. otherwise /proc/stat and /proc/meminfo, i.e. the whole machine.
+//
+// In --no-isolation mode execd shares its parent's cgroup and PID namespace, so the numbers
+// describe that cgroup (often the whole host), not one sandbox. cpu_count is GOMAXPROCS
+// (cgroup-aware), as in the real execd.
 
-// cpuSample is a cumulative CPU reading: used and wall are in the same unit for one source.
+// cpuSample is a cumulative CPU reading. For the cgroup and PID-namespace sources used is CPU
+// seconds and total wall seconds (perCPU: divide by the CPU count); for /proc/stat both are
+// jiffies of all CPUs.
 type cpuSample struct {
-	used  float64 // CPU time used (seconds), cgroup; or busy jiffies, /proc/stat
-	total float64 // wall time (seconds) for cgroup; all jiffies for /proc/stat
-	cg    bool
+	used   float64
+	total  float64
+	perCPU bool
+	source string
 }
 
 func readCPU() cpuSample {
-	if ns, ok := cgroupCPUSeconds(); ok {
-		return cpuSample{used: ns, total: float64(time.Now().UnixNano()) / 1e9, cg: true}
+	now := float64(time.Now().UnixNano()) / 1e9
+	if sec, ok := cgroupCPUSeconds(); ok {
+		return cpuSample{used: sec, total: now, perCPU: true, source: "cgroup"}
+	}
+	if sec, _, ok := pidNamespaceUsage(); ok {
+		return cpuSample{used: sec, total: now, perCPU: true, source: "pidns"}
 	}
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -61,16 +73,62 @@ func readCPU() cpuSample {
 			idle += x
 		}
 	}
-	return cpuSample{used: total - idle, total: total}
+	return cpuSample{used: total - idle, total: total, source: "host"}
+}
+
+// initialPIDNamespace is PROC_PID_INIT_INO, the inode of the host's PID namespace.
+const initialPIDNamespace = "pid:[4026531836]"
+
+// clockTicks is USER_HZ, the unit of the times in /proc/<pid>/stat (100 on every Linux ABI Go runs on).
+const clockTicks = 100
+
+// pidNamespaceUsage sums CPU seconds (own and reaped children's) and resident bytes over the
+// processes of execd's PID namespace. ok is false in the host's namespace.
+func pidNamespaceUsage() (cpuSec float64, rss uint64, ok bool) {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil || ns == initialPIDNamespace {
+		return 0, 0, false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, false
+	}
+	page := uint64(os.Getpagesize())
+	var ticks uint64
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 22 {
+			continue
+		}
+		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			v, _ := strconv.ParseUint(f[k], 10, 64)
+			ticks += v
+		}
+		if v, err := strconv.ParseUint(f[21], 10, 64); err == nil { // rss in pages
+			rss += v * page
+		}
+	}
+	return float64(ticks) / clockTicks, rss, true
 }
 
 func cpuPercent(a, b cpuSample, ncpu float64) float64 {
 	dt := b.total - a.total
-	if dt <= 0 || a.cg != b.cg {
+	if dt <= 0 || a.source != b.source {
 		return 0
 	}
 	pct := (b.used - a.used) / dt * 100
-	if a.cg {
+	if a.perCPU {
 		pct /= ncpu
 	}
 	return min(max(pct, 0), 100)
@@ -175,7 +233,11 @@ func readMemory() (total, used float64) {
 			if l, ok := readUint(filepath.Join(dir, "memory.max")); ok && l < memTotal {
 				total = float64(l)
 			}
+			return total, used
 		}
+	}
+	if _, rss, ok := pidNamespaceUsage(); ok {
+		used = float64(rss)
 	}
 	return total, used
 }
