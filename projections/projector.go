@@ -214,6 +214,12 @@ func (p *Projector) session(ctx context.Context) error {
 		}
 		if m != nil {
 			if err := b.add(ctx, m); err != nil {
+				if errors.Is(err, errDeliveryGap) && b.len() > 0 {
+					// Everything before the gap is in order: keep it.
+					if cerr := b.commit(ctx); cerr != nil {
+						return cerr
+					}
+				}
 				return err
 			}
 		}
@@ -225,9 +231,16 @@ func (p *Projector) session(ctx context.Context) error {
 	}
 }
 
+// errDeliveryGap ends a consumer session when a delivery was skipped or
+// repeated (a consumer leader change can lose deliveries in flight; the server
+// would redeliver them only after AckWait, after later ones were committed).
+// The next session recreates the consumer at the committed offset.
+var errDeliveryGap = errors.New("consumer delivery out of order")
+
 type batcher struct {
 	p        *Projector
 	offset   uint64 // committed
+	lastCons uint64 // consumer sequence of the last delivery
 	es       []events.Entry
 	msgs     int
 	last     jetstream.Msg
@@ -268,6 +281,10 @@ func (b *batcher) add(ctx context.Context, m jetstream.Msg) error {
 		return fmt.Errorf("message metadata: %w", err)
 	}
 	seq := md.Sequence.Stream
+	if b.lastCons != 0 && md.Sequence.Consumer != b.lastCons+1 {
+		return fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, md.Sequence.Consumer, b.lastCons, seq)
+	}
+	b.lastCons = md.Sequence.Consumer
 	if b.msgs == 0 {
 		b.deadline = time.Now().Add(b.p.BatchWait)
 	}
