@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -493,4 +495,42 @@ func TestTimeoutKillsEscapedDescendants(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(res.stdout[0])
 	testenv.Eventually(t, 5*time.Second, func() error { return processGone(pid) })
+}
+
+// TestNoGoroutineLeak runs every kind of command, then closes the server and checks that the
+// goroutines it started are gone.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		s, err := execd.New(execd.Config{Root: t.TempDir(), PingInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(s)
+		e := &env{t: t, srv: s, http: hs}
+		e.run("echo fg; sleep 0.05")
+		e.stream("/command", map[string]any{"command": "sleep 30", "background": true})
+		e.stream("/command", map[string]any{"command": "sleep 30", "timeout": 50})
+		id := e.newSession(nil)
+		e.stream("/session/"+id+"/run", map[string]any{"command": "export A=1"})
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/command", strings.NewReader(`{"command":"echo x; sleep 30"}`))
+		if resp, err := hs.Client().Do(req); err == nil {
+			_, _ = newStreamReader(resp.Body).Next()
+			cancel()
+			resp.Body.Close()
+		}
+		cancel()
+		hs.Client().CloseIdleConnections()
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			return fmt.Errorf("%d goroutines, %d before", n, before)
+		}
+		return nil
+	})
 }

@@ -73,6 +73,8 @@ type Server struct {
 	sessions map[string]*session
 }
 
+var _ http.Handler = (*Server)(nil)
+
 // New validates cfg, fills in defaults and returns a Server. It creates a private temporary
 // directory (for background-command logs and session state) that Close removes.
 func New(cfg Config) (*Server, error) {
