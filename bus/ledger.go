@@ -38,6 +38,8 @@ type LedgerConfig struct {
 	// AckTimeout is how long a publish may wait for its acknowledgement. Default 10 s.
 	AckTimeout time.Duration
 	// WriterID identifies this writer in its fence messages. Default random.
+	// It must be unique among live writers: a Ledger re-claims (under a new
+	// epoch) a sandbox whose fence carries its own WriterID.
 	WriterID string
 	// AwaitReadModel, when set, is called before every read-model call with the
 	// stream sequence of the newest entry this Ledger has published, so that a
@@ -73,8 +75,9 @@ type writer struct {
 	// mu serialises this sandbox's publishes, so message ids and stream order
 	// follow append order. It is never taken by the ack handlers.
 	mu      sync.Mutex
-	epoch   atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
-	counter uint64
+	epoch    atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
+	counter  uint64
+	released bool // dropped from Ledger.writers by Release; guarded by mu
 
 	inflight atomic.Int64 // published, not yet acknowledged or failed
 
@@ -263,12 +266,20 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 	return ack.Sequence, nil
 }
 
-// claim makes w's ledger this writer's, if nobody holds it. Called with w.mu held.
+// claim makes w's ledger this writer's, if nobody holds it, or if the
+// current fence is this writer's own (a sandbox it released earlier): then it
+// fences again, so message ids restart under a new epoch. Called with w.mu held.
 func (l *Ledger) claim(ctx context.Context, w *writer) error {
 	if w.epoch.Load() != 0 {
 		return nil
 	}
 	epoch, err := l.publishFence(ctx, w.id, 0)
+	if errors.Is(err, ErrFenced) {
+		last, gerr := l.b.stream.GetLastMsgForSubject(ctx, l.fenceSubject(w.id))
+		if gerr == nil && last.Header.Get(headerWriter) == l.cfg.WriterID {
+			epoch, err = l.publishFence(ctx, w.id, last.Sequence)
+		}
+	}
 	if err != nil {
 		// Not sticky: a Takeover may follow.
 		return err
@@ -276,6 +287,47 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 	w.epoch.Store(epoch)
 	w.counter = 0
 	return nil
+}
+
+// Release waits for sandboxID's publishes (like Sync) and then forgets the
+// sandbox's writer state, so a long-running ledger does not keep one entry
+// per sandbox it ever wrote. The fence stays: a later Append by this Ledger
+// claims the sandbox again under a new epoch; another writer needs Takeover.
+func (l *Ledger) Release(ctx context.Context, sandboxID string) error {
+	l.mu.Lock()
+	w := l.writers[sandboxID]
+	l.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.wait(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	w.released = true
+	l.mu.Lock()
+	if l.writers[sandboxID] == w {
+		delete(l.writers, sandboxID)
+	}
+	l.mu.Unlock()
+	return err
+}
+
+// lockWriter returns sandboxID's writer locked, never a released one.
+func (l *Ledger) lockWriter(sandboxID string) (*writer, error) {
+	for {
+		w, err := l.writer(sandboxID)
+		if err != nil {
+			return nil, err
+		}
+		w.mu.Lock()
+		if !w.released {
+			return w, nil
+		}
+		w.mu.Unlock()
+	}
 }
 
 // Takeover makes this Ledger the writer of sandboxID, fencing whoever held it:
@@ -286,11 +338,10 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 	if _, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID); err != nil {
 		return 0, err
 	}
-	w, err := l.writer(sandboxID)
+	w, err := l.lockWriter(sandboxID)
 	if err != nil {
 		return 0, err
 	}
-	w.mu.Lock()
 	defer w.mu.Unlock()
 	_ = w.wait(ctx) // settle our own publishes; their outcome no longer matters
 	if ctx.Err() != nil {
@@ -352,11 +403,10 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
 	}
-	w, err := l.writer(e.SandboxID)
+	w, err := l.lockWriter(e.SandboxID)
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
 	defer w.mu.Unlock()
 	return l.publishLocked(ctx, w, subj, e.Name, data)
 }
@@ -388,11 +438,10 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	}
 	var touched []string
 	for i, m := range msgs {
-		w, err := l.writer(es[i].SandboxID)
+		w, err := l.lockWriter(es[i].SandboxID)
 		if err != nil {
 			return err
 		}
-		w.mu.Lock()
 		err = l.publishLocked(ctx, w, m.subj, m.name, m.data)
 		w.mu.Unlock()
 		if err != nil {
@@ -519,6 +568,7 @@ func (l *Ledger) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+	l.js.CleanupPublisher()
 	if err != nil && !errors.Is(err, ErrFenced) {
 		return fmt.Errorf("close ledger: %w", err)
 	}

@@ -60,6 +60,7 @@ func Run(t *testing.T, open OpenFunc) {
 	t.Run("AppendReadOrder", func(t *testing.T) { testAppendReadOrder(t, open) })
 	t.Run("InvalidEntry", func(t *testing.T) { testInvalid(t, open) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, open) })
+	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	t.Run("MessageIDDedupe", func(t *testing.T) { testDedupe(t, open) })
 	t.Run("Barrier", func(t *testing.T) { testBarrier(t, open) })
 	t.Run("SubscribeFromSeq", func(t *testing.T) { testSubscribe(t, open) })
@@ -297,6 +298,39 @@ func testFencing(t *testing.T, open OpenFunc) {
 	}
 	if err := Same(es2[:len(got)-1], got[:len(got)-1]); err != nil {
 		t.Fatalf("stale writer's stored prefix: %v", err)
+	}
+}
+
+func testRelease(t *testing.T, open OpenFunc) {
+	b := open(t, bus.Config{})
+	a := newLedger(t, b, bus.LedgerConfig{WriterID: "a"})
+	c := newLedger(t, b, bus.LedgerConfig{WriterID: "c"})
+	ctx := ctxT(t)
+	id := ID("release")
+	es := Entries("n", id, 2, 2)
+	appendAll(t, a, es[:3])
+	old := a.Epoch(id)
+	if err := a.Release(ctx, id); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := a.Epoch(id); got != 0 {
+		t.Fatalf("Epoch after Release = %d, want 0", got)
+	}
+	// Another writer is still fenced out by a's fence.
+	if err := c.Append(ctx, es[3]); !errors.Is(err, adapters.ErrFenced) {
+		t.Fatalf("other writer after Release = %v, want ErrFenced", err)
+	}
+	// a claims it again under a new epoch, so message ids never repeat.
+	appendAll(t, a, es[3:])
+	if got := a.Epoch(id); got <= old {
+		t.Fatalf("epoch after re-claim = %d, want > %d", got, old)
+	}
+	got, err := a.ReadAll(ctx, "n", id)
+	if err != nil {
+		t.Fatalf("ReadAll: %v", err)
+	}
+	if err := Same(es, got); err != nil {
+		t.Fatalf("after release and re-claim: %v", err)
 	}
 }
 
