@@ -74,7 +74,7 @@ type writer struct {
 
 	// mu serialises this sandbox's publishes, so message ids and stream order
 	// follow append order. It is never taken by the ack handlers.
-	mu      sync.Mutex
+	mu       sync.Mutex
 	epoch    atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
 	counter  uint64
 	released bool // dropped from Ledger.writers by Release; guarded by mu
