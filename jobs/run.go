@@ -66,8 +66,8 @@ type ResumeFunc func(ctx context.Context, sandboxID, tag string) (*alineo.Sandbo
 // called from the goroutine running the job.
 type Runner struct {
 	Client *alineo.Client
-	// Resume restores a checkpointed session; nil makes Run with a Checkpoint
-	// fail with ErrResumeUnavailable.
+	// Resume restores a checkpointed session. Default ClientResume(Client);
+	// when that is nil too, Run with a Checkpoint fails with ErrResumeUnavailable.
 	Resume ResumeFunc
 	// Progress receives every Event, synchronously. Nil discards them.
 	Progress func(Event)
@@ -116,10 +116,14 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		if from.Next < 0 || from.Next > len(spec.Steps) {
 			return res, fmt.Errorf("%w: resume point %d outside the spec's %d steps", ErrInvalidConfig, from.Next, len(spec.Steps))
 		}
-		if r.Resume == nil {
+		resume := r.Resume
+		if resume == nil {
+			resume = ClientResume(r.Client)
+		}
+		if resume == nil {
 			return res, ErrResumeUnavailable
 		}
-		sb, err = r.Resume(ctx, from.SandboxID, from.Tag)
+		sb, err = resume(ctx, from.SandboxID, from.Tag)
 		if err != nil {
 			return res, fmt.Errorf("resume %s from %q: %w", from.SandboxID, from.Tag, err)
 		}

@@ -30,7 +30,7 @@ type Worker struct {
 	// Ledger, when set, fences the sandbox of a job's previous attempt before
 	// the job is taken over (the bus ledger the Client writes to).
 	Ledger Fencer
-	// Resume restores a checkpointed session (see Runner.Resume).
+	// Resume restores a checkpointed session. Default ClientResume(Client).
 	Resume ResumeFunc
 	// ID names this worker in job statuses. Default a random id.
 	ID string
@@ -73,6 +73,9 @@ func (w *Worker) init() error {
 	}
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	if w.Resume == nil {
+		w.Resume = ClientResume(w.Client)
 	}
 	return nil
 }

@@ -1,0 +1,378 @@
+// Command executor runs alineo jobs (package jobs): one job in one process,
+// or as a fleet worker on the ALINEO_JOBS stream.
+//
+//	executor run JOB.json      run one job here, on embedded defaults
+//	executor submit JOB.json   publish a job to ALINEO_JOBS and print its id
+//	executor status JOB_ID     print a job's status
+//	executor work              pull jobs until SIGTERM, then drain
+//	executor demo              the takeover demo (make demo)
+//
+// Configuration (flags, with the variables they default to): --nats
+// (NATS_URL; empty starts an embedded server under --nats-dir), --sandbox
+// (OPEN_SANDBOX_URL; empty starts sandboxd in-process), --sandbox-key
+// (OPEN_SANDBOX_API_KEY), --sqlite (./alineo.db) or --postgres (DATABASE_URL
+// or PG*) for the read model the in-process projector of run and demo keeps.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	alineo "github.com/alineo-labs/alineo"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/cmd/internal/cli"
+	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/projections"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "executor:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  executor run [flags] JOB.json     run one job in this process
+  executor submit [flags] JOB.json  publish a job to the ALINEO_JOBS stream
+  executor status [flags] JOB_ID    print a job's status
+  executor work [flags]             run jobs from the stream until SIGTERM (then drain)
+  executor demo [flags]             kill an executor mid-job and watch another take over`
+
+// config is what every subcommand reads.
+type config struct {
+	nats, natsDir, sandbox, sandboxKey, sqlite, postgres, logLevel string
+	ackWait, drainTimeout                                          time.Duration
+	concurrency, maxDeliver                                        int
+	id                                                             string
+	output, project                                                bool
+	apiListen                                                      string
+}
+
+func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSet, *config) {
+	c := &config{}
+	fs := flag.NewFlagSet("executor "+name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
+	fs.StringVar(&c.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
+	fs.StringVar(&c.sandbox, "sandbox", getenv("OPEN_SANDBOX_URL"), "OpenSandbox server URL (env OPEN_SANDBOX_URL); empty starts sandboxd in-process")
+	fs.StringVar(&c.sandboxKey, "sandbox-key", getenv("OPEN_SANDBOX_API_KEY"), "OpenSandbox API key (env OPEN_SANDBOX_API_KEY)")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	fs.DurationVar(&c.ackWait, "ack-wait", jobs.DefaultAckWait, "job lease: redelivered to another worker after this long without a heartbeat")
+	fs.IntVar(&c.maxDeliver, "max-deliver", jobs.DefaultMaxDeliver, "deliveries of one job before it fails")
+	switch name {
+	case "run", "demo":
+		fs.StringVar(&c.sqlite, "sqlite", cli.DefaultSQLite, "SQLite read model the in-process projector keeps")
+		fs.StringVar(&c.postgres, "postgres", "", "Postgres DSN for the read model; default DATABASE_URL or PG* when set")
+		fs.BoolVar(&c.project, "projector", getenv("NATS_URL") == "" || name == "demo", "run a projector in-process (default on with embedded NATS)")
+		fs.BoolVar(&c.output, "output", name == "run", "print the commands' stdout")
+	case "work":
+		fs.IntVar(&c.concurrency, "concurrency", 1, "jobs run at once")
+		fs.StringVar(&c.id, "id", getenv("HOSTNAME"), "worker id shown in job statuses (default $HOSTNAME or random)")
+		fs.DurationVar(&c.drainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long the current step may take before the job is handed back anyway")
+		fs.BoolVar(&c.output, "output", false, "print the commands' stdout")
+	}
+	if name == "demo" {
+		fs.StringVar(&c.apiListen, "api", "127.0.0.1:8090", "address of the demo's API and dashboard")
+	}
+	return fs, c
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	cmd, args := args[0], args[1:]
+	var wantArgs int
+	switch cmd {
+	case "run", "submit", "status":
+		wantArgs = 1
+	case "work", "demo":
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+	fs, c := flags(cmd, getenv, stdout)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != wantArgs {
+		return fmt.Errorf("executor %s: want %d argument(s), got %d\n%s", cmd, wantArgs, fs.NArg(), usage)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	switch cmd {
+	case "run":
+		return runJob(ctx, c, fs.Arg(0), getenv, stdout, log)
+	case "submit":
+		return submit(ctx, c, fs.Arg(0), stdout, log)
+	case "status":
+		return status(ctx, c, fs.Arg(0), stdout, log)
+	case "work":
+		return work(ctx, c, getenv, stdout, log)
+	}
+	return demo(ctx, c, getenv, stdout, log)
+}
+
+func readSpec(path string) (jobs.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return jobs.Spec{}, err
+	}
+	spec, err := jobs.Parse(data)
+	if err != nil {
+		return jobs.Spec{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+func openQueue(ctx context.Context, b *bus.Bus, c *config) (*jobs.Queue, error) {
+	return jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver})
+}
+
+// fleet is what a process that runs jobs holds: the bus, its ledger, a
+// sandbox server and an SDK client writing to the ledger.
+type fleet struct {
+	bus         *bus.Bus
+	ledger      *bus.Ledger
+	client      *alineo.Client
+	sandboxURL  string
+	stopSandbox func()
+}
+
+func openFleet(ctx context.Context, c *config, getenv func(string) string, log *slog.Logger) (*fleet, error) {
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	if err != nil {
+		return nil, err
+	}
+	l, err := bus.NewLedger(b, bus.LedgerConfig{Logger: log})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	url, stop, err := cli.Sandboxd(ctx, c.sandbox, getenv, log)
+	if err != nil {
+		l.Close()
+		b.Close()
+		return nil, err
+	}
+	client, err := alineo.New(alineo.Options{BaseURL: url, APIKey: c.sandboxKey, Adapter: l, Logger: log})
+	if err != nil {
+		stop()
+		l.Close()
+		b.Close()
+		return nil, err
+	}
+	return &fleet{bus: b, ledger: l, client: client, sandboxURL: url, stopSandbox: stop}, nil
+}
+
+func (f *fleet) close() {
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = f.ledger.Flush(fctx)
+	f.stopSandbox()
+	f.ledger.Close()
+	f.bus.Close()
+}
+
+// projector runs a projector into the configured store until ctx is done;
+// wait blocks until it has applied everything the ledger published.
+type projector struct {
+	p     *projections.Projector
+	store cli.Store
+	desc  string
+	done  chan error
+}
+
+func startProjector(ctx context.Context, c *config, b *bus.Bus, getenv func(string) string, log *slog.Logger) (*projector, error) {
+	store, desc, err := cli.OpenStore(c.sqlite, c.postgres, getenv)
+	if err != nil {
+		return nil, err
+	}
+	pr := &projector{p: &projections.Projector{Bus: b, Store: store, BatchWait: 10 * time.Millisecond, Logger: log}, store: store, desc: desc, done: make(chan error, 1)}
+	go func() { pr.done <- pr.p.Run(ctx) }()
+	return pr, nil
+}
+
+func (pr *projector) wait(ctx context.Context, seq uint64) error {
+	for pr.p.Progress().Offset < seq {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-pr.done:
+			pr.done <- err
+			return fmt.Errorf("projector stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func runJob(ctx context.Context, c *config, path string, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
+	spec, err := readSpec(path)
+	if err != nil {
+		return err
+	}
+	f, err := openFleet(ctx, c, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	pctx, stopProj := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopProj()
+	var pr *projector
+	if c.project {
+		if pr, err = startProjector(pctx, c, f.bus, getenv, log); err != nil {
+			return err
+		}
+		defer pr.store.Close()
+	}
+	r := &jobs.Runner{Client: f.client, Progress: jobs.Printer(stdout)}
+	if c.output {
+		r.Output = prefixWriter(stdout, "  | ")
+	}
+	res, runErr := r.Run(ctx, spec, nil)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := f.ledger.Flush(wctx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if pr != nil {
+		if err := pr.wait(wctx, f.ledger.LastSeq()); err != nil {
+			runErr = errors.Join(runErr, err)
+		} else {
+			fmt.Fprintf(stdout, "ledger projected into %s (session %s / %s)\n", pr.desc, res.Name, res.SandboxID)
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	fmt.Fprintf(stdout, "job %s succeeded: %d steps in %s\n", spec.Name, res.Live+res.Replayed, res.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+func submit(ctx context.Context, c *config, path string, stdout io.Writer, log *slog.Logger) error {
+	spec, err := readSpec(path)
+	if err != nil {
+		return err
+	}
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	q, err := openQueue(ctx, b, c)
+	if err != nil {
+		return err
+	}
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, st.ID)
+	return nil
+}
+
+func status(ctx context.Context, c *config, id string, stdout io.Writer, log *slog.Logger) error {
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	q, err := openQueue(ctx, b, c)
+	if err != nil {
+		return err
+	}
+	st, err := q.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s %s: %s (attempt %d, %d/%d steps, sandbox %s)", st.ID, st.Name, st.State, st.Attempt, st.Done, st.Steps, st.SandboxID)
+	if st.Error != "" {
+		fmt.Fprintf(stdout, ": %s", st.Error)
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+func work(ctx context.Context, c *config, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
+	f, err := openFleet(context.WithoutCancel(ctx), c, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	q, err := openQueue(ctx, f.bus, c)
+	if err != nil {
+		return err
+	}
+	print := jobs.Printer(stdout)
+	w := &jobs.Worker{
+		Queue: q, Client: f.client, Ledger: f.ledger, ID: c.id, Concurrency: c.concurrency,
+		DrainTimeout: c.drainTimeout, Logger: log,
+		Progress: func(id string, ev jobs.Event) {
+			ev.Job = id[:8] + " " + ev.Job
+			print(ev)
+		},
+	}
+	if c.output {
+		w.Output = prefixWriter(stdout, "  | ")
+	}
+	fmt.Fprintf(stdout, "executor %s: pulling %s from %s (lease %s)\n", workerID(c), q.Config().Stream, f.bus.ClientURL(), q.Config().AckWait)
+	if err := w.Run(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "executor drained")
+	return nil
+}
+
+func workerID(c *config) string {
+	if c.id != "" {
+		return c.id
+	}
+	return "(random id)"
+}
+
+// prefixWriter prefixes every line written to w.
+func prefixWriter(w io.Writer, prefix string) io.Writer {
+	return &prefixed{w: w, prefix: prefix, bol: true}
+}
+
+type prefixed struct {
+	w      io.Writer
+	prefix string
+	bol    bool
+}
+
+func (p *prefixed) Write(b []byte) (int, error) {
+	var sb strings.Builder
+	for _, c := range string(b) {
+		if p.bol {
+			sb.WriteString(p.prefix)
+			p.bol = false
+		}
+		sb.WriteRune(c)
+		if c == '\n' {
+			p.bol = true
+		}
+	}
+	if _, err := io.WriteString(p.w, sb.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}

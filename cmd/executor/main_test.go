@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func writeSpec(t *testing.T, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "job.json")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const helloJob = `{"name":"hello","image":"ubuntu:22.04","steps":[
+	{"writeFile":{"path":"/tmp/j/a.txt","content":"alpha"}},
+	{"exec":{"command":"cat /tmp/j/a.txt; echo"}},
+	{"exec":{"command":"exit 2","strict":false}}]}`
+
+// TestRunJobEmbedded runs a job with every default embedded but the sandbox
+// server (testenv's, so isolation is checked the same way) and finds it in
+// the SQLite read model afterwards.
+func TestRunJobEmbedded(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "alineo.db")
+	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
+	out := &syncBuffer{}
+	err := run(context.Background(), []string{"run", "--nats-dir", filepath.Join(dir, "nats"), "--sqlite", db, writeSpec(t, helloJob)},
+		func(k string) string { return env[k] }, out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"[hello 2/3] done", "  | alpha", "job hello succeeded: 3 steps", "projected into sqlite"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	store, err := sqlite.Open(db, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ds, err := store.ListSandboxDetails(context.Background(), "hello", adapters.ListOptions{})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("details = %v, %v; want one session", ds, err)
+	}
+	if d := ds[0]; d.Status != adapters.StatusCompleted || d.ExecCount != 2 {
+		t.Errorf("session = %+v, want completed with 2 execs", d)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	noenv := func(string) string { return "" }
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage"},
+		{[]string{"fly"}, "unknown command"},
+		{[]string{"run"}, "want 1 argument"},
+		{[]string{"run", "a", "b"}, "want 1 argument"},
+		{[]string{"run", writeSpec(t, `{"name":"x","image":"i","steps":[{"exec":{"cmd":"x"}}]}`)}, `steps[0].exec.cmd: unknown field "cmd"`},
+		{[]string{"run", filepath.Join(t.TempDir(), "missing.json")}, "no such file"},
+		{[]string{"work", "--log-level", "loud"}, "--log-level"},
+	}
+	for _, tt := range tests {
+		err := run(context.Background(), tt.args, noenv, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+	var se *jobs.SpecError
+	err := run(context.Background(), []string{"submit", writeSpec(t, `{"name":"x"}`)}, noenv, io.Discard)
+	if !errors.As(err, &se) {
+		t.Errorf("submit of a bad spec = %v, want a *jobs.SpecError", err)
+	}
+}
+
+// TestSubmitAndWork: submit publishes to ALINEO_JOBS, a worker runs the job,
+// status reports it succeeded, and cancelling the worker drains it.
+func TestSubmitAndWork(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	env := map[string]string{"NATS_URL": natsURL, "OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
+	getenv := func(k string) string { return env[k] }
+	out := &syncBuffer{}
+	if err := run(context.Background(), []string{"submit", writeSpec(t, helloJob)}, getenv, out); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out.String())
+	if !jobs.ValidID(id) {
+		t.Fatalf("submit printed %q, want a job id", id)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wout := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, []string{"work", "--id", "w1"}, getenv, wout) }()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		sout := &syncBuffer{}
+		if err := run(context.Background(), []string{"status", id}, getenv, sout); err != nil {
+			return err
+		}
+		if !strings.Contains(sout.String(), ": succeeded (attempt 1, 3/3 steps") {
+			return fmt.Errorf("status: %s", sout)
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("work: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("work did not drain")
+	}
+	if !strings.Contains(wout.String(), "executor drained") || !strings.Contains(wout.String(), id[:8]+" hello 3/3] done") {
+		t.Errorf("worker output:\n%s", wout)
+	}
+	// The job left the work queue.
+	b, err := bus.Open(context.Background(), bus.Config{URL: natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	q, err := jobs.OpenQueue(context.Background(), b.JetStream(), jobs.QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Pending(context.Background()); err != nil || n != 0 {
+		t.Errorf("pending = %d, %v; want 0", n, err)
+	}
+}
