@@ -222,15 +222,16 @@ func ExampleExec_Stdout() {
 	ctx := context.Background()
 	sb := newSandbox(ctx, newClient())
 	defer sb.Close(ctx)
+	// A chunk is one or more lines, recorded in the ledger before it is yielded.
 	for chunk, err := range sb.Exec(ctx, "echo a; echo b").Stdout() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("%q\n", chunk)
+		os.Stdout.Write(chunk)
 	}
 	// Output:
-	// "a\n"
-	// "b\n"
+	// a
+	// b
 }
 
 func ExampleExec_Stderr() {
@@ -562,17 +563,24 @@ func ExampleSandboxes_Events() {
 	ctx := context.Background()
 	client := newClient()
 	sb := newSandbox(ctx, client)
-	_, _ = sb.Exec(ctx, "printf 'a\\nb\\n'").Wait()
+	_, _ = sb.Exec(ctx, "echo out; sleep 0.3; echo err >&2").Wait()
 	_ = sb.Close(ctx)
 	es, _ := client.Sandboxes().Events(ctx, sb.Name(), sb.ID())
 	for _, e := range es {
-		if e.Event == events.ExecOutput {
+		switch e.Event {
+		case events.ExecOutput:
 			var p events.ExecOutputPayload
 			_ = e.Decode(&p)
-			fmt.Printf("%s %q\n", p.Type, p.Text)
+			fmt.Printf("%d %s %s %q\n", e.StepIndex, e.Event, p.Type, p.Bytes())
+		default:
+			fmt.Println(e.StepIndex, e.Event)
 		}
 	}
 	// Output:
-	// stdout "a\n"
-	// stdout "b\n"
+	// -1 sandbox.created
+	// 1 exec.started
+	// 1 exec.output stdout "out\n"
+	// 1 exec.output stderr "err\n"
+	// 1 exec.completed
+	// -1 sandbox.closed
 }

@@ -13,9 +13,16 @@ import (
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
-// maxUnpublished bounds the output chunks an exec has queued for the ledger but
-// not yet handed to its readers.
-const maxUnpublished = 1024
+const (
+	// maxUnpublished bounds the output events an exec has read from its stream
+	// and not yet queued for the ledger.
+	maxUnpublished = 1024
+	// maxInFlight bounds the output groups of one exec being written to the
+	// ledger at once; lines arriving meanwhile are merged into the next group.
+	maxInFlight = 2
+	// maxGroup bounds the bytes merged into one exec.output entry.
+	maxGroup = 256 << 10
+)
 
 // ExecResult is the whole result of a command.
 type ExecResult struct {
@@ -182,10 +189,6 @@ type pendingChunk struct {
 // with the exec's error. ctx is cancelled by Close.
 func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error), lines bool) {
 	sb := e.sb
-	if err := <-started; err != nil {
-		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
-		return
-	}
 	ex, err := sb.execd()
 	if err != nil {
 		e.fail(err)
@@ -196,7 +199,18 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 	// A failed write or publish cancels pctx, which stops the stream.
 	pctx, pcancel := context.WithCancelCause(ctx)
 	defer pcancel(nil)
+	// exec.started was queued when Exec was called and is written while the
+	// request goes out; nothing of the stream is recorded or delivered before
+	// it is written, and if it fails the stream is cancelled (which kills the
+	// command) and the exec fails.
 	stream, err := open(pctx, ex)
+	if serr := <-started; serr != nil {
+		if err == nil {
+			stream.Close()
+		}
+		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: serr})
+		return
+	}
 	if err != nil {
 		var apiErr *opensandbox.APIError
 		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {
@@ -208,15 +222,42 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 	}
 	defer stream.Close()
 
-	queue := make(chan pendingChunk, maxUnpublished)
+	// The stream reader goroutine hands output events to this goroutine, the
+	// recorder, which queues them for the ledger in groups: while maxInFlight
+	// groups of this exec are being written, the lines that arrive meanwhile
+	// are merged into the next group (same stream, up to maxGroup bytes). An
+	// idle ledger thus records every line on its own and at once, a busy one
+	// fewer, larger rows. The publisher hands each group to the readers once
+	// its write is done; a group is one chunk for the readers, so ledger rows
+	// and chunks correspond one to one.
+	evc := make(chan opensandbox.Event, maxUnpublished)
+	go func() {
+		defer close(evc)
+		for stream.Next() {
+			ev := stream.Event()
+			if ev.Kind != opensandbox.EventStdout && ev.Kind != opensandbox.EventStderr {
+				continue
+			}
+			select {
+			case evc <- ev:
+			case <-pctx.Done():
+				return
+			}
+		}
+	}()
+
+	inFlight := make(chan struct{}, maxInFlight)
+	queue := make(chan pendingChunk, maxInFlight)
 	published := make(chan error, 1)
 	go func() {
 		var first error
 		for p := range queue {
+			err := <-p.done
+			<-inFlight
 			if first != nil {
 				continue
 			}
-			if err := <-p.done; err != nil {
+			if err != nil {
 				first = &SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d output", e.step), Err: err}
 			} else if err := e.out.publish(pctx, p.c); err != nil {
 				first = &ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: context.Cause(pctx)}
@@ -228,42 +269,76 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 		published <- first
 	}()
 
-	var emitErr error
-read:
-	for stream.Next() {
-		ev := stream.Event()
-		var s events.Stream
-		switch ev.Kind {
-		case opensandbox.EventStdout:
-			s = events.Stdout
-		case opensandbox.EventStderr:
-			s = events.Stderr
-		default:
-			continue
+	streamOf := func(ev opensandbox.Event) events.Stream {
+		if ev.Kind == opensandbox.EventStderr {
+			return events.Stderr
 		}
-		var data []byte
+		return events.Stdout
+	}
+	bytesOf := func(dst []byte, ev opensandbox.Event) []byte {
 		if lines {
-			data = lineBytes(ev)
-		} else {
-			data = rawBytes(ev)
+			return append(dst, lineBytes(ev)...)
 		}
-		done, err := sb.ledger.emit(pctx, events.ExecOutput, e.step, events.NewOutput(e.step, s, data))
+		return append(dst, rawBytes(ev)...)
+	}
+	var emitErr error
+	var next *opensandbox.Event // read ahead while grouping, not yet recorded
+	more := true                // evc is open
+record:
+	for more || next != nil {
+		var ev opensandbox.Event
+		if next != nil {
+			ev, next = *next, nil
+		} else {
+			var ok bool
+			if ev, ok = <-evc; !ok {
+				more = false
+				break
+			}
+		}
+		select {
+		case inFlight <- struct{}{}:
+		case <-pctx.Done():
+			break record
+		}
+		s := streamOf(ev)
+		data := bytesOf(nil, ev)
+	group:
+		for more && len(data) < maxGroup {
+			select {
+			case nx, ok := <-evc:
+				if !ok {
+					more = false
+					break group
+				}
+				if streamOf(nx) != s {
+					next = &nx
+					break group
+				}
+				data = bytesOf(data, nx)
+			default:
+				break group
+			}
+		}
+		done, err := sb.ledger.emit(pctx, events.ExecOutput, e.step, outputPayload(e.step, s, data))
 		if err != nil {
+			<-inFlight
 			emitErr = err
 			break
 		}
-		select {
-		case queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done}:
-		case <-pctx.Done():
-			// The chunk is queued for the ledger: wait for its write so that
-			// nothing recorded is left in flight, but do not publish it.
-			<-done
-			break read
-		}
+		// queue has room for every group in flight: this never blocks.
+		queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done}
 	}
 	close(queue)
-	if err := <-published; err != nil {
-		e.fail(err)
+	perr := <-published
+	// Stop the stream reader, if it still runs, and wait for it.
+	if perr != nil || emitErr != nil {
+		pcancel(errors.Join(perr, emitErr))
+	}
+	for range evc {
+	}
+	if perr != nil {
+		e.fail(perr)
 		return
 	}
 	if emitErr != nil {

@@ -2,6 +2,7 @@ package alineo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -70,7 +71,13 @@ func (l *ledger) emit(ctx context.Context, ev events.Event, step int, payload an
 		ts = l.lastTs
 	}
 	l.lastTs = ts
-	l.queue = append(l.queue, pendingEntry{e: events.New(ts, l.name, l.sandboxID, step, ev, payload), done: done})
+	var e events.Entry
+	if raw, ok := payload.(json.RawMessage); ok { // already encoded
+		e = events.Entry{Ts: ts, Name: l.name, SandboxID: l.sandboxID, StepIndex: step, Event: ev, Payload: raw}
+	} else {
+		e = events.New(ts, l.name, l.sandboxID, step, ev, payload)
+	}
+	l.queue = append(l.queue, pendingEntry{e: e, done: done})
 	if !l.running {
 		l.running = true
 		go l.drain()

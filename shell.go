@@ -3,9 +3,12 @@ package alineo
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -59,4 +62,43 @@ func exactBytes(ev opensandbox.Event) []byte {
 	b := make([]byte, len(ev.Text), len(ev.Text)+1)
 	copy(b, ev.Text)
 	return b
+}
+
+// outputPayload returns the JSON of events.NewOutput(seq, s, b), byte for byte
+// what encoding/json produces, without its reflection and escaping passes in the
+// common case of plain text.
+func outputPayload(seq int, s events.Stream, b []byte) json.RawMessage {
+	if !plainJSONText(b) {
+		p, err := json.Marshal(events.NewOutput(seq, s, b))
+		if err != nil {
+			panic("alineo: encode exec.output: " + err.Error()) // cannot happen: strings and bytes only
+		}
+		return p
+	}
+	out := make([]byte, 0, len(b)+48)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendInt(out, int64(seq), 10)
+	out = append(out, `,"type":"`...)
+	out = append(out, s...)
+	out = append(out, `","text":"`...)
+	for _, c := range b {
+		if c == '\n' {
+			out = append(out, '\\', 'n')
+		} else {
+			out = append(out, c)
+		}
+	}
+	return append(out, `"}`...)
+}
+
+// plainJSONText reports whether b is ASCII that encoding/json writes unchanged
+// in a string, apart from '\n' (no other control byte, quote, backslash, or
+// HTML-escaped '<', '>', '&').
+func plainJSONText(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 || (c < 0x20 && c != '\n') || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

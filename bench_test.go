@@ -1,0 +1,148 @@
+package alineo_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo"
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// benchEnv is a sandbox on an embedded sandboxd with a SQLite ledger, and a
+// raw execd client on the same sandbox.
+func benchEnv(b *testing.B) (context.Context, *alineo.Sandbox, *opensandbox.Execd) {
+	b.Helper()
+	var store adapters.Store
+	store, err := sqlite.Open(testenv.SQLitePath(b), sqlite.Config{Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if os.Getenv("BENCH_MEMORY") == "1" {
+		store = memory.New()
+	}
+	b.Cleanup(func() { store.Close() })
+	url := testenv.Sandboxd(b)
+	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sb.Close(context.Background()) })
+	raw, err := client.OpenSandbox().Execd(ctx, sb.ID())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { raw.Close() })
+	return ctx, sb, raw
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkExecRoundTrip compares `echo hi` through the SDK (recorded in a
+// SQLite ledger: exec.started, one exec.output, exec.completed) with the same
+// command through the raw opensandbox client, alternating, on one sandbox.
+// ratio = SDK p50 / raw p50 (target <= 1.3).
+func BenchmarkExecRoundTrip(b *testing.B) {
+	ctx, sb, raw := benchEnv(b)
+	const rounds = 60
+	var sdk, base []time.Duration
+	for b.Loop() {
+		sdk, base = sdk[:0], base[:0]
+		for i := range rounds + 5 {
+			start := time.Now()
+			s, err := raw.RunCommand(ctx, opensandbox.CommandRequest{Command: "echo hi"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+			rawTook := time.Since(start)
+
+			start = time.Now()
+			if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
+				b.Fatal(err)
+			}
+			sdkTook := time.Since(start)
+			if i >= 5 { // warm-up
+				base = append(base, rawTook)
+				sdk = append(sdk, sdkTook)
+			}
+		}
+	}
+	b.ReportMetric(ms(percentile(base, 0.5)), "raw-p50-ms")
+	b.ReportMetric(ms(percentile(base, 0.99)), "raw-p99-ms")
+	b.ReportMetric(ms(percentile(sdk, 0.5)), "sdk-p50-ms")
+	b.ReportMetric(ms(percentile(sdk, 0.99)), "sdk-p99-ms")
+	b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(base, 0.5)), "ratio")
+}
+
+// BenchmarkOutputThroughput compares a command printing 200 MB (1000-byte
+// lines) through the SDK, every chunk recorded in a SQLite ledger before it is
+// delivered, with the raw client reading the same stream.
+// ratio = SDK MB/s / raw MB/s (target >= 0.5).
+func BenchmarkOutputThroughput(b *testing.B) {
+	ctx, sb, raw := benchEnv(b)
+	size := 200_000_000 // whole 1000-byte lines
+	if testing.Short() {
+		size = 20_000_000
+	}
+	cmd := `yes "$(head -c 999 /dev/zero | tr '\0' x)" | head -c ` + strconv.Itoa(size)
+	var rawTook, sdkTook time.Duration
+	for b.Loop() {
+		start := time.Now()
+		s, err := raw.RunCommand(ctx, opensandbox.CommandRequest{Command: cmd})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for s.Next() {
+			if ev := s.Event(); ev.Kind == opensandbox.EventStdout {
+				n += len(ev.Text) + 1
+			}
+		}
+		if s.Err() != nil || n != size {
+			b.Fatalf("raw read %d bytes, %v; want %d", n, s.Err(), size)
+		}
+		s.Close()
+		rawTook = time.Since(start)
+
+		start = time.Now()
+		cw := &countWriter{}
+		if err := sb.Exec(ctx, cmd).Pipe(cw); err != nil || cw.n != size {
+			b.Fatalf("SDK piped %d bytes, %v; want %d", cw.n, err, size)
+		}
+		sdkTook = time.Since(start)
+	}
+	mb := float64(size) / 1e6
+	b.ReportMetric(mb/rawTook.Seconds(), "raw-MB/s")
+	b.ReportMetric(mb/sdkTook.Seconds(), "sdk-MB/s")
+	b.ReportMetric(rawTook.Seconds()/sdkTook.Seconds(), "ratio")
+}
+
+type countWriter struct{ n int }
+
+func (w *countWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+
+var _ io.Writer = (*countWriter)(nil)
