@@ -263,7 +263,7 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 func (s *Server) pump(f *os.File, typ string, send func(event), wg *sync.WaitGroup) {
 	defer wg.Done()
 	sp := newLineSplitter(s.cfg.MaxLine, func(line []byte) error {
-		send(outputEvent(typ, line))
+		splitForWire(line, s.cfg.MaxLine, func(piece []byte) { send(outputEvent(typ, piece)) })
 		return nil
 	})
 	buf := make([]byte, 32<<10)

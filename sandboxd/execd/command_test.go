@@ -1,6 +1,7 @@
 package execd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -153,35 +154,93 @@ func TestCommandNonUTF8(t *testing.T) {
 	}
 }
 
+// streamPieces runs cmd and returns its stdout events and the longest event line on the wire.
+func (e *env) streamPieces(cmd string) ([]streamEvent, int) {
+	e.t.Helper()
+	resp := e.do("POST", "/command", map[string]any{"command": cmd})
+	defer resp.Body.Close()
+	sr := newStreamReader(resp.Body)
+	var out []streamEvent
+	for {
+		ev, err := sr.Next()
+		if err == io.EOF {
+			return out, sr.longest
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if ev.Type == "stdout" {
+			out = append(out, ev)
+		}
+	}
+}
+
+// rawBytes returns the exact bytes of an output event: data when present, else text.
+func rawBytes(t *testing.T, ev streamEvent) []byte {
+	if ev.Data == "" {
+		return []byte(ev.Text)
+	}
+	b, err := base64.StdEncoding.DecodeString(ev.Data)
+	if err != nil {
+		t.Fatalf("data %q: %v", ev.Data, err)
+	}
+	return b
+}
+
 func TestCommandLongLineIsSplit(t *testing.T) {
 	t.Run("default 4MiB", func(t *testing.T) {
 		e := newEnv(t, execd.Config{})
 		const n = 4<<20 + 12345
-		res := e.run(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a; echo; echo next`, n))
-		if len(res.stdout) != 3 {
-			t.Fatalf("got %d stdout events, want 3", len(res.stdout))
+		evs, longest := e.streamPieces(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' a; echo; echo next`, n))
+		if len(evs) < 3 || evs[len(evs)-1].Text != "next" {
+			t.Fatalf("got %d stdout events, want the line in pieces, then next", len(evs))
 		}
-		if got, want := len(res.stdout[0]), 4<<20; got != want {
-			t.Fatalf("first piece = %d bytes, want %d", got, want)
+		var joined strings.Builder
+		for _, ev := range evs[:len(evs)-1] {
+			joined.WriteString(ev.Text)
 		}
-		if got := len(res.stdout[0]) + len(res.stdout[1]); got != n {
-			t.Fatalf("pieces total %d bytes, want %d", got, n)
+		if joined.Len() != n || strings.Trim(joined.String(), "a") != "" {
+			t.Fatalf("pieces total %d bytes, want %d a's", joined.Len(), n)
 		}
-		if strings.Trim(res.stdout[0]+res.stdout[1], "a") != "" || res.stdout[2] != "next" {
-			t.Fatalf("content lost or reordered")
+		// The official Go SDK reads event lines of at most 4 MiB.
+		if longest > 4<<20 {
+			t.Fatalf("longest event line = %d bytes, want <= 4 MiB", longest)
 		}
 	})
 	t.Run("utf8 boundary", func(t *testing.T) {
-		e := newEnv(t, execd.Config{MaxLine: 100})
-		line := strings.Repeat("aé€😀", 40) // 1+2+3+4 bytes per group
-		res := e.run("printf '%s\\n' '" + line + "'")
-		if got := strings.Join(res.stdout, ""); got != line {
-			t.Fatalf("joined pieces differ from the line (%d vs %d bytes)", len(got), len(line))
-		}
-		for i, p := range res.stdout {
-			if len(p) > 100 || !utf8.ValidString(p) {
-				t.Fatalf("piece %d: %d bytes, valid=%v", i, len(p), utf8.ValidString(p))
+		e := newEnv(t, execd.Config{MaxLine: 300})
+		line := strings.Repeat("aé€😀<\"", 60)
+		evs, longest := e.streamPieces("printf '%s\\n' '" + line + "'")
+		var joined strings.Builder
+		for i, ev := range evs {
+			if !utf8.ValidString(ev.Text) || ev.Data != "" {
+				t.Fatalf("piece %d is not valid UTF-8", i)
 			}
+			joined.WriteString(ev.Text)
+		}
+		if joined.String() != line {
+			t.Fatalf("joined pieces differ from the line (%d vs %d bytes)", joined.Len(), len(line))
+		}
+		if len(evs) < 2 || longest > 300 {
+			t.Fatalf("%d pieces, longest line %d; want several of at most 300 bytes", len(evs), longest)
+		}
+	})
+	t.Run("binary", func(t *testing.T) {
+		e := newEnv(t, execd.Config{MaxLine: 4096})
+		evs, longest := e.streamPieces(`head -c 60000 /dev/urandom | tr -d '\n\r' > bin; cat bin`)
+		want, err := os.ReadFile(filepath.Join(e.root, "bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for _, ev := range evs {
+			got = append(got, rawBytes(t, ev)...)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("rebuilt %d bytes, want the %d bytes written", len(got), len(want))
+		}
+		if longest > 4096 {
+			t.Fatalf("longest event line = %d, want <= 4096", longest)
 		}
 	})
 }

@@ -2,6 +2,8 @@ package execd
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -57,7 +59,7 @@ func FuzzLineSplitter(f *testing.F) {
 	f.Add([]byte("0123456789abcde€x\xff"), uint8(7), uint8(16))
 	f.Add([]byte(strings.Repeat("é", 40)), uint8(1), uint8(17))
 	f.Fuzz(func(t *testing.T, in []byte, cut uint8, max uint8) {
-		m := int(max)%64 + minMaxLine
+		m := int(max)%64 + 16
 		whole := splitAll(m, [][]byte{in})
 		c := int(cut) % (len(in) + 1)
 		var chunks [][]byte
@@ -174,6 +176,41 @@ func FuzzGlobMatch(f *testing.F) {
 		if pattern != "" && !strings.ContainsAny(pattern, `*?[\/`) {
 			if ok, _ := globMatch(pattern, "dir/"+pattern); !ok {
 				t.Fatalf("literal %q does not match itself", pattern)
+			}
+		}
+	})
+}
+
+// FuzzSplitForWire: the pieces rebuild the line, each encoded event fits in maxLine, and valid
+// UTF-8 stays valid.
+func FuzzSplitForWire(f *testing.F) {
+	f.Add([]byte("plain ascii text"), uint16(0))
+	f.Add([]byte("<<<>>>&&&\"\"\x01\x02\xff\xfe\u2028é€😀"), uint16(3))
+	f.Add(bytes.Repeat([]byte{0xff}, 500), uint16(7))
+	f.Fuzz(func(t *testing.T, line []byte, extra uint16) {
+		maxLine := minMaxLine + int(extra)%512
+		var pieces [][]byte
+		splitForWire(line, maxLine, func(p []byte) { pieces = append(pieces, bytes.Clone(p)) })
+		if got := bytes.Join(pieces, nil); !bytes.Equal(got, line) {
+			t.Fatalf("pieces %q do not rebuild %q", pieces, line)
+		}
+		for _, p := range pieces {
+			ev := outputEvent("stderr", p)
+			ev.Timestamp = 1 << 62 // longer than any real millisecond timestamp
+			b, _ := json.Marshal(ev)
+			if len(b) > maxLine {
+				t.Fatalf("encoded event of %d bytes > %d: %s", len(b), maxLine, b)
+			}
+			if len(p) == 0 && len(line) != 0 {
+				t.Fatal("empty piece of a non-empty line")
+			}
+			if ev.Data != "" {
+				if raw, err := base64.StdEncoding.DecodeString(ev.Data); err != nil || !bytes.Equal(raw, p) {
+					t.Fatalf("data does not decode to the piece")
+				}
+			}
+			if utf8.Valid(line) && !utf8.Valid(p) {
+				t.Fatalf("piece %q of valid input is invalid", p)
 			}
 		}
 	})

@@ -34,7 +34,7 @@ const (
 	maxSessions      = 1024    // live sessions and code contexts
 	interruptGrace   = 3 * time.Second
 	drainAfterExit   = 100 * time.Millisecond
-	minMaxLine       = 16
+	minMaxLine       = 256
 	eventQueueLength = 64
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	Shell        string
 	Logger       *slog.Logger
 	PingInterval time.Duration // default 3 s (stream keep-alive ping)
-	MaxLine      int           // default 4 MiB: longer output lines are split into several events, never lost
+	MaxLine      int           // default 4 MiB: longer output lines are split into several events, never lost; bounds each event's encoded JSON line (min 256)
 }
 
 // Server is the execd HTTP API. It is safe for concurrent use. After Close every request is

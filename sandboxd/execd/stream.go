@@ -195,3 +195,49 @@ func indexEOL(p []byte) int {
 	}
 	return -1
 }
+
+// wireOverhead bounds the JSON of an output event around its text and data:
+// {"type":"stdout","text":"","data":"","timestamp":<13 digits>}.
+const wireOverhead = 96
+
+// splitForWire cuts line into pieces whose encoded event (text with encoding/json escapes, plus
+// the base64 data of a non-UTF-8 piece) fits in maxLine bytes, at character boundaries, and
+// calls emit for each. Clients read events with a line limit (the official Go SDK: 4 MiB), so
+// MaxLine bounds the wire line, not only the text. An empty line is emitted as is.
+func splitForWire(line []byte, maxLine int, emit func([]byte)) {
+	budget := maxLine - wireOverhead
+	start, cost, invalid := 0, 0, false
+	for i := 0; i < len(line); {
+		r, size := utf8.DecodeRune(line[i:])
+		bad := r == utf8.RuneError && size == 1
+		c := jsonCost(r, bad, size)
+		total := cost + c
+		if invalid || bad {
+			total += base64.StdEncoding.EncodedLen(i + size - start)
+		}
+		if total > budget && i > start {
+			emit(line[start:i])
+			start, cost, invalid = i, 0, false
+			continue
+		}
+		cost += c
+		invalid = invalid || bad
+		i += size
+	}
+	if start < len(line) || len(line) == 0 {
+		emit(line[start:])
+	}
+}
+
+// jsonCost is an upper bound of the bytes encoding/json writes for one character.
+func jsonCost(r rune, invalid bool, size int) int {
+	switch {
+	case invalid:
+		return 6 // \ufffd
+	case r < 0x20, r == '<', r == '>', r == '&', r == 0x2028, r == 0x2029:
+		return 6 // \u00XX
+	case r == '"', r == '\\':
+		return 2
+	}
+	return size
+}

@@ -34,7 +34,8 @@ var errBadStream = errors.New("bad stream")
 // streamReader parses the wire format of §6.1: bare JSON objects, each followed by a blank
 // line (`<json>\n\n`), no `data:`/`event:` prefixes, `type` inside the object.
 type streamReader struct {
-	br *bufio.Reader
+	br      *bufio.Reader
+	longest int // longest event line seen, without its newline
 }
 
 func newStreamReader(r io.Reader) *streamReader {
@@ -54,6 +55,7 @@ func (sr *streamReader) Next() (streamEvent, error) {
 	if err != nil || string(blank) != "\n" {
 		return streamEvent{}, fmt.Errorf("%w: event %.80q not followed by a blank line (got %.20q, %v)", errBadStream, line, blank, err)
 	}
+	sr.longest = max(sr.longest, len(line)-1)
 	if len(line) < 2 || line[0] != '{' {
 		return streamEvent{}, fmt.Errorf("%w: not a bare JSON object: %.80q", errBadStream, line)
 	}
