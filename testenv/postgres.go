@@ -141,6 +141,13 @@ func (s *PGServer) Stop() error { return s.c.stop() }
 // Start starts the stopped server again on the same port and data.
 func (s *PGServer) Start() error { return s.c.start() }
 
+// Pause freezes the server (SIGSTOP to its process group): connections stay
+// open but nothing answers, as with a hung host or a network partition.
+func (s *PGServer) Pause() error { return s.c.signal(syscall.SIGSTOP) }
+
+// Resume thaws a paused server (SIGCONT).
+func (s *PGServer) Resume() error { return s.c.signal(syscall.SIGCONT) }
+
 // cluster is one ephemeral Postgres server in a temp folder owned by the
 // postgres user.
 type cluster struct {
@@ -307,6 +314,11 @@ func (c *cluster) stop() error {
 	if c.cmd == nil {
 		return nil
 	}
+	// Thaw it in case it is paused, then fast shutdown.
+	_ = syscall.Kill(c.cmd.Process.Pid, syscall.SIGCONT)
+	for _, child := range children(c.cmd.Process.Pid) {
+		_ = syscall.Kill(child, syscall.SIGCONT)
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-c.done:
@@ -316,6 +328,50 @@ func (c *cluster) stop() error {
 	}
 	c.cmd, c.done = nil, nil
 	return nil
+}
+
+// signal sends sig to the server and to its children: the backends run in
+// sessions of their own (setsid), so the process group alone would miss them.
+func (c *cluster) signal(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return errors.New("postgres is not running")
+	}
+	pid := c.cmd.Process.Pid
+	if err := syscall.Kill(pid, sig); err != nil {
+		return err
+	}
+	for _, child := range children(pid) {
+		_ = syscall.Kill(child, sig)
+	}
+	return nil
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // kill kills the server's process group; callers hold c.mu.

@@ -269,3 +269,42 @@ CREATE TRIGGER poison BEFORE INSERT ON alineo_projection_offsets FOR EACH ROW EX
 		t.Fatalf("ReadAll = %+v, %v; want the entry with Seq 7", es, err)
 	}
 }
+
+// TestServerHangs freezes the server: a call returns when its ctx ends rather
+// than hanging, and the store works again once the server thaws.
+func TestServerHangs(t *testing.T) {
+	srv := testenv.PostgresServer(t)
+	s := open(t, srv.DSN())
+	if err := s.Append(t.Context(), created(1, "n", "before")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Resume()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := s.ReadAll(ctx, "n", "before")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReadAll on a frozen server = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("ReadAll returned %v after its 1s deadline", d)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	testenv.Eventually(t, 15*time.Second, func() error {
+		return s.Append(t.Context(), created(2, "n", "after"))
+	})
+	if es, err := s.ReadAll(t.Context(), "n", "after"); err != nil || len(es) != 1 {
+		t.Fatalf("ReadAll after thaw = %d entries, %v; want 1", len(es), err)
+	}
+}
