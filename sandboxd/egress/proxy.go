@@ -468,7 +468,7 @@ func (p *Proxy) terminate(client net.Conn, ep endpoint, release func()) {
 		defer p.wg.Done()
 		defer release()
 		defer p.unregister(srv)
-		srv.Serve(l)    // returns once the one connection is closed
+		srv.Serve(l)   // returns once the one connection is closed
 		l.conn.Close() // in case Close came before Serve took it
 	}()
 }
