@@ -135,6 +135,7 @@ func (s *Server) start(c *command, spec procSpec) error {
 	if closed { // Close ran while we were starting: it did not see c.
 		c.kill(killSignalClose)
 	}
+	s.log.Debug("execd command started", "id", c.id, "pid", cmd.Process.Pid, "background", c.background)
 	go func() {
 		defer s.wg.Done()
 		err := cmd.Wait()
@@ -156,8 +157,10 @@ func (s *Server) start(c *command, spec procSpec) error {
 				c.exitCode = -1
 			}
 		}
+		code, msg := c.exitCode, c.errMsg
 		c.mu.Unlock()
 		close(c.done)
+		s.log.Debug("execd command finished", "id", c.id, "exit_code", code, "error", msg)
 		s.retire(c)
 	}()
 	return nil

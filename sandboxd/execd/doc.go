@@ -17,8 +17,9 @@
 //     event (no post-completion grace sleep); every known client reads to EOF or stops at the
 //     terminal event, and the sleep would add a second to every command.
 //   - Output is one `stdout`/`stderr` event per line, newline stripped; `\n`, `\r` and `\r\n` end a
-//     line; an empty line is sent as "\n"; an unterminated last line is flushed at exit; a line
-//     longer than Config.MaxLine is split into several events at a UTF-8 character boundary.
+//     line; an empty line is sent as "\n"; an unterminated last line is flushed at exit. A line
+//     whose event would be longer than Config.MaxLine bytes on the wire (default 4 MiB, the
+//     official Go SDK's limit) is split into several events at UTF-8 character boundaries.
 //   - Bytes that are not valid UTF-8 are sent the way the real (Go) execd sends them: `text` is the
 //     encoding/json rendering, where each invalid byte becomes U+FFFD. As an additive extension,
 //     such an event also carries `data`, the exact line bytes in standard base64, so a client that
