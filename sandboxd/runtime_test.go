@@ -402,10 +402,10 @@ func TestDataDirInUse(t *testing.T) {
 // cgroups, a sandbox whose entrypoint exits leaves no background process.
 func TestNoIsolationEntrypointExitKillsTree(t *testing.T) {
 	_, base := startServer(t, sandboxd.Config{NoIsolation: true, CgroupRoot: t.TempDir()})
-	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "sleep 0.5"}})
+	id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "sleep 2"}})
 	waitState(t, base, id, sandboxd.StateRunning)
 	u, tok := execdEndpoint(t, base, id, false)
-	marker := "4747" + id[:4]
+	marker := strconv.Itoa(474700000 + int(time.Now().UnixNano()%100000))
 	if _, code := run(t, u, tok, "setsid sleep "+marker+" >/dev/null 2>&1 & echo started"); code != 0 {
 		t.Fatalf("start background sleep: exit %d", code)
 	}
