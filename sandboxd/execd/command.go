@@ -33,13 +33,14 @@ type command struct {
 	started    time.Time
 	done       chan struct{} // closed once the process is reaped and the result recorded
 
-	mu       sync.Mutex
-	pid      int // process group id (the process is its group leader); 0 before start
-	exited   bool
-	timers   []*time.Timer
-	finished time.Time
-	exitCode int
-	errMsg   string
+	mu        sync.Mutex
+	pid       int // process group id (the process is its group leader); 0 before start
+	exited    bool
+	sigkilled bool
+	timers    []*time.Timer
+	finished  time.Time
+	exitCode  int
+	errMsg    string
 }
 
 func newCommand(content string, background bool) *command {
@@ -51,9 +52,10 @@ func newCommand(content string, background bool) *command {
 func (c *command) kill(sig syscall.Signal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.exited || c.pid == 0 {
+	if c.exited || c.pid == 0 || c.sigkilled {
 		return
 	}
+	c.sigkilled = sig == syscall.SIGKILL // nothing stronger can follow; skip the /proc walk next time
 	// The group gets the signal at once, so the leader sees it together with its children (a
 	// shell must not first see a child die and exit on its own). Processes that left the group
 	// (setsid, setpgid) are found through the leader's tree, read before the leader can die.
