@@ -123,6 +123,8 @@ func (p *Proxy) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%w: malformed JSON: unexpected end", errBadBody)
 		case errors.As(err, &se):
 			return fmt.Errorf("%w: malformed JSON at offset %d", errBadBody, se.Offset)
 		case errors.As(err, &te):
