@@ -277,7 +277,7 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 	}
 	bytesOf := func(dst []byte, ev opensandbox.Event) []byte {
 		if lines {
-			return append(dst, lineBytes(ev)...)
+			return appendLine(dst, ev)
 		}
 		return append(dst, rawBytes(ev)...)
 	}

@@ -3,6 +3,7 @@ package alineo
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +23,7 @@ type Replacement struct {
 	New  string
 }
 
-// ListOptions configure ListDirectory.
+// ListDirectoryOptions configure ListDirectory.
 type ListDirectoryOptions struct {
 	// Depth is how many levels to list; 0 or 1 lists the directory's own entries.
 	Depth int
@@ -225,7 +226,7 @@ func (s *Sandbox) ListDirectory(ctx context.Context, path string, opts ...ListDi
 // Proxy returns the URL and headers that reach port inside the sandbox (through
 // the server with Options.UseServerProxy).
 func (s *Sandbox) Proxy(ctx context.Context, port int) (ProxyInfo, error) {
-	if _, err := s.fileExecd(ctx); err != nil && err != ErrPaused {
+	if _, err := s.fileExecd(ctx); err != nil && !errors.Is(err, ErrPaused) {
 		return ProxyInfo{}, err
 	}
 	ep, err := s.c.os.GetEndpoint(ctx, s.id, port)

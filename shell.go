@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
@@ -32,12 +31,24 @@ func wrapShell(shell, cmd string) string {
 // What the wire format cannot say is reconstructed as "\n": a "\r" or "\r\n"
 // terminator, a missing newline at the very end, and the cut of a line longer
 // than execd's line limit all read back as "\n".
-func lineBytes(ev opensandbox.Event) []byte {
+func lineBytes(ev opensandbox.Event) []byte { return appendLine(nil, ev) }
+
+// appendLine appends lineBytes(ev) to dst.
+func appendLine(dst []byte, ev opensandbox.Event) []byte {
 	if ev.Text == "\n" {
-		return []byte{'\n'}
+		return append(dst, '\n')
 	}
-	b := exactBytes(ev)
-	return append(b, '\n')
+	if hasExact(ev) {
+		dst = append(dst, exactBytes(ev)...)
+	} else {
+		dst = append(dst, ev.Text...)
+	}
+	return append(dst, '\n')
+}
+
+// hasExact reports whether ev may carry its exact bytes in a "data" field.
+func hasExact(ev opensandbox.Event) bool {
+	return len(ev.Raw) > 0 && (strings.Contains(ev.Text, "\uFFFD") || strings.IndexByte(ev.Text, 0) >= 0)
 }
 
 // rawBytes returns the exact bytes of a raw (Jupyter) output chunk.
@@ -48,7 +59,7 @@ func rawBytes(ev opensandbox.Event) []byte { return exactBytes(ev) }
 var dataKey = []byte(`"data":"`)
 
 func exactBytes(ev opensandbox.Event) []byte {
-	if len(ev.Raw) > 0 && (strings.ContainsRune(ev.Text, utf8.RuneError) || strings.IndexByte(ev.Text, 0) >= 0) {
+	if hasExact(ev) {
 		if i := bytes.Index(ev.Raw, dataKey); i >= 0 {
 			rest := ev.Raw[i+len(dataKey):]
 			if j := bytes.IndexByte(rest, '"'); j >= 0 {
