@@ -337,7 +337,15 @@ func setupRoot(cfg *initConfig) error {
 	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+	// A private devpts instance, so programs that need a terminal (script,
+	// python's pty, ssh) work and see no other sandbox's terminals.
+	if err := os.MkdirAll(filepath.Join(dev, "pts"), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mount /dev/pts: %w", err)
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
 		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
 			return err
 		}

@@ -70,6 +70,15 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("pid 1 / hostname = %q, want sandboxd-init and %s", lines, b[:12])
 		}
 	})
+	t.Run("terminal", func(t *testing.T) {
+		if _, err := exec.LookPath("python3"); err != nil {
+			t.Skip("no python3 in the host fallback image")
+		}
+		lines, code := run(t, bu, btok, `python3 -c "import os, pty; m, s = pty.openpty(); print(os.ttyname(s))"; ls /dev/pts`)
+		if code != 0 || len(lines) < 1 || lines[0] != "/dev/pts/0" {
+			t.Errorf("openpty in the sandbox: %q exit %d, want /dev/pts/0 (a private devpts)", lines, code)
+		}
+	})
 	t.Run("overlay root", func(t *testing.T) {
 		name := "alineo-sandboxd-test-" + b
 		lines, code := run(t, bu, btok, "touch /usr/"+name+" && echo ok")
