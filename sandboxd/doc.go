@@ -23,8 +23,8 @@
 //  2. mounts an overlay root: the image root filesystem read-only below, a
 //     private upper layer under DataDir/sandboxes/<id>/ above; a private tmpfs
 //     on /tmp; a minimal /dev (null, zero, full, random, urandom, tty, a private
-//     devpts); its own
-//     /proc; then pivot_root into it and detaches the old root;
+//     devpts); its own /proc; then pivot_root into it and detaches the old
+//     root;
 //  3. starts execd in a child process (re-executed the same way) on a
 //     127.0.0.1:0 listener it opened itself, and reports the port to the server;
 //  4. starts the entrypoint as a child, its output appended to
