@@ -82,17 +82,24 @@ func probeIsolation(ctx context.Context) error {
 var breakIsolation bool
 
 func isolatedAttr() *syscall.SysProcAttr {
-	size := 1<<32 - 1
+	// As root: identity mapping of every id, so root in the sandbox is root
+	// for file ownership, but its capabilities only hold in the sandbox's
+	// namespaces. As another user: that user becomes root in the sandbox, the
+	// only mapping an unprivileged user namespace allows.
+	uid, gid, size := 0, 0, 1<<32-1
+	setgroups := true
+	if euid := os.Geteuid(); euid != 0 {
+		uid, gid, size = euid, os.Getegid(), 1
+		setgroups = false
+	}
 	if breakIsolation {
 		size = 0
 	}
 	return &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
-		// Identity mapping: root in the sandbox is root on the host for file
-		// ownership, but its capabilities only hold in the sandbox's namespaces.
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: size}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: size}},
-		GidMappingsEnableSetgroups: true,
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: size}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: size}},
+		GidMappingsEnableSetgroups: setgroups,
 		Setsid:                     true,
 	}
 }
