@@ -46,6 +46,7 @@ type ExecResult struct {
 // *OptionError for bad options.
 type Exec struct {
 	sb     *Sandbox
+	chain  *chain // links the exec's ledger rows
 	step   int
 	kind   events.ExecKind
 	text   string // the command or code, as the caller passed it
@@ -62,7 +63,7 @@ type Exec struct {
 }
 
 func newExec(sb *Sandbox, step int, kind events.ExecKind, text string, strict bool) *Exec {
-	e := &Exec{sb: sb, step: step, kind: kind, text: text, strict: strict, exitCode: -1}
+	e := &Exec{sb: sb, chain: &chain{}, step: step, kind: kind, text: text, strict: strict, exitCode: -1}
 	e.out = newOutput(outputWindow, e.refetch)
 	return e
 }
@@ -284,6 +285,7 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 	var emitErr error
 	var next *opensandbox.Event // read ahead while grouping, not yet recorded
 	more := true                // evc is open
+	stopped := false            // left before the end of the stream
 record:
 	for more || next != nil {
 		var ev opensandbox.Event
@@ -299,6 +301,7 @@ record:
 		select {
 		case inFlight <- struct{}{}:
 		case <-pctx.Done():
+			stopped = true
 			break record
 		}
 		s := streamOf(ev)
@@ -320,7 +323,7 @@ record:
 				break group
 			}
 		}
-		done, err := sb.ledger.emit(pctx, events.ExecOutput, e.step, outputPayload(e.step, s, data))
+		done, err := sb.ledger.emitChained(pctx, e.chain, events.ExecOutput, e.step, outputPayload(e.step, s, data))
 		if err != nil {
 			<-inFlight
 			emitErr = err
@@ -328,6 +331,23 @@ record:
 		}
 		// queue has room for every group in flight: this never blocks.
 		queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done}
+	}
+	// When the stream ended (evc is closed), exec.completed is queued right
+	// behind the last output group, so both are written together; being in
+	// the exec's chain, it is not written if an output row failed.
+	var completed <-chan error
+	var res opensandbox.Result
+	var streamErr error
+	if !more && !stopped && emitErr == nil {
+		streamErr = stream.Err()
+		var ok bool
+		if res, ok = stream.Result(); streamErr == nil && !ok {
+			streamErr = opensandbox.ErrStreamTruncated
+		}
+		if streamErr == nil {
+			completed, emitErr = sb.ledger.emitChained(ctx, e.chain, events.ExecCompleted, e.step,
+				events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode})
+		}
 	}
 	close(queue)
 	perr := <-published
@@ -345,19 +365,20 @@ record:
 		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: context.Cause(pctx)})
 		return
 	}
-	if err := stream.Err(); err != nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-			err = fmt.Errorf("%w: %w", cause, err) // closed, paused or cancelled by the caller
+	if completed == nil && streamErr == nil { // stopped before the end of the stream
+		streamErr = stream.Err()
+		if streamErr == nil {
+			streamErr = opensandbox.ErrStreamTruncated
 		}
-		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: err})
+	}
+	if streamErr != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(streamErr, cause) {
+			streamErr = fmt.Errorf("%w: %w", cause, streamErr) // closed, paused or cancelled by the caller
+		}
+		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: streamErr})
 		return
 	}
-	res, ok := stream.Result()
-	if !ok {
-		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: opensandbox.ErrStreamTruncated})
-		return
-	}
-	if err := sb.ledger.write(ctx, events.ExecCompleted, e.step, events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode}); err != nil {
+	if err := <-completed; err != nil {
 		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d completed", e.step), Err: err})
 		return
 	}

@@ -43,8 +43,9 @@ type ledger struct {
 }
 
 type pendingEntry struct {
-	e    events.Entry
-	done chan error // buffered, receives the write's result
+	e     events.Entry
+	done  chan error // buffered, receives the write's result
+	chain *chain     // nil, or the exec the entry belongs to
 }
 
 func newLedger(store adapters.Store, name, sandboxID string) *ledger {
@@ -59,6 +60,12 @@ func newLedger(store adapters.Store, name, sandboxID string) *ledger {
 // that order in the ledger (Ts never goes backwards within a handle). It waits
 // only while the queue is full, and returns ctx.Err() if ctx ends first.
 func (l *ledger) emit(ctx context.Context, ev events.Event, step int, payload any) (<-chan error, error) {
+	return l.emitChained(ctx, nil, ev, step, payload)
+}
+
+// emitChained is emit for an entry of chain c (nil for none): it is not written
+// if an earlier entry of c failed.
+func (l *ledger) emitChained(ctx context.Context, c *chain, ev events.Event, step int, payload any) (<-chan error, error) {
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -77,7 +84,7 @@ func (l *ledger) emit(ctx context.Context, ev events.Event, step int, payload an
 	} else {
 		e = events.New(ts, l.name, l.sandboxID, step, ev, payload)
 	}
-	l.queue = append(l.queue, pendingEntry{e: e, done: done})
+	l.queue = append(l.queue, pendingEntry{e: e, done: done, chain: c})
 	if !l.running {
 		l.running = true
 		go l.drain()
@@ -119,33 +126,67 @@ func (l *ledger) drain() {
 }
 
 func (l *ledger) writeBatch(batch []pendingEntry) {
+	// Entries whose chain already failed are not written.
+	live := make([]pendingEntry, 0, len(batch))
+	for _, p := range batch {
+		if p.chain != nil && p.chain.err != nil {
+			p.done <- &chainError{err: p.chain.err}
+			continue
+		}
+		live = append(live, p)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
 	defer cancel()
-	if len(batch) == 1 {
-		batch[0].done <- l.store.Append(ctx, batch[0].e)
+	if len(live) == 1 {
+		l.finish(live[0], l.store.Append(ctx, live[0].e))
 		return
 	}
-	es := make([]events.Entry, len(batch))
-	for i, p := range batch {
+	if len(live) == 0 {
+		return
+	}
+	es := make([]events.Entry, len(live))
+	for i, p := range live {
 		es[i] = p.e
 	}
 	err := l.store.AppendBatch(ctx, es)
-	if err == nil {
-		for _, p := range batch {
-			p.done <- nil
-		}
-		return
-	}
-	if errors.Is(err, adapters.ErrClosed) {
-		for _, p := range batch {
-			p.done <- err
+	if err == nil || errors.Is(err, adapters.ErrClosed) {
+		for _, p := range live {
+			l.finish(p, err)
 		}
 		return
 	}
 	// Nothing was written: find out which entries fail, in order.
-	for _, p := range batch {
+	for _, p := range live {
+		if p.chain != nil && p.chain.err != nil {
+			p.done <- &chainError{err: p.chain.err}
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
-		p.done <- l.store.Append(ctx, p.e)
+		l.finish(p, l.store.Append(ctx, p.e))
 		cancel()
 	}
 }
+
+// finish reports the result of p's write, and marks its chain failed on error.
+func (l *ledger) finish(p pendingEntry, err error) {
+	if err != nil && p.chain != nil {
+		p.chain.err = err
+	}
+	p.done <- err
+}
+
+// chain links the entries of one exec: once one of them failed to be written,
+// the later ones are not written either, so the ledger never holds an exec's
+// exec.completed with one of its output rows missing. Its err is used only by
+// the drain goroutine (one at a time, handed over under ledger.mu).
+type chain struct{ err error }
+
+// chainError is the result of an entry not written because an earlier entry of
+// its chain failed.
+type chainError struct{ err error }
+
+func (e *chainError) Error() string {
+	return "not written after an earlier write of the same exec failed: " + e.err.Error()
+}
+
+func (e *chainError) Unwrap() error { return e.err }

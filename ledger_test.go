@@ -181,3 +181,47 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+func TestLedgerChainStopsAfterAFailure(t *testing.T) {
+	boom := errors.New("boom")
+	st := &fakeStore{before: func(e events.Entry) error {
+		if e.StepIndex == 2 {
+			return boom
+		}
+		return nil
+	}}
+	l := newLedger(st, "chain", "sb-1")
+	c := &chain{}
+	var dones []<-chan error
+	for step := 1; step <= 4; step++ {
+		ch := c
+		if step == 4 {
+			ch = nil // another emitter: unaffected
+		}
+		d, err := l.emitChained(context.Background(), ch, events.ExecCompleted, step, events.ExecCompletedPayload{Seq: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dones = append(dones, d)
+	}
+	for i, d := range dones {
+		err := <-d
+		switch step := i + 1; step {
+		case 1, 4:
+			if err != nil {
+				t.Errorf("step %d = %v, want nil", step, err)
+			}
+		case 2, 3:
+			if !errors.Is(err, boom) {
+				t.Errorf("step %d = %v, want boom", step, err)
+			}
+		}
+	}
+	var steps []int
+	for _, e := range st.all() {
+		steps = append(steps, e.StepIndex)
+	}
+	if want := []int{1, 4}; !equalInts(steps, want) {
+		t.Fatalf("stored steps %v, want %v: step 3 follows a failed write of its chain", steps, want)
+	}
+}

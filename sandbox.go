@@ -157,7 +157,7 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 		return e
 	}
 	payload.Seq = e.step
-	started, err := s.ledger.emit(ctx, events.ExecStarted, e.step, payload)
+	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
 		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
 		return e
