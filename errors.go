@@ -15,7 +15,30 @@ var (
 	ErrPaused = errors.New("alineo: sandbox is paused; call Resume first")
 	// ErrInvalidOptions is wrapped by every *OptionError.
 	ErrInvalidOptions = errors.New("alineo: invalid options")
+	// ErrReplayDiverged is wrapped by every *ReplayDivergedError.
+	ErrReplayDiverged = errors.New("alineo: replay diverged from the recorded run")
+	// ErrForkUnsupported is returned by Fork on a handle whose resources are
+	// unknown (Connect without ConnectOptions.Resources).
+	ErrForkUnsupported = errors.New("alineo: fork is not supported on this sandbox: its resources are unknown")
 )
+
+// ReplayDivergedError is the error of an exec-like call on a resumed sandbox
+// whose step is in the replay cache but whose kind or text differs from the
+// recorded call's (compared by events.Fingerprint). Nothing is run or
+// written. It wraps ErrReplayDiverged.
+type ReplayDivergedError struct {
+	SandboxID string
+	Step      int
+	Recorded  string // the recorded command or code
+	Got       string // the command or code of this call
+}
+
+func (e *ReplayDivergedError) Error() string {
+	return fmt.Sprintf("alineo: sandbox %s: replay diverged at step %d: recorded %q, got %q", e.SandboxID, e.Step, e.Recorded, e.Got)
+}
+
+// Unwrap returns ErrReplayDiverged.
+func (e *ReplayDivergedError) Unwrap() error { return ErrReplayDiverged }
 
 // OptionError reports a bad option passed to New, Client.Sandbox, Exec or ExecCode.
 // It wraps ErrInvalidOptions.
