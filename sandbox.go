@@ -35,6 +35,7 @@ type Sandbox struct {
 	paused   bool
 	inflight map[*Exec]context.CancelCauseFunc
 	running  sync.WaitGroup // exec goroutines
+	replay   *replayCache   // results replayed instead of run (Client.Resume); nil for none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -154,6 +155,9 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 		return e
 	case bad != nil:
 		e.fail(bad)
+		return e
+	}
+	if s.replayed(e, payload.Fingerprint) {
 		return e
 	}
 	payload.Seq = e.step
