@@ -18,7 +18,15 @@
 //   - exec.started when the call is made; every exec.output chunk is in the ledger
 //     before any consumer sees it; exec.completed before a strict failure is raised.
 //   - Writes from one handle keep their order and take their timestamp when they
-//     are made; a failed write fails only its own caller.
+//     are made; a failed write fails only its own caller (and the later rows of
+//     the same exec, so a completion is never recorded with output missing).
+//
+// Output: execd sends one event per line; an exec.output row (and the chunk a
+// reader gets) holds one or more whole lines of one stream. An idle ledger
+// records each line on its own as it arrives; while the ledger is busy, the
+// lines that arrive meanwhile are merged into the next row. Bytes that are not
+// UTF-8 are kept exactly (the row's data field) when the server sends them, as
+// sandboxd does.
 //
 // The package imports events, adapters and opensandbox, never the server
 // (sandboxd): a program without an OpenSandbox server starts sandboxd in-process
