@@ -1,0 +1,35 @@
+package alineo
+
+import (
+	"context"
+
+	"github.com/alineo-labs/alineo/events"
+)
+
+// Fork checkpoints this sandbox (sandbox.checkpoint_created with tag in this
+// session's ledger, so a later Resume of this sandbox may pick it) and starts a
+// second sandbox from that snapshot. This sandbox keeps running; the fork has
+// a clean history under the name "fork-<this name>-<first 8 of its id>", with
+// sandbox.created {sandboxId, forkedFrom (the snapshot id), runId (inherited),
+// resources}, and the same resources and shell.
+//
+// Several Forks may run at once; each succeeds or fails on its own, and a
+// failed one deletes what it created and frees its concurrency slot. The
+// checkpoint of a fork that failed after it stays recorded.
+//
+// Errors: ErrForkUnsupported on a handle of Connect without resources;
+// otherwise those of Checkpoint and Client.Sandbox.
+func (s *Sandbox) Fork(ctx context.Context, tag string) (*Sandbox, error) {
+	if s.resources == (Resources{}) {
+		return nil, &SandboxError{SandboxID: s.id, Op: "fork", Err: ErrForkUnsupported}
+	}
+	snap, err := s.Checkpoint(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return s.c.spawn(ctx, spawnOptions{
+		snapshotID: snap, name: defaultName("", "fork-"+s.name+"-"), resources: s.resources, runID: s.runID,
+		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: s.runID, Resources: s.resources.limits()},
+		shell:   s.shell,
+	})
+}

@@ -1,0 +1,189 @@
+package alineo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/opensandbox"
+)
+
+// ResumeOptions choose what Client.Resume resumes.
+type ResumeOptions struct {
+	// Tag resumes from the last checkpoint with this tag instead of the last one.
+	Tag string
+	// Name is the session name, needed only when several sessions of the ledger
+	// have the sandbox id (sessions are keyed by name and sandbox id).
+	Name string
+	// Shell is the new handle's shell (SandboxOptions.Shell); the original's is
+	// not recorded.
+	Shell string
+}
+
+// Resume continues a session from its last checkpoint (or the last with
+// opts.Tag): it creates a sandbox from the checkpoint's snapshot and returns its
+// handle, recorded under the session's name with sandbox.created {sandboxId,
+// resumedFrom, snapshotId, runId (inherited), resources}.
+//
+// The handle replays: its Nth exec-like call (Exec or ExecCode) returns the
+// result of the Nth call of the run, as recorded before the checkpoint, at once
+// and without writing anything or reaching the sandbox. The run is the session
+// and the sessions it was itself resumed from, so resuming a resumed sandbox
+// keeps every earlier result. A call whose kind or text differs from the
+// recorded one fails with a *ReplayDivergedError; a replayed non-zero exit is a
+// *CommandError when the call is strict, as live. Calls past the cached ones run
+// live on the restored filesystem, numbered on from there.
+//
+// Errors: *ClientError 404 when no session has sandboxID (or several do and
+// opts.Name is empty), or it has no matching checkpoint; otherwise those of
+// Client.Sandbox.
+func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOptions) (*Sandbox, error) {
+	name, err := c.sessionName(ctx, sandboxID, opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	rp, err := buildResumePoint(ctx, c.store, name, sandboxID, opts.Tag)
+	if err != nil {
+		return nil, err
+	}
+	res := rp.resources.withDefaults()
+	payload := events.SandboxCreatedPayload{ResumedFrom: sandboxID, SnapshotID: rp.checkpoint.SnapshotID,
+		RunID: rp.runID, Resources: res.limits()}
+	return c.spawn(ctx, spawnOptions{
+		snapshotID: rp.checkpoint.SnapshotID, name: func(string) string { return name },
+		resources: res, runID: rp.runID, payload: payload, replay: rp.cache, shell: opts.Shell,
+	})
+}
+
+// sessionName finds the name of the session whose sandbox id is sandboxID.
+func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (string, error) {
+	if sandboxID == "" {
+		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
+	}
+	if name != "" {
+		d, err := c.store.GetSandboxDetails(ctx, name, sandboxID)
+		if err != nil {
+			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
+		}
+		if d == nil {
+			return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
+		}
+		return name, nil
+	}
+	all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
+	}
+	var names []string
+	for _, d := range all {
+		if d.SandboxID == sandboxID {
+			names = append(names, d.Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session not found"}
+	case 1:
+		return names[0], nil
+	}
+	return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID,
+		Message: "several sessions have this sandbox id (" + strings.Join(names, ", ") + "); set ResumeOptions.Name"}
+}
+
+// RestoreSnapshot creates a sandbox from a snapshot with a clean history:
+// nothing is replayed. It is recorded under name (default
+// "sandbox-<first 8 of the id>") with sandbox.created {sandboxId, fromSnapshot,
+// runId (a new one), resources}. The handle can Fork.
+//
+// Errors: those of Client.Sandbox; the server's 404 for an unknown snapshot is
+// a *SandboxError wrapping an *APIError.
+func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (*Sandbox, error) {
+	if snapshotID == "" {
+		return nil, &OptionError{Field: "snapshotID", Reason: "is empty"}
+	}
+	res := resources.withDefaults()
+	runID := newUUID()
+	return c.spawn(ctx, spawnOptions{
+		snapshotID: snapshotID, name: defaultName(name, "sandbox-"), resources: res, runID: runID,
+		payload: events.SandboxCreatedPayload{FromSnapshot: snapshotID, RunID: runID, Resources: res.limits()},
+	})
+}
+
+// defaultName returns name, or prefix plus the first 8 characters of the id.
+func defaultName(name, prefix string) func(id string) string {
+	return func(id string) string {
+		if name != "" {
+			return name
+		}
+		return prefix + id[:min(8, len(id))]
+	}
+}
+
+// spawnOptions describe a sandbox created from a snapshot.
+type spawnOptions struct {
+	snapshotID string
+	name       func(id string) string // the session name, given the new id
+	resources  Resources
+	runID      string
+	env        map[string]string
+	payload    events.SandboxCreatedPayload // SandboxID is filled in
+	replay     *replayCache
+	shell      string
+}
+
+// spawn creates a sandbox from a snapshot as Client.Sandbox creates one from an
+// image: it takes a concurrency slot, waits for Running and execd, records
+// sandbox.created and returns the handle; on failure it deletes what it
+// created and frees the slot.
+func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
+	if err := c.sem.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
+	}
+	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
+		SnapshotID: o.snapshotID, Env: o.env, Metadata: map[string]string{"runId": o.runID},
+		ResourceLimits: o.resources.limits(),
+	})
+	if err != nil {
+		c.sem.release()
+		return nil, &SandboxError{Op: "create from snapshot " + o.snapshotID, Err: err}
+	}
+	sb, err := c.openSpawned(ctx, created.ID, o)
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		if derr := c.os.DeleteSandbox(dctx, created.ID); derr != nil && !errors.Is(derr, opensandbox.ErrNotFound) {
+			c.log.Warn("delete sandbox after failed creation", "sandbox", created.ID, "err", derr)
+			err = errors.Join(err, &SandboxError{SandboxID: created.ID, Op: "delete after failed creation", Err: derr})
+		}
+		cancel()
+		c.sem.release()
+		return nil, err
+	}
+	sb.release = sync.OnceFunc(c.sem.release)
+	return sb, nil
+}
+
+func (c *Client) openSpawned(ctx context.Context, id string, o spawnOptions) (*Sandbox, error) {
+	if err := c.waitRunning(ctx, id); err != nil {
+		return nil, err
+	}
+	ex, err := c.os.Execd(ctx, id)
+	if err != nil {
+		return nil, &ExecConnectionError{SandboxID: id, Err: err}
+	}
+	name := o.name(id)
+	sb := &Sandbox{
+		c: c, id: id, name: name, runID: o.runID, resources: o.resources, shell: o.shell,
+		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
+		replay: o.replay,
+	}
+	o.payload.SandboxID = id
+	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, o.payload); err != nil {
+		ex.Close()
+		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
+	}
+	return sb, nil
+}
