@@ -27,6 +27,7 @@ type Client struct {
 	store adapters.Store
 	sem   *semaphore
 	log   *slog.Logger
+	envs  envBuilds // environment builds in flight, by name and fingerprint
 }
 
 // New returns a Client. It does no I/O. It fails with an *OptionError when
