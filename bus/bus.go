@@ -264,6 +264,8 @@ func (b *Bus) ClientURL() string { return b.nc.ConnectedUrl() }
 
 // LastSeq returns the stream's last sequence (0 when empty).
 func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
 	si, err := b.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("stream info: %w", err)
@@ -289,6 +291,13 @@ func (b *Bus) shutdownServer() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+}
+
+// opCtx bounds one request to the server by defaultOpTimeout (or ctx's
+// earlier deadline): a request lost with a dying server must not hang until a
+// long caller deadline.
+func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, defaultOpTimeout)
 }
 
 func startEmbedded(dir string) (*server.Server, error) {

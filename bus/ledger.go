@@ -254,7 +254,7 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 	m.Data = body
 	m.Header.Set(headerWriter, l.cfg.WriterID)
 	m.Header.Set(natsTTLHeader, natsTTLNever)
-	ctx, cancel := context.WithTimeout(ctx, defaultOpTimeout)
+	ctx, cancel := opCtx(ctx)
 	defer cancel()
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev))
 	if err != nil {
@@ -275,7 +275,9 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 	}
 	epoch, err := l.publishFence(ctx, w.id, 0)
 	if errors.Is(err, ErrFenced) {
-		last, gerr := l.b.stream.GetLastMsgForSubject(ctx, l.fenceSubject(w.id))
+		gctx, cancel := opCtx(ctx)
+		last, gerr := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(w.id))
+		cancel()
 		if gerr == nil && last.Header.Get(headerWriter) == l.cfg.WriterID {
 			epoch, err = l.publishFence(ctx, w.id, last.Sequence)
 		}
@@ -349,7 +351,9 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 	}
 	for attempt := 0; ; attempt++ {
 		var prev uint64
-		last, err := l.b.stream.GetLastMsgForSubject(ctx, l.fenceSubject(sandboxID))
+		gctx, cancel := opCtx(ctx)
+		last, err := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(sandboxID))
+		cancel()
 		switch {
 		case err == nil:
 			prev = last.Sequence

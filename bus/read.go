@@ -48,14 +48,18 @@ type readResult struct {
 // Undecodable messages are skipped (projectors park them).
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
-	last, err := b.stream.GetLastMsgForSubject(ctx, filter)
+	gctx, cancel := opCtx(ctx)
+	last, err := b.stream.GetLastMsgForSubject(gctx, filter)
+	cancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return res, nil
 	}
 	if err != nil {
 		return res, fmt.Errorf("%w: last message on %s: %v", adapters.ErrUnavailable, filter, err)
 	}
-	cons, err := b.js.OrderedConsumer(ctx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
+	octx, cancel := opCtx(ctx)
+	defer cancel()
+	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
@@ -118,7 +122,9 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 	if err != nil {
 		return nil, err
 	}
-	si, err := l.b.stream.Info(ctx)
+	ictx, cancel := opCtx(ctx)
+	si, err := l.b.stream.Info(ictx)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream info: %v", adapters.ErrUnavailable, err)
 	}
@@ -246,7 +252,10 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 	}
 	others := slices.ContainsFunc(all.entries, func(e events.Entry) bool { return e.Name != name })
 	if !others {
-		if err := l.b.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+		pctx, cancel := opCtx(ctx)
+		err := l.b.stream.Purge(pctx, jetstream.WithPurgeSubject(filter))
+		cancel()
+		if err != nil {
 			return fmt.Errorf("%w: purge %s: %v", adapters.ErrUnavailable, filter, err)
 		}
 	} else {
@@ -254,7 +263,10 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 			if e.Name != name {
 				continue
 			}
-			if err := l.b.stream.DeleteMsg(ctx, e.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			dctx, cancel := opCtx(ctx)
+			err := l.b.stream.DeleteMsg(dctx, e.Seq)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return fmt.Errorf("%w: delete message %d: %v", adapters.ErrUnavailable, e.Seq, err)
 			}
 		}

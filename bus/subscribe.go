@@ -72,7 +72,9 @@ func (b *Bus) Subscribe(ctx context.Context, f Filter) (iter.Seq2[events.Entry, 
 	} else {
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
-	cons, err := b.js.OrderedConsumer(ctx, b.cfg.Stream, cfg)
+	octx, cancel := opCtx(ctx)
+	defer cancel()
+	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe: %v", adapters.ErrUnavailable, err)
 	}

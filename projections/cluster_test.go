@@ -1,8 +1,10 @@
 package projections_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,9 +103,15 @@ func TestReliabilityClusterR3(t *testing.T) {
 	}
 	c.Stop(leader)
 	t.Logf("stopped node %d (stream leader %s) after %d of %d events", leader, si.Cluster.Leader, published.Load(), n)
+	var stuck bytes.Buffer
+	watchdog := time.AfterFunc(60*time.Second, func() { _ = pprof.Lookup("goroutine").WriteTo(&stuck, 1) })
 	wg.Wait()
+	watchdog.Stop()
 	if ctx.Err() != nil {
-		t.Fatalf("load did not finish: %v", ctx.Err())
+		t.Logf("goroutines 60 s after the stop:\n%s", stuck.String())
+		var buf bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Fatalf("load did not finish: %v (published %d)\n%s", ctx.Err(), published.Load(), buf.String())
 	}
 	var total int
 	for _, a := range acked {

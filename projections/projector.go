@@ -206,29 +206,27 @@ func (p *Projector) session(ctx context.Context) error {
 	defer stop()
 	defer msgs.Stop()
 
-	b := &batcher{p: p, offset: offset}
-	for {
-		m, err := b.next(ctx, msgs)
-		if err != nil {
-			return err
-		}
-		if m != nil {
-			if err := b.add(ctx, m); err != nil {
-				if errors.Is(err, errDeliveryGap) && b.len() > 0 {
-					// Everything before the gap is in order: keep it.
-					if cerr := b.commit(ctx); cerr != nil {
-						return cerr
-					}
-				}
-				return err
-			}
-		}
-		if b.full() || (m == nil && b.len() > 0) {
-			if err := b.commit(ctx); err != nil {
-				return err
-			}
-		}
+	// Collecting the next batch overlaps with committing the previous one: one
+	// batch in flight, committed and acknowledged in order by one goroutine.
+	commits := make(chan *batch, 1)
+	done := make(chan error, 1)
+	go func() { done <- p.committer(ctx, offset, commits) }()
+	err = p.collect(ctx, msgs, offset, commits)
+	close(commits)
+	if cerr := <-done; err == nil {
+		err = cerr
 	}
+	return err
+}
+
+// batch is a run of consecutive deliveries, committed as one transaction.
+type batch struct {
+	es       []events.Entry
+	msgs     int
+	last     jetstream.Msg
+	lastSeq  uint64 // stream sequence of last
+	pending  uint64 // messages left in the stream after last
+	deadline time.Time
 }
 
 // errDeliveryGap ends a consumer session when a delivery was skipped or
@@ -237,94 +235,117 @@ func (p *Projector) session(ctx context.Context) error {
 // The next session recreates the consumer at the committed offset.
 var errDeliveryGap = errors.New("consumer delivery out of order")
 
-type batcher struct {
-	p        *Projector
-	offset   uint64 // committed
-	lastCons uint64 // consumer sequence of the last delivery
-	es       []events.Entry
-	msgs     int
-	last     jetstream.Msg
-	lastSeq  uint64
-	pending  uint64
-	deadline time.Time
-}
-
-func (b *batcher) len() int   { return b.msgs }
-func (b *batcher) full() bool { return b.msgs >= b.p.BatchSize }
-
-// next returns the next message, or nil when the open batch's time is up (or
-// no message came within BatchWait while the batch is empty).
-func (b *batcher) next(ctx context.Context, msgs jetstream.MessagesContext) (jetstream.Msg, error) {
-	wait := b.p.BatchWait
-	if b.msgs > 0 {
-		wait = time.Until(b.deadline)
-		if wait <= 0 {
-			return nil, nil
+// collect reads deliveries into batches bounded by BatchSize and BatchWait
+// and hands them to the committer, until ctx is done or the subscription
+// fails or has a gap (the batch before a gap is handed off first).
+func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext, offset uint64, commits chan<- *batch) error {
+	var lastCons uint64
+	seen := offset // highest stream sequence handed off or committed
+	b := &batch{}
+	handOff := func() error {
+		select {
+		case commits <- b:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
+		b = &batch{es: make([]events.Entry, 0, len(b.es))}
+		return nil
 	}
-	m, err := msgs.Next(jetstream.NextMaxWait(wait))
-	switch {
-	case err == nil:
-		return m, nil
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case errors.Is(err, nats.ErrTimeout):
-		return nil, nil
-	default:
-		return nil, err
-	}
-}
-
-func (b *batcher) add(ctx context.Context, m jetstream.Msg) error {
-	md, err := m.Metadata()
-	if err != nil {
-		return fmt.Errorf("message metadata: %w", err)
-	}
-	seq := md.Sequence.Stream
-	if b.lastCons != 0 && md.Sequence.Consumer != b.lastCons+1 {
-		return fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, md.Sequence.Consumer, b.lastCons, seq)
-	}
-	b.lastCons = md.Sequence.Consumer
-	if b.msgs == 0 {
-		b.deadline = time.Now().Add(b.p.BatchWait)
-	}
-	b.msgs++
-	b.last, b.lastSeq, b.pending = m, seq, md.NumPending
-	b.p.lag.Store(md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
-	if seq <= b.offset {
-		return nil // redelivered after a crash between commit and ack
-	}
-	e, err := Decode(b.p.Bus.Config().SubjectPrefix, m.Subject(), m.Data(), seq)
-	if err != nil {
-		return b.p.park(ctx, m.Subject(), seq, m.Data(), err)
-	}
-	b.es = append(b.es, e)
-	return nil
-}
-
-func (b *batcher) commit(ctx context.Context) error {
-	p := b.p
-	if b.lastSeq > b.offset {
-		if err := p.retry(ctx, "apply", func() error {
-			return p.Store.ApplyBatch(ctx, p.Consumer, b.es, b.lastSeq)
-		}); err != nil {
+	for {
+		wait := p.BatchWait
+		if b.msgs > 0 {
+			if wait = time.Until(b.deadline); wait <= 0 {
+				if err := handOff(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		m, err := msgs.Next(jetstream.NextMaxWait(wait))
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, nats.ErrTimeout):
+			if b.msgs > 0 {
+				if err := handOff(); err != nil {
+					return err
+				}
+			}
+			continue
+		default:
 			return err
 		}
-		b.offset = b.lastSeq
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("message metadata: %w", err)
+		}
+		seq := md.Sequence.Stream
+		if lastCons != 0 && md.Sequence.Consumer != lastCons+1 {
+			err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, md.Sequence.Consumer, lastCons, seq)
+			if b.msgs > 0 {
+				// Everything before the gap is in order: keep it.
+				if herr := handOff(); herr != nil {
+					return herr
+				}
+			}
+			return err
+		}
+		lastCons = md.Sequence.Consumer
+		if b.msgs == 0 {
+			b.deadline = time.Now().Add(p.BatchWait)
+		}
+		b.msgs++
+		b.last, b.lastSeq, b.pending = m, seq, md.NumPending
+		p.lag.Store(md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
+		if seq > seen {
+			seen = seq
+			e, err := Decode(p.Bus.Config().SubjectPrefix, m.Subject(), m.Data(), seq)
+			if err != nil {
+				if err := p.park(ctx, m.Subject(), seq, m.Data(), err); err != nil {
+					return err
+				}
+			} else {
+				b.es = append(b.es, e)
+			}
+		} // else a redelivery of a message already handed off
+		if b.msgs >= p.BatchSize {
+			if err := handOff(); err != nil {
+				return err
+			}
+		}
 	}
-	// Ack after commit. A lost ack only causes a redelivery, which is skipped.
-	if err := b.last.Ack(); err != nil {
-		p.Logger.Debug("projector: ack failed; the batch will be redelivered and skipped", "err", err)
+}
+
+// committer applies batches in order, each with its offset in one
+// transaction (retried with backoff until it succeeds or ctx is done), and
+// acknowledges each batch after its commit.
+func (p *Projector) committer(ctx context.Context, offset uint64, in <-chan *batch) error {
+	for b := range in {
+		if b.lastSeq > offset {
+			if err := p.retry(ctx, "apply", func() error {
+				return p.Store.ApplyBatch(ctx, p.Consumer, b.es, b.lastSeq)
+			}); err != nil {
+				for range in { // let collect finish
+				}
+				return err
+			}
+			offset = b.lastSeq
+		}
+		// Ack after commit (AckAll: up to this delivery). A lost ack only
+		// causes a redelivery, which is skipped.
+		if err := b.last.Ack(); err != nil {
+			p.Logger.Debug("projector: ack failed; the batch will be redelivered and skipped", "err", err)
+		}
+		n := uint64(len(b.es))
+		p.applied.Add(n)
+		p.offset.Store(offset)
+		p.lag.Store(b.pending)
+		p.m.events.Add(float64(n))
+		p.m.batches.Observe(float64(b.msgs))
+		p.m.lag.Set(float64(b.pending))
+		p.m.offset.Set(float64(offset))
 	}
-	n := uint64(len(b.es))
-	p.applied.Add(n)
-	p.offset.Store(b.offset)
-	p.lag.Store(b.pending)
-	p.m.events.Add(float64(n))
-	p.m.batches.Observe(float64(b.msgs))
-	p.m.lag.Set(float64(b.pending))
-	p.m.offset.Set(float64(b.offset))
-	b.es, b.msgs, b.last = b.es[:0], 0, nil
 	return nil
 }
 
