@@ -1,0 +1,329 @@
+package alineo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// session appends a session's entries to a store, with increasing timestamps.
+type session struct {
+	t     *testing.T
+	store adapters.Store
+	name  string
+	id    string
+	ts    int64
+}
+
+func (s *session) add(step int, ev events.Event, payload any) {
+	s.t.Helper()
+	s.ts++
+	if err := s.store.Append(context.Background(), events.New(s.ts, s.name, s.id, step, ev, payload)); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *session) created(p events.SandboxCreatedPayload) {
+	p.SandboxID = s.id
+	s.add(events.SandboxLevel, events.SandboxCreated, p)
+}
+
+// exec records a completed command; its stdout is "out-<cmd>".
+func (s *session) exec(step int, cmd string, exit int) {
+	s.started(step, cmd)
+	s.add(step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("out-"+cmd)))
+	s.add(step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step, ExitCode: exit})
+}
+
+func (s *session) started(step int, cmd string) {
+	s.add(step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: cmd,
+		Fingerprint: events.Fingerprint(events.KindCommand, cmd)})
+}
+
+func (s *session) checkpoint(snap, tag string) {
+	s.add(events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: snap, Name: tag})
+}
+
+// cached renders a cache as step → text/stdout/exit.
+func cached(c *replayCache) map[int]string {
+	m := map[int]string{}
+	for step, r := range c.steps {
+		var out bytes.Buffer
+		for _, ch := range r.chunks {
+			out.WriteString(string(ch.stream) + ":" + string(ch.data) + ";")
+		}
+		m[step] = r.text + "|" + out.String() + "|" + string(rune('0'+r.exitCode))
+	}
+	return m
+}
+
+func TestBuildResumePointChain(t *testing.T) {
+	ctx := context.Background()
+	store := memory.New()
+	// A: 1, 2, checkpoint snapA, 3 (after the checkpoint), then 4 started only.
+	a := &session{t: t, store: store, name: "job", id: "A"}
+	a.created(events.SandboxCreatedPayload{RunID: "run-1", Resources: map[string]string{"cpu": "2", "memory": "2Gi"}})
+	a.exec(1, "one", 0)
+	a.started(2, "two")
+	a.add(2, events.ExecOutput, events.NewOutput(2, events.Stderr, []byte{0xff, 'x'}))
+	a.add(2, events.ExecCompleted, events.ExecCompletedPayload{Seq: 2, ExitCode: 3})
+	a.checkpoint("snapA", "mid")
+	a.exec(3, "three-a", 0)
+	a.checkpoint("snapA2", "")
+	a.started(4, "four")
+	// B resumed A at snapA: it replayed 1 and 2, ran 3 live, checkpointed.
+	b := &session{t: t, store: store, name: "job", id: "B", ts: 100}
+	b.created(events.SandboxCreatedPayload{ResumedFrom: "A", SnapshotID: "snapA", RunID: "run-1"})
+	b.exec(3, "three-b", 0)
+	b.checkpoint("snapB", "")
+	b.started(4, "four")
+	// C resumed B at snapB: 4 ran live.
+	c := &session{t: t, store: store, name: "job", id: "C", ts: 200}
+	c.created(events.SandboxCreatedPayload{ResumedFrom: "B", SnapshotID: "snapB", RunID: "run-1"})
+	c.exec(4, "four", 1)
+	c.checkpoint("snapC", "")
+	// D resumed a session that is not in the ledger.
+	d := &session{t: t, store: store, name: "job", id: "D", ts: 300}
+	d.created(events.SandboxCreatedPayload{ResumedFrom: "gone", SnapshotID: "snapX"})
+	d.checkpoint("snapD", "")
+	// E and F resumed each other.
+	e := &session{t: t, store: store, name: "job", id: "E", ts: 400}
+	e.created(events.SandboxCreatedPayload{ResumedFrom: "F", SnapshotID: "snapF"})
+	e.checkpoint("snapE", "")
+	f := &session{t: t, store: store, name: "job", id: "F", ts: 500}
+	f.created(events.SandboxCreatedPayload{ResumedFrom: "E", SnapshotID: "snapE"})
+	f.checkpoint("snapF", "")
+
+	one, two := "one|stdout:out-one;|0", "two|stderr:\xffx;|3"
+	tests := []struct {
+		id, tag  string
+		snap     string
+		want     map[int]string
+		notFound bool
+	}{
+		{id: "A", snap: "snapA2", want: map[int]string{1: one, 2: two, 3: "three-a|stdout:out-three-a;|0"}},
+		{id: "A", tag: "mid", snap: "snapA", want: map[int]string{1: one, 2: two}},
+		{id: "A", tag: "nope", notFound: true},
+		{id: "B", snap: "snapB", want: map[int]string{1: one, 2: two, 3: "three-b|stdout:out-three-b;|0"}},
+		{id: "C", snap: "snapC", want: map[int]string{1: one, 2: two, 3: "three-b|stdout:out-three-b;|0", 4: "four|stdout:out-four;|1"}},
+		{id: "D", notFound: true},
+		{id: "E", notFound: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id+"/"+tt.tag, func(t *testing.T) {
+			rp, err := buildResumePoint(ctx, store, "job", tt.id, tt.tag)
+			if tt.notFound {
+				var ce *ClientError
+				if !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
+					t.Fatalf("err = %v, want a 404 *ClientError", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rp.checkpoint.SnapshotID; got != tt.snap {
+				t.Errorf("checkpoint = %s, want %s", got, tt.snap)
+			}
+			got := cached(rp.cache)
+			if len(got) != len(tt.want) {
+				t.Errorf("cache = %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("step %d = %q, want %q", k, got[k], v)
+				}
+			}
+			if rp.runID != "run-1" {
+				t.Errorf("runID = %q, want run-1", rp.runID)
+			}
+			if want := (Resources{CPU: "2", Memory: "2Gi"}); rp.resources != want {
+				t.Errorf("resources = %+v, want %+v (inherited from A)", rp.resources, want)
+			}
+		})
+	}
+}
+
+func TestBuildResumePointLastTag(t *testing.T) {
+	store := memory.New()
+	s := &session{t: t, store: store, name: "n", id: "S"}
+	s.created(events.SandboxCreatedPayload{})
+	s.exec(1, "a", 0)
+	s.checkpoint("s1", "t")
+	s.exec(2, "b", 0)
+	s.checkpoint("s2", "t")
+	s.exec(3, "c", 0)
+	s.checkpoint("s3", "other")
+	rp, err := buildResumePoint(context.Background(), store, "n", "S", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rp.checkpoint.SnapshotID, "s2"; got != want {
+		t.Errorf("checkpoint = %s, want %s (the last with the tag)", got, want)
+	}
+	if got, want := rp.cache.Len(), 2; got != want {
+		t.Errorf("cached = %d, want %d", got, want)
+	}
+	if got, want := rp.runID, "S"; got != want {
+		t.Errorf("runID = %q, want the sandbox id %q when none was recorded", got, want)
+	}
+}
+
+// TestBuildResumePointTypeScriptFixture reads the ledger of the TypeScript SDK.
+func TestBuildResumePointTypeScriptFixture(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "shared", "fixtures", "seed-schema-ledger.db"))
+	if err != nil {
+		src, err = os.ReadFile(os.Getenv("ALINEO_FIXTURES") + "/seed-schema-ledger.db")
+	}
+	if err != nil {
+		t.Skip("fixture seed-schema-ledger.db not found (set ALINEO_FIXTURES to its folder)")
+	}
+	path := testenv.SQLitePath(t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	for _, tag := range []string{"", "after-install"} {
+		rp, err := buildResumePoint(ctx, store, "ci-job", "sbx-a1", tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := rp.checkpoint.SnapshotID, "snap-1"; got != want {
+			t.Errorf("checkpoint = %s, want %s", got, want)
+		}
+		got := cached(rp.cache)
+		want := map[int]string{1: "pip install -q requests|stdout:Successfully installed requests;|0"}
+		if len(got) != 1 || got[1] != want[1] {
+			t.Errorf("cache = %v, want %v", got, want)
+		}
+		if rec := rp.cache.steps[1]; rec.fingerprint != events.Fingerprint(events.KindCommand, "pip install -q requests") {
+			t.Errorf("fingerprint = %s, want the command's", rec.fingerprint)
+		}
+		if rp.runID != "run-1" || rp.resources != (Resources{CPU: "500m", Memory: "512Mi"}) {
+			t.Errorf("runID, resources = %q, %+v; want run-1, 500m/512Mi", rp.runID, rp.resources)
+		}
+	}
+	_, err = buildResumePoint(ctx, store, `agent "quoted"; DROP TABLE x;--`, "sbx-b2", "")
+	var ce *ClientError
+	if !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
+		t.Fatalf("session without checkpoint: err = %v, want a 404 *ClientError", err)
+	}
+}
+
+// TestReplayedExecShapes replays recorded results on a live handle: every shape
+// gets the exact bytes, nothing reaches execd or the ledger, strict applies,
+// a divergent call fails typed, and the first uncached step runs live.
+func TestReplayedExecShapes(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeServer(t)
+	c, err := New(Options{BaseURL: f.URL, Adapter: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	bin := []byte{0, 0xff, 'z'}
+	fp := func(s string) string { return events.Fingerprint(events.KindCommand, s) }
+	sb.replay = &replayCache{steps: map[int]*recordedExec{
+		1: {step: 1, text: "build", fingerprint: fp("build"), chunks: []chunk{
+			{events.Stdout, []byte("a\n")}, {events.Stderr, []byte("e")}, {events.Stdout, bin}}},
+		2: {step: 2, text: "test", fingerprint: fp("test"), exitCode: 3, chunks: []chunk{{events.Stdout, []byte("t")}}},
+		3: {step: 3, text: "test", fingerprint: fp("test"), exitCode: 3},
+		4: {step: 4, text: "deploy", fingerprint: fp("deploy")},
+		5: {step: 5, text: "x", fingerprint: events.Fingerprint(events.KindCode, "x")},
+	}}
+	wantOut := append([]byte("a\n"), bin...)
+
+	e1 := sb.Exec(ctx, "build")
+	res, err := e1.Wait()
+	if err != nil || res.Stdout != string(wantOut) || res.Stderr != "e" || res.ExitCode != 0 {
+		t.Fatalf("Wait = %q, %q, %d, %v; want %q, e, 0, nil", res.Stdout, res.Stderr, res.ExitCode, err, wantOut)
+	}
+	var piped bytes.Buffer
+	if err := e1.Pipe(&piped); err != nil || !bytes.Equal(piped.Bytes(), wantOut) {
+		t.Fatalf("Pipe = %q, %v; want %q", piped.Bytes(), err, wantOut)
+	}
+	var chunks [][]byte
+	for c, err := range e1.Stdout() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	if len(chunks) != 2 || string(chunks[0]) != "a\n" || !bytes.Equal(chunks[1], bin) {
+		t.Fatalf("Stdout chunks = %q, want the two recorded ones", chunks)
+	}
+	for c, err := range e1.Stderr() {
+		if err != nil || string(c) != "e" {
+			t.Fatalf("Stderr = %q, %v; want e", c, err)
+		}
+	}
+
+	// Strict (default): the replayed non-zero exit is a *CommandError, and Pipe reports it too.
+	e2 := sb.Exec(ctx, "test")
+	var ce *CommandError
+	if _, err := e2.Wait(); !errors.As(err, &ce) || ce.ExitCode != 3 || ce.Stdout != "t" {
+		t.Fatalf("strict replay: err = %v, want a *CommandError with exit 3 and stdout t", err)
+	}
+	if err := e2.Pipe(io.Discard); !errors.As(err, &ce) {
+		t.Fatalf("strict replay Pipe: err = %v, want a *CommandError", err)
+	}
+	// Not strict: the exit code, no error.
+	if res, err := sb.Exec(ctx, "test", ExecOptions{Strict: new(false)}).Wait(); err != nil || res.ExitCode != 3 {
+		t.Fatalf("non-strict replay = %d, %v; want 3, nil", res.ExitCode, err)
+	}
+	// Divergent text, then divergent kind.
+	var de *ReplayDivergedError
+	if _, err := sb.Exec(ctx, "rm -rf /").Wait(); !errors.As(err, &de) || !errors.Is(err, ErrReplayDiverged) ||
+		de.Step != 4 || de.Recorded != "deploy" || de.Got != "rm -rf /" {
+		t.Fatalf("divergent call: err = %v, want a *ReplayDivergedError at step 4", err)
+	}
+	if _, err := sb.Exec(ctx, "x").Wait(); !errors.As(err, &de) || de.Step != 5 {
+		t.Fatalf("divergent kind: err = %v, want a *ReplayDivergedError at step 5", err)
+	}
+	f.mu.Lock()
+	n := len(f.commands)
+	f.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("execd got %d commands during replay, want 0", n)
+	}
+	// Past the cache: live, as step 6.
+	live := sb.Exec(ctx, "echo live")
+	if res, err := live.Wait(); err != nil || res.Stdout != "live\n" && res.Stdout != "live" {
+		t.Fatalf("live exec = %q, %v", res.Stdout, err)
+	}
+	if live.Step() != 6 {
+		t.Fatalf("live step = %d, want 6", live.Step())
+	}
+	es, err := c.Sandboxes().Events(ctx, sb.Name(), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.StepIndex != events.SandboxLevel && e.StepIndex != 6 {
+			t.Errorf("ledger has %s at step %d; replayed calls must write nothing", e.Event, e.StepIndex)
+		}
+	}
+}
