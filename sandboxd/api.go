@@ -84,10 +84,12 @@ type CreateRequest struct {
 	Extensions     map[string]string `json:"extensions,omitempty"`
 }
 
-// Sandbox is the resource returned by get, list and metadata patch.
+// Sandbox is the resource returned by get, list and metadata patch. A sandbox
+// created from a snapshot has SnapshotID and no Image.
 type Sandbox struct {
 	ID         string            `json:"id"`
 	Image      *ImageSpec        `json:"image,omitempty"`
+	SnapshotID string            `json:"snapshotId,omitempty"`
 	Platform   *Platform         `json:"platform,omitempty"`
 	Status     Status            `json:"status"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
@@ -140,6 +142,54 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
+// SnapshotState is a snapshot lifecycle state. Clients must tolerate values
+// they do not know.
+type SnapshotState string
+
+// The snapshot states: Creating until the capture ends, then Ready or Failed;
+// Deleting while a delete runs.
+const (
+	SnapshotCreating SnapshotState = "Creating"
+	SnapshotReady    SnapshotState = "Ready"
+	SnapshotFailed   SnapshotState = "Failed"
+	SnapshotDeleting SnapshotState = "Deleting"
+)
+
+// Snapshot status reasons this server sets.
+const (
+	ReasonSnapshotAccepted = "snapshot_accepted"
+	ReasonSnapshotReady    = "snapshot_ready"
+	ReasonSnapshotFailed   = "snapshot_capture_failed"
+	ReasonSnapshotDeleting = "snapshot_deleting"
+)
+
+// SnapshotStatus is a snapshot's lifecycle status.
+type SnapshotStatus struct {
+	State            SnapshotState `json:"state"`
+	Reason           string        `json:"reason,omitempty"`
+	Message          string        `json:"message,omitempty"`
+	LastTransitionAt *time.Time    `json:"lastTransitionAt,omitempty"`
+}
+
+// Snapshot is the resource of the snapshot routes: a point-in-time capture of
+// a sandbox's filesystem that outlives the sandbox.
+type Snapshot struct {
+	ID        string         `json:"id"`
+	SandboxID string         `json:"sandboxId"`
+	Name      string         `json:"name,omitempty"`
+	Status    SnapshotStatus `json:"status"`
+	CreatedAt time.Time      `json:"createdAt"`
+}
+
+type createSnapshotRequest struct {
+	Name *string `json:"name,omitempty"`
+}
+
+type snapshotListResponse struct {
+	Items      []Snapshot `json:"items"`
+	Pagination Pagination `json:"pagination"`
+}
+
 // limits are parsed resource limits; zero means none.
 type limits struct {
 	MilliCPU    int64 `json:"milliCpu,omitempty"`
@@ -155,6 +205,9 @@ type record struct {
 	ExecdToken  string            `json:"execdToken,omitempty"`
 	InitPID     int               `json:"initPid,omitempty"`
 	ImageSource string            `json:"imageSource,omitempty"`
+	// LowerImage is the image name of a sandbox created from a snapshot: that
+	// of the snapshot's source, its overlay's lower layer.
+	LowerImage string `json:"lowerImage,omitempty"`
 	// Seq orders sandboxes created in the same millisecond.
 	Seq int64 `json:"seq"`
 	// History is the last transitions, oldest first, for diagnostics.
@@ -224,11 +277,12 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 	case req.SnapshotID != "" && req.Image != nil:
 		return lim, invalid("INVALID_REQUEST", "image", "image and snapshotId are mutually exclusive")
 	case req.SnapshotID != "":
-		return lim, &RequestError{Code: "NOT_IMPLEMENTED", Field: "snapshotId", Message: "creating a sandbox from a snapshot is not supported by this server yet"}
+		if len(req.Entrypoint) > 0 && req.Entrypoint[0] == "" {
+			return lim, invalid("INVALID_REQUEST", "entrypoint", "the first element of entrypoint must be a command")
+		}
 	case req.Image == nil || strings.TrimSpace(req.Image.URI) == "":
-		return lim, invalid("INVALID_REQUEST", "image", "image.uri is required")
-	}
-	if len(req.Entrypoint) == 0 || req.Entrypoint[0] == "" {
+		return lim, invalid("INVALID_REQUEST", "image", "image.uri or snapshotId is required")
+	case len(req.Entrypoint) == 0 || req.Entrypoint[0] == "":
 		return lim, invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image and its first element must be a command")
 	}
 	if req.Timeout != nil {
@@ -305,6 +359,14 @@ func (r *record) setStatus(s State, reason, msg string) {
 	if len(r.History) > maxHistory {
 		r.History = append(r.History[:0:0], r.History[len(r.History)-maxHistory:]...)
 	}
+}
+
+// imageURI is the image name the sandbox's lower layer resolves from.
+func (r *record) imageURI() string {
+	if r.Image != nil {
+		return r.Image.URI
+	}
+	return r.LowerImage
 }
 
 func (r *record) String() string { return fmt.Sprintf("sandbox %s (%s)", r.ID, r.Status.State) }

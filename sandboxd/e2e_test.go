@@ -146,7 +146,7 @@ func TestProxyWebSocket(t *testing.T) {
 	waitState(t, base, id, sandboxd.StateRunning)
 	var port string
 	testenv.Eventually(t, 10*time.Second, func() error {
-		b, err := os.ReadFile(filepath.Join(s.DataDir(), "sandboxes", id, "upper", "root", "port"))
+		b, err := os.ReadFile(filepath.Join(s.DataDir(), "sandboxes", id, "layers", "upper", "root", "port"))
 		port = string(b)
 		return err
 	})

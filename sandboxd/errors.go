@@ -21,6 +21,8 @@ var (
 	ErrDataDirInUse = errors.New("data directory in use by another sandboxd")
 	// ErrImage reports an image that cannot be resolved or imported.
 	ErrImage = errors.New("image unavailable")
+	// ErrSnapshotNotFound reports an unknown snapshot id.
+	ErrSnapshotNotFound = errors.New("snapshot not found")
 )
 
 // RequestError is a request that failed validation: Code is the machine code of
@@ -59,3 +61,19 @@ func (e *StateError) Error() string {
 
 // Unwrap returns ErrConflict.
 func (e *StateError) Unwrap() error { return ErrConflict }
+
+// SnapshotStateError is a snapshot operation refused in the snapshot's current
+// state (deleting or restoring one that is still Creating). It wraps
+// ErrConflict.
+type SnapshotStateError struct {
+	SnapshotID string
+	Op         string
+	State      SnapshotState
+}
+
+func (e *SnapshotStateError) Error() string {
+	return fmt.Sprintf("%s snapshot %s: not allowed in state %s", e.Op, e.SnapshotID, e.State)
+}
+
+// Unwrap returns ErrConflict.
+func (e *SnapshotStateError) Unwrap() error { return ErrConflict }

@@ -11,3 +11,13 @@ func BreakIsolation() (restore func()) {
 	breakIsolation = true
 	return func() { breakIsolation = false }
 }
+
+// SetSnapshotHook makes h run at the start of every snapshot capture, before
+// the sandbox is frozen; nil removes it.
+func (s *Server) SetSnapshotHook(h func(snapshotID string)) {
+	if h == nil {
+		s.snapHook.Store(nil)
+		return
+	}
+	s.snapHook.Store(&h)
+}

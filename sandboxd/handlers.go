@@ -99,6 +99,8 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 			status = http.StatusNotImplemented
 		}
 		writeError(w, status, re.Code, re.Error())
+	case errors.Is(err, ErrSnapshotNotFound):
+		writeError(w, http.StatusNotFound, "SNAPSHOT_NOT_FOUND", err.Error())
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, "SANDBOX_NOT_FOUND", err.Error())
 	case errors.Is(err, ErrConflict):

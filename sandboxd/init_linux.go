@@ -129,7 +129,7 @@ func runInit() int {
 		}
 		_ = unix.Sethostname([]byte(host))
 	} else {
-		root = filepath.Join(cfg.SandboxDir, "root")
+		root = filepath.Join(cfg.SandboxDir, plainRoot)
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
@@ -289,7 +289,7 @@ func setupRoot(cfg *initConfig) error {
 	}
 	dir := cfg.SandboxDir
 	merged := filepath.Join(dir, "merged")
-	if err := overlay(cfg.Lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
+	if err := overlay(cfg.Lower, filepath.Join(dir, layersDir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
 		return err
 	}
 	for _, d := range cfg.HostDirs {
@@ -297,7 +297,7 @@ func setupRoot(cfg *initConfig) error {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
-		if err := overlay("/"+d, filepath.Join(dir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
+		if err := overlay("/"+d, filepath.Join(dir, layersDir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
 			return err
 		}
 	}

@@ -109,7 +109,7 @@ func isolatedAttr() *syscall.SysProcAttr {
 func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, error) {
 	dir := s.sandboxDir(rec.ID)
 	if s.cfg.NoIsolation {
-		if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, plainRoot), 0o755); err != nil {
 			return nil, err
 		}
 	}

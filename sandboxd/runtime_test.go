@@ -98,7 +98,7 @@ func TestIsolation(t *testing.T) {
 // counter reads the value a sandbox's counter loop wrote into its upper layer.
 func counter(t testing.TB, dataDir, id string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "upper", "root", "counter"))
+	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "layers", "upper", "root", "counter"))
 	if err != nil {
 		return -1
 	}

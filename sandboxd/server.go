@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,13 @@ type Server struct {
 	seq       int64
 	closed    bool
 	started   bool
+
+	snap *snapStore
+	// snapHook, if set (tests only), runs before each capture starts.
+	snapHook atomic.Pointer[func(snapshotID string)]
+	snapMu   sync.Mutex
+	snaps    map[string]*snapRecord
+	snapSeq  int64
 }
 
 // sandbox is one sandbox: its record and, while it runs, its process.
@@ -88,7 +96,7 @@ func cloneSandbox(s Sandbox) Sandbox {
 // Terminated with reason "sandboxd_restart". It starts no process or listener.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
 		if err != nil {
@@ -111,12 +119,17 @@ func New(cfg Config) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
+	if err := s.openSnapshots(context.Background()); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	for _, r := range recs {
 		sb := &sandbox{rec: *r}
 		if !r.Status.State.Final() {
 			sb.rec.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
 			sb.rec.ExecdPort, sb.rec.InitPID = 0, 0
 			if err := s.saveRecord(&sb.rec); err != nil {
+				s.snap.db.Close()
 				lock.Close()
 				return nil, err
 			}
@@ -137,8 +150,9 @@ func New(cfg Config) (*Server, error) {
 		s.log.Warn("sandboxd: *** NO ISOLATION *** sandboxes run as plain host processes with full access to this machine; development only")
 	}
 	s.handler = s.routes()
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.janitor()
+	go s.gcLoop()
 	return s, nil
 }
 
@@ -227,6 +241,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	if err := s.snap.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.lock.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -282,7 +299,6 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	rec := record{
 		Sandbox: Sandbox{
 			ID:         newID(),
-			Image:      &ImageSpec{URI: req.Image.URI},
 			Platform:   req.Platform,
 			Metadata:   req.Metadata,
 			Entrypoint: req.Entrypoint,
@@ -291,6 +307,18 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		Env:        req.Env,
 		Limits:     lim,
 		ExecdToken: newID(),
+	}
+	if req.SnapshotID != "" {
+		snap, err := s.readySnapshot(req.SnapshotID)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		rec.SnapshotID, rec.LowerImage = snap.ID, snap.Image
+		if len(rec.Entrypoint) == 0 {
+			rec.Entrypoint = append([]string(nil), defaultSnapshotEntrypoint...)
+		}
+	} else {
+		rec.Image = &ImageSpec{URI: req.Image.URI}
 	}
 	ttl := s.cfg.DefaultTimeout
 	if req.Timeout != nil {
@@ -368,12 +396,19 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		failed(ReasonRuntimeError, err)
 		return
 	}
-	fs, err := s.resolveImage(ctx, rec.Image.URI)
+	fs, err := s.resolveImage(ctx, rec.imageURI())
 	if err != nil {
 		failed(ReasonRuntimeError, err)
 		return
 	}
-	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.Image.URI, "rootfs", fs.Source)
+	if rec.SnapshotID != "" {
+		if err := s.restoreSnapshot(ctx, &rec); err != nil {
+			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
+			s.removeRuntimeDirs(rec.ID)
+			return
+		}
+	}
+	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.imageURI(), "snapshot", rec.SnapshotID, "rootfs", fs.Source)
 	p, err := s.launch(ctx, &rec, fs)
 	if err != nil {
 		reason := ReasonRuntimeError
@@ -494,6 +529,9 @@ func (s *Server) forget(id string) {
 	s.mu.Lock()
 	delete(s.sandboxes, id)
 	s.mu.Unlock()
+	ctx, cancel := s.untilStop(time.Minute)
+	s.dropLineage(ctx, id)
+	cancel()
 	if err := os.RemoveAll(s.sandboxDir(id)); err != nil {
 		s.log.Warn("sandboxd: remove sandbox dir", "id", id, "err", err)
 	}

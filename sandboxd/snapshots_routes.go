@@ -1,15 +1,135 @@
 package sandboxd
 
-import "net/http"
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
-// snapshotRoutes reserves the snapshot routes of the protocol; they answer 501
-// until snapshots land (package sandboxd/snapshots).
+// maxSnapshotName bounds a snapshot's name, in bytes.
+const maxSnapshotName = 256
+
+// snapshotRoutes mounts the snapshot routes of the protocol.
 func (s *Server) snapshotRoutes(mux *http.ServeMux, prefix string) {
-	notYet := func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotImplemented, "NOT_IMPLEMENTED", "snapshots are not supported by this server yet")
+	mux.HandleFunc("POST "+prefix+"/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
+	mux.HandleFunc("GET "+prefix+"/snapshots", s.handleListSnapshots)
+	mux.HandleFunc("GET "+prefix+"/snapshots/{snapshotId}", s.handleGetSnapshot)
+	mux.HandleFunc("DELETE "+prefix+"/snapshots/{snapshotId}", s.handleDeleteSnapshot)
+}
+
+// decodeSnapshotRequest reads the optional body of a create-snapshot request:
+// empty, or an object with at most a non-empty name.
+func decodeSnapshotRequest(r *http.Request) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return "", invalid("INVALID_REQUEST", "", "read body: %v", err)
 	}
-	mux.HandleFunc("POST "+prefix+"/sandboxes/{id}/snapshots", notYet)
-	mux.HandleFunc("GET "+prefix+"/snapshots", notYet)
-	mux.HandleFunc("GET "+prefix+"/snapshots/{snapshotId}", notYet)
-	mux.HandleFunc("DELETE "+prefix+"/snapshots/{snapshotId}", notYet)
+	if len(b) > maxBody {
+		return "", invalid("INVALID_REQUEST", "", "body larger than %d bytes", maxBody)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return "", nil
+	}
+	var req createSnapshotRequest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return "", invalid("INVALID_REQUEST", "", "malformed create-snapshot body: %v", err)
+	}
+	if dec.More() {
+		return "", invalid("INVALID_REQUEST", "", "malformed create-snapshot body: data after the JSON object")
+	}
+	if req.Name == nil {
+		return "", nil
+	}
+	name := *req.Name
+	switch {
+	case name == "":
+		return "", invalid("INVALID_REQUEST", "name", "name must not be empty when given")
+	case len(name) > maxSnapshotName:
+		return "", invalid("INVALID_REQUEST", "name", "name is longer than %d bytes", maxSnapshotName)
+	case !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return "", invalid("INVALID_REQUEST", "name", "name must be valid UTF-8 without control characters")
+	}
+	return name, nil
+}
+
+func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.get(id); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	name, err := decodeSnapshotRequest(r)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	snap, err := s.createSnapshot(id, name)
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	loc := "/snapshots/" + snap.ID
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		loc = "/v1" + loc
+	}
+	w.Header().Set("Location", loc)
+	writeJSON(w, http.StatusAccepted, snap)
+}
+
+func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.getSnapshot(r.PathValue("snapshotId"))
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	page, err := positiveInt(q.Get("page"), 1, "page")
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	size, err := positiveInt(q.Get("pageSize"), 20, "pageSize")
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	size = min(size, 200)
+	states := map[SnapshotState]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				states[SnapshotState(st)] = true
+			}
+		}
+	}
+	all := s.listSnapshots(q.Get("sandboxId"), states)
+	total := len(all)
+	pages := (total + size - 1) / size
+	lo := min((page-1)*size, total)
+	hi := min(lo+size, total)
+	items := all[lo:hi]
+	if items == nil {
+		items = []Snapshot{}
+	}
+	writeJSON(w, http.StatusOK, snapshotListResponse{Items: items, Pagination: Pagination{
+		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
+	}})
+}
+
+func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := s.deleteSnapshot(r.Context(), r.PathValue("snapshotId")); err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -67,11 +67,21 @@ func (s *Server) loadRecords() ([]*record, error) {
 	return out, nil
 }
 
+// layersDir is the directory under DataDir/sandboxes/<id> that holds every
+// upper layer of an isolated sandbox: upper (the root overlay's) and
+// hostup/<dir> (each host directory's overlay in the host fallback). It is what
+// a snapshot captures; the overlay work directories stay outside it.
+const layersDir = "layers"
+
+// plainRoot is the root directory of a sandbox without isolation, under
+// DataDir/sandboxes/<id>; a snapshot of such a sandbox captures it.
+const plainRoot = "root"
+
 // removeRuntimeDirs removes a stopped sandbox's filesystem layers, keeping its
 // record and entrypoint log.
 func (s *Server) removeRuntimeDirs(id string) {
 	dir := s.sandboxDir(id)
-	for _, d := range []string{"upper", "work", "merged", "hostup", "hostwork", "root"} {
+	for _, d := range []string{layersDir, "work", "merged", "hostwork", plainRoot} {
 		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
 			s.log.Warn("sandboxd: remove sandbox layer", "id", id, "dir", d, "err", err)
 		}

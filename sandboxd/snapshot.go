@@ -1,0 +1,452 @@
+package sandboxd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/alineo-labs/alineo/checkpoints"
+	"github.com/alineo-labs/alineo/checkpoints/sqlite"
+	"github.com/alineo-labs/alineo/sandboxd/snapshots"
+)
+
+// Snapshot storage under DataDir/snapshots: the checkpoint lineage in a SQLite
+// file, file contents in a content-addressed blob directory, and one JSON
+// record per API snapshot (its name, source, image and state, including the
+// Creating and Failed states the checkpoint store never holds).
+const (
+	snapshotsDir     = "snapshots"
+	snapshotDB       = "checkpoints.db"
+	snapshotBlobsDir = "blobs"
+	snapshotRecsDir  = "records"
+)
+
+// Snapshot layouts: what a snapshot's tree is, so that it is only restored
+// into a sandbox of the same kind.
+const (
+	layoutOverlay = "overlay" // the layers directory: upper and hostup/<dir>
+	layoutPlain   = "plain"   // the root directory of a NoIsolation sandbox
+)
+
+// defaultSnapshotEntrypoint is the entrypoint of a sandbox created from a
+// snapshot without one, as the protocol says.
+var defaultSnapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
+
+// snapRecord is what the server persists per API snapshot.
+type snapRecord struct {
+	Snapshot
+	// Image is the image name of the source sandbox's lower layer.
+	Image  string `json:"image"`
+	Layout string `json:"layout"`
+	// Seq orders snapshots created in the same millisecond.
+	Seq int64 `json:"seq"`
+}
+
+func (r *snapRecord) setStatus(st SnapshotState, reason, msg string) {
+	now := sandboxTime(time.Now())
+	r.Status = SnapshotStatus{State: st, Reason: reason, Message: msg, LastTransitionAt: &now}
+}
+
+// snapStore is the server's snapshot storage.
+type snapStore struct {
+	db   *sqlite.Store
+	mgr  *snapshots.Manager
+	dir  string
+	kick chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
+}
+
+// openSnapshots opens DataDir/snapshots and loads its records. A snapshot left
+// Creating by an earlier run becomes Ready if its checkpoint was written, else
+// Failed; one left Deleting is deleted.
+func (s *Server) openSnapshots(ctx context.Context) error {
+	dir := filepath.Join(s.dataDir, snapshotsDir)
+	if err := os.MkdirAll(filepath.Join(dir, snapshotRecsDir), 0o700); err != nil {
+		return fmt.Errorf("sandboxd: snapshots: %w", err)
+	}
+	blobs, err := snapshots.OpenBlobStore(filepath.Join(dir, snapshotBlobsDir), snapshots.BlobConfig{})
+	if err != nil {
+		return fmt.Errorf("sandboxd: snapshots: %w", err)
+	}
+	db, err := sqlite.Open(ctx, filepath.Join(dir, snapshotDB), checkpoints.Options{})
+	if err != nil {
+		return fmt.Errorf("sandboxd: snapshots: %w", err)
+	}
+	s.snap = &snapStore{
+		db:   db,
+		mgr:  snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
+		dir:  dir,
+		kick: make(chan struct{}, 1),
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, snapshotRecsDir))
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("sandboxd: snapshots: %w", err)
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, snapshotRecsDir, e.Name()))
+		var r snapRecord
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil || r.ID != name {
+			s.log.Warn("sandboxd: skipping unreadable snapshot record", "file", e.Name(), "err", err)
+			continue
+		}
+		switch r.Status.State {
+		case SnapshotCreating:
+			if _, err := db.Get(ctx, r.ID); err == nil {
+				r.setStatus(SnapshotReady, ReasonSnapshotReady, "completed before sandboxd restarted")
+			} else {
+				r.setStatus(SnapshotFailed, ReasonRestart, "sandboxd restarted during the capture")
+			}
+			s.persistSnapshot(&r)
+		case SnapshotDeleting:
+			if err := s.dropSnapshot(ctx, &r); err != nil {
+				s.log.Warn("sandboxd: finish deleting a snapshot", "id", r.ID, "err", err)
+			}
+			continue
+		}
+		s.snaps[r.ID] = &r
+		s.snapSeq = max(s.snapSeq, r.Seq)
+	}
+	s.kickGC()
+	return nil
+}
+
+func (s *Server) snapRecordPath(id string) string {
+	return filepath.Join(s.snap.dir, snapshotRecsDir, id+".json")
+}
+
+// saveSnapshot writes r atomically.
+func (s *Server) saveSnapshot(r *snapRecord) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+	}
+	p := s.snapRecordPath(r.ID)
+	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (s *Server) persistSnapshot(r *snapRecord) {
+	if err := s.saveSnapshot(r); err != nil {
+		s.log.Error("sandboxd: persist snapshot record", "id", r.ID, "err", err)
+	}
+}
+
+// captureRoot is the directory a snapshot of sandbox id captures and a
+// sandbox created from a snapshot is restored into, with its layout.
+func (s *Server) captureRoot(id string) (string, string) {
+	if s.cfg.NoIsolation {
+		return filepath.Join(s.sandboxDir(id), plainRoot), layoutPlain
+	}
+	return filepath.Join(s.sandboxDir(id), layersDir), layoutOverlay
+}
+
+// createSnapshot records a Creating snapshot of a Running sandbox and captures
+// it in the background.
+func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
+	sb, err := s.get(sandboxID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	sb.mu.Lock()
+	st, img := sb.rec.Status.State, sb.rec.imageURI()
+	sb.mu.Unlock()
+	if st != StateRunning {
+		return Snapshot{}, &StateError{SandboxID: sandboxID, Op: "snapshot", State: st}
+	}
+	_, layout := s.captureRoot(sandboxID)
+	r := &snapRecord{
+		Snapshot: Snapshot{ID: "snap-" + newID(), SandboxID: sandboxID, Name: name, CreatedAt: sandboxTime(time.Now())},
+		Image:    img,
+		Layout:   layout,
+	}
+	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Snapshot{}, ErrClosed
+	}
+	s.snapMu.Lock()
+	s.snapSeq++
+	r.Seq = s.snapSeq
+	if err := s.saveSnapshot(r); err != nil {
+		s.snapMu.Unlock()
+		return Snapshot{}, err
+	}
+	s.snaps[r.ID] = r
+	out := r.Snapshot
+	s.snapMu.Unlock()
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.capture(sb, r.ID)
+	}()
+	return out, nil
+}
+
+// capture takes snapshot id of sb and records the outcome.
+func (s *Server) capture(sb *sandbox, id string) {
+	ctx, cancel := s.untilStop(30 * time.Minute)
+	defer cancel()
+	if h := s.snapHook.Load(); h != nil {
+		(*h)(id)
+	}
+	s.snapMu.Lock()
+	r := s.snaps[id]
+	thread, name := r.SandboxID, r.Name
+	s.snapMu.Unlock()
+	root, _ := s.captureRoot(thread)
+	start := time.Now()
+	_, st, err := s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
+		ThreadID: thread, Root: root, ID: id, Label: name,
+		Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
+	})
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if err != nil {
+		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, err.Error())
+		s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
+	} else {
+		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf("%d files, %d bytes; %d new blobs, %d bytes stored", st.Files, st.Bytes, st.StoredBlobs, st.StoredBytes))
+		s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
+			"hashed_bytes", st.HashedBytes, "stored_bytes", st.StoredBytes, "took", time.Since(start))
+	}
+	s.persistSnapshot(r)
+}
+
+// freezeForSnapshot freezes sb for the capture and holds its lifecycle lock
+// until the returned thaw, so that no pause, resume or stop interleaves with
+// the capture. A paused sandbox is captured as it is.
+func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), error) {
+	sb.op.Lock()
+	sb.mu.Lock()
+	st, p, id := sb.rec.Status.State, sb.proc, sb.rec.ID
+	sb.mu.Unlock()
+	switch {
+	case p == nil:
+	case st == StatePaused || st == StateResuming:
+		return sb.op.Unlock, nil
+	case st == StateRunning || st == StatePausing:
+		if err := s.freeze(ctx, p); err != nil {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.thaw(tctx, p)
+			cancel()
+			sb.op.Unlock()
+			return nil, err
+		}
+		return func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := s.thaw(tctx, p); err != nil {
+				s.log.Error("sandboxd: thaw after snapshot", "id", id, "err", err)
+			}
+			sb.op.Unlock()
+		}, nil
+	}
+	sb.op.Unlock()
+	return nil, &StateError{SandboxID: id, Op: "snapshot", State: st}
+}
+
+// getSnapshot returns snapshot id.
+func (s *Server) getSnapshot(id string) (Snapshot, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	r, ok := s.snaps[id]
+	if !ok {
+		return Snapshot{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
+	}
+	return r.Snapshot, nil
+}
+
+// readySnapshot returns a copy of the record of snapshot id, which must be
+// Ready.
+func (s *Server) readySnapshot(id string) (snapRecord, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	r, ok := s.snaps[id]
+	if !ok {
+		return snapRecord{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
+	}
+	if r.Status.State != SnapshotReady {
+		return snapRecord{}, &SnapshotStateError{SnapshotID: id, Op: "restore", State: r.Status.State}
+	}
+	return *r, nil
+}
+
+// listSnapshots returns the snapshots matching the filters, oldest first.
+func (s *Server) listSnapshots(sandboxID string, states map[SnapshotState]bool) []Snapshot {
+	s.snapMu.Lock()
+	var recs []snapRecord
+	for _, r := range s.snaps {
+		if sandboxID != "" && r.SandboxID != sandboxID {
+			continue
+		}
+		if len(states) > 0 && !states[r.Status.State] {
+			continue
+		}
+		recs = append(recs, *r)
+	}
+	s.snapMu.Unlock()
+	sort.Slice(recs, func(i, j int) bool {
+		a, b := recs[i], recs[j]
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		return a.Seq < b.Seq
+	})
+	out := make([]Snapshot, len(recs))
+	for i, r := range recs {
+		out[i] = r.Snapshot
+	}
+	return out
+}
+
+// deleteSnapshot deletes a Ready or Failed snapshot; its blobs no other
+// checkpoint references are collected in the background.
+func (s *Server) deleteSnapshot(ctx context.Context, id string) error {
+	s.snapMu.Lock()
+	r, ok := s.snaps[id]
+	if !ok {
+		s.snapMu.Unlock()
+		return fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
+	}
+	if st := r.Status.State; st == SnapshotCreating || st == SnapshotDeleting {
+		s.snapMu.Unlock()
+		return &SnapshotStateError{SnapshotID: id, Op: "delete", State: st}
+	}
+	prev := r.Status
+	r.setStatus(SnapshotDeleting, ReasonSnapshotDeleting, "")
+	s.persistSnapshot(r)
+	cp := *r
+	s.snapMu.Unlock()
+	if err := s.dropSnapshot(ctx, &cp); err != nil {
+		s.snapMu.Lock()
+		r.Status = prev
+		s.persistSnapshot(r)
+		s.snapMu.Unlock()
+		return err
+	}
+	s.snapMu.Lock()
+	delete(s.snaps, id)
+	s.snapMu.Unlock()
+	s.kickGC()
+	return nil
+}
+
+// dropSnapshot deletes r's checkpoint (if it was written) and its record.
+func (s *Server) dropSnapshot(ctx context.Context, r *snapRecord) error {
+	if err := s.snap.mgr.Delete(ctx, r.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+		return err
+	}
+	if err := os.Remove(s.snapRecordPath(r.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete snapshot %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// restoreSnapshot fills the layers of a new sandbox from its snapshot before
+// its overlay is mounted, and forks the snapshot into the sandbox's thread so
+// that the sandbox's own snapshots store only what changed since.
+func (s *Server) restoreSnapshot(ctx context.Context, rec *record) error {
+	snap, err := s.readySnapshot(rec.SnapshotID)
+	if err != nil {
+		return err
+	}
+	dest, layout := s.captureRoot(rec.ID)
+	if snap.Layout != layout {
+		return fmt.Errorf("snapshot %s holds a %s tree; this server runs %s sandboxes", snap.ID, snap.Layout, layout)
+	}
+	if err := s.snap.mgr.Restore(ctx, snap.ID, dest, snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts}); err != nil {
+		return err
+	}
+	if _, err := s.snap.mgr.Fork(ctx, snap.ID, rec.ID, ""); err != nil {
+		s.log.Warn("sandboxd: fork snapshot into the new sandbox's lineage; its snapshots will store everything again", "snapshot", snap.ID, "sandbox", rec.ID, "err", err)
+	}
+	return nil
+}
+
+// dropLineage deletes the checkpoints of a forgotten sandbox's thread that
+// are no API snapshot (the fork-root of a sandbox created from a snapshot).
+func (s *Server) dropLineage(ctx context.Context, id string) {
+	cps, err := s.snap.db.List(ctx, id)
+	if err != nil {
+		s.log.Warn("sandboxd: list the checkpoints of a forgotten sandbox", "id", id, "err", err)
+		return
+	}
+	dropped := false
+	for _, c := range cps {
+		s.snapMu.Lock()
+		_, api := s.snaps[c.ID]
+		s.snapMu.Unlock()
+		if api {
+			continue
+		}
+		if err := s.snap.mgr.Delete(ctx, c.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+			s.log.Warn("sandboxd: delete a forgotten sandbox's checkpoint", "id", id, "checkpoint", c.ID, "err", err)
+			continue
+		}
+		dropped = true
+	}
+	if dropped {
+		s.kickGC()
+	}
+}
+
+func (s *Server) kickGC() {
+	select {
+	case s.snap.kick <- struct{}{}:
+	default: // a collection is already due
+	}
+}
+
+// gcLoop deletes unreferenced blobs whenever kicked, until the server stops.
+func (s *Server) gcLoop() {
+	defer s.bg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.snap.kick:
+		}
+		ctx, cancel := s.untilStop(5 * time.Minute)
+		st, err := s.snap.mgr.GC(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("sandboxd: snapshot blob collection", "err", err)
+			continue
+		}
+		s.log.Debug("sandboxd: snapshot blob collection", "stats", fmt.Sprintf("%+v", st))
+	}
+}
+
+// untilStop returns a context that ends after d or when the server stops.
+func (s *Server) untilStop(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

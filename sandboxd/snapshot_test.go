@@ -1,0 +1,347 @@
+package sandboxd_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// snapshot posts a snapshot of sandbox id and returns it (state Creating).
+func snapshot(t testing.TB, base, id, name string) sandboxd.Snapshot {
+	t.Helper()
+	var body any = map[string]any{}
+	if name != "" {
+		body = map[string]any{"name": name}
+	}
+	r := call(t, "POST", base+"/v1/sandboxes/"+id+"/snapshots", body)
+	wantStatus(t, r, http.StatusAccepted)
+	var snap sandboxd.Snapshot
+	r.decode(t, &snap)
+	if snap.ID == "" || snap.SandboxID != id || snap.Status.State != sandboxd.SnapshotCreating {
+		t.Fatalf("create snapshot = %+v, want a Creating snapshot of %s", snap, id)
+	}
+	if got, want := r.Header.Get("Location"), "/v1/snapshots/"+snap.ID; got != want {
+		t.Errorf("Location = %q, want %q", got, want)
+	}
+	return snap
+}
+
+func getSnapshot(t testing.TB, base, id string) sandboxd.Snapshot {
+	t.Helper()
+	r := call(t, "GET", base+"/v1/snapshots/"+id, nil)
+	wantStatus(t, r, http.StatusOK)
+	var snap sandboxd.Snapshot
+	r.decode(t, &snap)
+	return snap
+}
+
+func waitSnapshot(t testing.TB, base, id string, want sandboxd.SnapshotState) sandboxd.Snapshot {
+	t.Helper()
+	var snap sandboxd.Snapshot
+	testenv.Eventually(t, 25*time.Second, func() error {
+		snap = getSnapshot(t, base, id)
+		if snap.Status.State == sandboxd.SnapshotFailed && want != sandboxd.SnapshotFailed {
+			t.Fatalf("snapshot %s failed: %s: %s", id, snap.Status.Reason, snap.Status.Message)
+		}
+		if snap.Status.State != want {
+			return fmt.Errorf("snapshot state = %s, want %s", snap.Status.State, want)
+		}
+		return nil
+	})
+	return snap
+}
+
+// fromSnapshot creates a sandbox from snapshot snapID, waits until it runs
+// and returns its id and execd endpoint.
+func fromSnapshot(t testing.TB, base, snapID string) (string, string, string) {
+	t.Helper()
+	r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"snapshotId": snapID,
+		"resourceLimits": map[string]string{"cpu": "500m", "memory": "512Mi"}})
+	wantStatus(t, r, http.StatusAccepted)
+	var out struct{ ID string }
+	r.decode(t, &out)
+	waitState(t, base, out.ID, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, out.ID, false)
+	return out.ID, u, tok
+}
+
+// sh runs command in a sandbox and fails the test unless it exits 0.
+func sh(t testing.TB, u, tok, command string) string {
+	t.Helper()
+	lines, code := run(t, u, tok, command)
+	if code != 0 {
+		t.Fatalf("%q exited %d: %q", command, code, lines)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// blobBytes sums the sizes of the stored snapshot blobs.
+func blobBytes(t testing.TB, dataDir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(filepath.Join(dataDir, "snapshots", "blobs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("blob dir: %v", err)
+	}
+	return n
+}
+
+// TestSnapshotRestore snapshots a sandbox with new, changed and deleted files,
+// creates two sandboxes from the snapshot and checks that they start from its
+// content, diverge independently and leave the source as it was.
+func TestSnapshotRestore(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	src := create(t, base, nil)
+	waitState(t, base, src, sandboxd.StateRunning)
+	su, stok := execdEndpoint(t, base, src, false)
+	// /srv is in the lower layer and /etc/debian_version in a host directory's
+	// (where the host has one): both deletions are whiteouts.
+	sh(t, su, stok, `mkdir -p /root/work/deep && echo one > /root/work/a.txt && echo deep > /root/work/deep/b.txt &&
+		chmod 0750 /root/work/deep && ln -s a.txt /root/work/link && echo edited >> /etc/hosts && rmdir /srv &&
+		rm -f /etc/debian_version && echo gone > /root/work/gone.txt && rm /root/work/gone.txt`)
+	hosts := sh(t, su, stok, "cat /etc/hosts")
+
+	snap := snapshot(t, base, src, "base")
+	ready := waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+	if ready.Name != "base" || ready.SandboxID != src || ready.Status.Reason != sandboxd.ReasonSnapshotReady {
+		t.Errorf("ready snapshot = %+v", ready)
+	}
+	if st := getSandbox(t, base, src).Status.State; st != sandboxd.StateRunning {
+		t.Errorf("source state after the snapshot = %s, want Running", st)
+	}
+
+	a, au, atok := fromSnapshot(t, base, snap.ID)
+	_, bu, btok := fromSnapshot(t, base, snap.ID)
+	got := getSandbox(t, base, a)
+	if got.SnapshotID != snap.ID || got.Image != nil || strings.Join(got.Entrypoint, " ") != "tail -f /dev/null" {
+		t.Errorf("sandbox from snapshot = snapshotId %q image %+v entrypoint %q, want %q, none, the default", got.SnapshotID, got.Image, got.Entrypoint, snap.ID)
+	}
+	const check = `cat /root/work/a.txt /root/work/deep/b.txt; readlink /root/work/link; stat -c %a /root/work/deep;
+		test -e /srv && echo srv-present; test -e /etc/debian_version && echo debian-present; test -e /root/work/gone.txt && echo gone-present; true`
+	want := "one\ndeep\na.txt\n750"
+	for _, c := range []struct{ name, u, tok string }{{"a", au, atok}, {"b", bu, btok}} {
+		if got := sh(t, c.u, c.tok, check); got != want {
+			t.Errorf("sandbox %s from the snapshot:\n got %q\nwant %q", c.name, got, want)
+		}
+		if got := sh(t, c.u, c.tok, "cat /etc/hosts"); got != hosts {
+			t.Errorf("sandbox %s /etc/hosts = %q, want the source's %q", c.name, got, hosts)
+		}
+	}
+
+	// The children diverge from each other and from the source.
+	sh(t, au, atok, "echo from-a > /root/work/a.txt && echo only-a > /root/work/new.txt")
+	sh(t, bu, btok, "echo from-b > /root/work/a.txt && rm -r /root/work/deep")
+	if got, want := sh(t, au, atok, "cat /root/work/a.txt /root/work/new.txt /root/work/deep/b.txt"), "from-a\nonly-a\ndeep"; got != want {
+		t.Errorf("sandbox a = %q, want %q", got, want)
+	}
+	if got, want := sh(t, bu, btok, "cat /root/work/a.txt; test -e /root/work/new.txt && echo new; test -e /root/work/deep || echo no-deep"), "from-b\nno-deep"; got != want {
+		t.Errorf("sandbox b = %q, want %q", got, want)
+	}
+	if got, want := sh(t, su, stok, "cat /root/work/a.txt /root/work/deep/b.txt; test -e /root/work/new.txt && echo new; true"), "one\ndeep"; got != want {
+		t.Errorf("source after the children wrote = %q, want %q", got, want)
+	}
+
+	// A snapshot of a child holds the child's state, and a sandbox from it
+	// sees it.
+	snapA := snapshot(t, base, a, "")
+	waitSnapshot(t, base, snapA.ID, sandboxd.SnapshotReady)
+	_, gu, gtok := fromSnapshot(t, base, snapA.ID)
+	if got, want := sh(t, gu, gtok, "cat /root/work/a.txt /root/work/new.txt"), "from-a\nonly-a"; got != want {
+		t.Errorf("grandchild = %q, want %q", got, want)
+	}
+	// Snapshots outlive their sandbox.
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+src, nil), http.StatusNoContent)
+	if st := getSnapshot(t, base, snap.ID).Status.State; st != sandboxd.SnapshotReady {
+		t.Errorf("snapshot after its sandbox's deletion: %s, want Ready", st)
+	}
+}
+
+// TestSnapshotAPIErrors covers the error statuses, the list filters and
+// pagination, and delete while Creating.
+func TestSnapshotAPIErrors(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+
+	for _, c := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		code               string
+	}{
+		{"unknown sandbox", "POST", "/v1/sandboxes/nope/snapshots", map[string]any{}, 404, "SANDBOX_NOT_FOUND"},
+		{"unknown snapshot", "GET", "/v1/snapshots/nope", nil, 404, "SNAPSHOT_NOT_FOUND"},
+		{"delete unknown", "DELETE", "/snapshots/nope", nil, 404, "SNAPSHOT_NOT_FOUND"},
+		{"create from unknown", "POST", "/v1/sandboxes", map[string]any{"snapshotId": "nope"}, 404, "SNAPSHOT_NOT_FOUND"},
+		{"image and snapshot", "POST", "/v1/sandboxes", map[string]any{"snapshotId": "x", "image": map[string]string{"uri": "a"}}, 400, "INVALID_REQUEST"},
+		{"unknown field", "POST", "/v1/sandboxes/" + id + "/snapshots", `{"nme":"x"}`, 400, "INVALID_REQUEST"},
+		{"empty name", "POST", "/v1/sandboxes/" + id + "/snapshots", `{"name":""}`, 400, "INVALID_REQUEST"},
+		{"malformed", "POST", "/v1/sandboxes/" + id + "/snapshots", `{`, 400, "INVALID_REQUEST"},
+		{"bad page", "GET", "/v1/snapshots?page=0", nil, 400, "INVALID_REQUEST"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := call(t, c.method, base+c.path, c.body)
+			wantStatus(t, r, c.status)
+			var e struct{ Code string }
+			r.decode(t, &e)
+			if e.Code != c.code {
+				t.Errorf("code = %q, want %q", e.Code, c.code)
+			}
+		})
+	}
+
+	// Hold the capture so the snapshot stays Creating.
+	release := make(chan struct{})
+	started := make(chan string, 4)
+	s.SetSnapshotHook(func(id string) { started <- id; <-release })
+	creating := snapshot(t, base, id, "held")
+	<-started
+	r := call(t, "DELETE", base+"/v1/snapshots/"+creating.ID, nil)
+	wantStatus(t, r, http.StatusConflict)
+	r = call(t, "POST", base+"/v1/sandboxes", map[string]any{"snapshotId": creating.ID})
+	wantStatus(t, r, http.StatusConflict)
+	close(release)
+	s.SetSnapshotHook(nil)
+	waitSnapshot(t, base, creating.ID, sandboxd.SnapshotReady)
+	wantStatus(t, call(t, "DELETE", base+"/snapshots/"+creating.ID, nil), http.StatusNoContent)
+	wantStatus(t, call(t, "GET", base+"/snapshots/"+creating.ID, nil), http.StatusNotFound)
+
+	// A paused sandbox cannot be snapshot.
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StatePaused)
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/snapshots", nil), http.StatusConflict)
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StateRunning)
+
+	// List: filter by sandbox and state, pages of two, oldest first.
+	other := create(t, base, nil)
+	waitState(t, base, other, sandboxd.StateRunning)
+	var ids []string
+	for i := range 3 {
+		snap := snapshot(t, base, id, fmt.Sprintf("s%d", i))
+		waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+		ids = append(ids, snap.ID)
+	}
+	waitSnapshot(t, base, snapshot(t, base, other, "").ID, sandboxd.SnapshotReady)
+	type page struct {
+		Items      []sandboxd.Snapshot
+		Pagination sandboxd.Pagination
+	}
+	var got []string
+	for p := 1; ; p++ {
+		r := call(t, "GET", fmt.Sprintf("%s/v1/snapshots?sandboxId=%s&state=Ready&state=Failed&page=%d&pageSize=2", base, id, p), nil)
+		wantStatus(t, r, http.StatusOK)
+		var pg page
+		r.decode(t, &pg)
+		if pg.Pagination.TotalItems != 3 || pg.Pagination.TotalPages != 2 || pg.Pagination.Page != p {
+			t.Fatalf("page %d pagination = %+v", p, pg.Pagination)
+		}
+		for _, it := range pg.Items {
+			got = append(got, it.ID)
+		}
+		if !pg.Pagination.HasNextPage {
+			break
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(ids, ",") {
+		t.Errorf("listed %v, want %v", got, ids)
+	}
+	var all page
+	call(t, "GET", base+"/snapshots", nil).decode(t, &all)
+	if all.Pagination.TotalItems != 4 {
+		t.Errorf("unfiltered list has %d items, want 4", all.Pagination.TotalItems)
+	}
+	var none page
+	call(t, "GET", base+"/snapshots?state=Creating", nil).decode(t, &none)
+	if none.Pagination.TotalItems != 0 || none.Items == nil {
+		t.Errorf("Creating filter = %+v, want an empty items array", none)
+	}
+}
+
+// TestSnapshotIncremental checks that a second snapshot after a small change
+// stores only the change, and that deleting the snapshots frees their blobs.
+func TestSnapshotIncremental(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, id, false)
+	const files, size = 16, 1 << 20
+	sh(t, u, tok, fmt.Sprintf(`mkdir -p /root/ws && for i in $(seq %d); do head -c %d /dev/urandom > /root/ws/f$i; done`, files, size))
+
+	first := snapshot(t, base, id, "")
+	waitSnapshot(t, base, first.ID, sandboxd.SnapshotReady)
+	b1 := blobBytes(t, s.DataDir())
+	if b1 < files*size {
+		t.Fatalf("blobs after the first snapshot = %d bytes, want at least %d", b1, files*size)
+	}
+	sh(t, u, tok, fmt.Sprintf("head -c %d /dev/urandom > /root/ws/f3", size))
+	second := snapshot(t, base, id, "")
+	waitSnapshot(t, base, second.ID, sandboxd.SnapshotReady)
+	grew := blobBytes(t, s.DataDir()) - b1
+	if grew < size || grew > size+size/2 {
+		t.Errorf("the second snapshot stored %d bytes, want about %d (the one changed file)", grew, size)
+	}
+
+	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+first.ID, nil), http.StatusNoContent)
+	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+second.ID, nil), http.StatusNoContent)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if n := blobBytes(t, s.DataDir()); n != 0 {
+			return fmt.Errorf("blobs after deleting every snapshot = %d bytes, want 0", n)
+		}
+		return nil
+	})
+}
+
+// TestSnapshotSurvivesRestart takes a snapshot, restarts the server on the
+// same data directory and creates a sandbox from it.
+func TestSnapshotSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := sandboxd.New(sandboxd.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := s1.Start(context.Background())
+	if err != nil {
+		_ = s1.Close(context.Background())
+		testenv.SkipOrFail(t, err.Error())
+	}
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, id, false)
+	sh(t, u, tok, "echo kept > /root/kept.txt")
+	snap := snapshot(t, base, id, "before-restart")
+	waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+	if err := s1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
+	got := getSnapshot(t, base2, snap.ID)
+	if got.Status.State != sandboxd.SnapshotReady || got.Name != "before-restart" || got.SandboxID != id || !got.CreatedAt.Equal(snap.CreatedAt) {
+		t.Errorf("snapshot after restart = %+v, want Ready %+v", got, snap)
+	}
+	_, cu, ctok := fromSnapshot(t, base2, snap.ID)
+	if got := sh(t, cu, ctok, "cat /root/kept.txt"); got != "kept" {
+		t.Errorf("file from the snapshot after restart = %q, want kept", got)
+	}
+}
