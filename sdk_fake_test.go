@@ -361,3 +361,153 @@ func TestFakeConcurrencyCapThroughClient(t *testing.T) {
 		t.Fatalf("slots in use after every Close = %d", n)
 	}
 }
+
+func TestFakeExecBadOptions(t *testing.T) {
+	f := newFakeServer(t)
+	c := newFakeClient(t, f, nil)
+	ctx := context.Background()
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	for _, ex := range []*Exec{
+		sb.Exec(ctx, ""),
+		sb.Exec(ctx, "echo", ExecOptions{}, ExecOptions{}),
+		sb.Exec(ctx, "echo", ExecOptions{Timeout: -time.Second}),
+		sb.ExecCode(ctx, ""),
+	} {
+		if _, err := ex.Wait(); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("step %d: Wait = %v, want ErrInvalidOptions", ex.Step(), err)
+		}
+	}
+	// Bad calls use up their step numbers but write nothing.
+	if got, want := sb.Exec(ctx, "echo ok").Step(), 5; got != want {
+		t.Fatalf("next step = %d, want %d", got, want)
+	}
+	for _, e := range rows(t, c, sb) {
+		if e.StepIndex > 0 && e.StepIndex < 5 {
+			t.Fatalf("a rejected call wrote %s at step %d", e.Event, e.StepIndex)
+		}
+	}
+}
+
+func TestFakeLifecycleGarbageAndStall(t *testing.T) {
+	t.Run("garbage", func(t *testing.T) {
+		f := newFakeServer(t)
+		f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte("{not json"))
+		})
+		c := newFakeClient(t, f, nil)
+		_, err := c.Sandbox(context.Background(), SandboxOptions{Image: "x"})
+		var se *SandboxError
+		if !errors.As(err, &se) || se.Op != "create" {
+			t.Fatalf("Sandbox against garbage = %v, want a *SandboxError of create", err)
+		}
+		if c.sem.inUse() != 0 {
+			t.Fatal("slot kept")
+		}
+	})
+	t.Run("stall", func(t *testing.T) {
+		f := newFakeServer(t)
+		stop := make(chan struct{})
+		f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-stop:
+			case <-r.Context().Done():
+			}
+		})
+		defer close(stop)
+		c := newFakeClient(t, f, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := c.Sandbox(ctx, SandboxOptions{Image: "x"}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Sandbox against a stalled server = %v, want DeadlineExceeded", err)
+		}
+	})
+	t.Run("api error", func(t *testing.T) {
+		f := newFakeServer(t)
+		f.failCreate = http.StatusConflict
+		c := newFakeClient(t, f, nil)
+		_, err := c.Sandbox(context.Background(), SandboxOptions{Image: "x"})
+		var apiErr *APIError
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+			t.Fatalf("Sandbox = %v, want an *APIError 409", err)
+		}
+	})
+}
+
+// TestFakeOutputMemoryBounded streams 16 MB through Pipe into a slow writer and
+// checks that the exec never holds more than its window (plus one group).
+func TestFakeOutputMemoryBounded(t *testing.T) {
+	f := newFakeServer(t)
+	line := strings.Repeat("y", 1023)
+	const lines = 16 << 10
+	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
+		event(w, fl, map[string]any{"type": "init", "text": "cmd-1"})
+		for range lines {
+			event(w, fl, map[string]any{"type": "stdout", "text": line})
+		}
+		event(w, fl, map[string]any{"type": "execution_complete"})
+	}
+	c := newFakeClient(t, f, nil)
+	ctx := context.Background()
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	ex := sb.Exec(ctx, "big")
+	peak, n := 0, 0
+	err = ex.Pipe(writerFunc(func(p []byte) (int, error) {
+		n += len(p)
+		ex.out.mu.Lock()
+		peak = max(peak, ex.out.size)
+		ex.out.mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		return len(p), nil
+	}))
+	if err != nil || n != lines*1024 {
+		t.Fatalf("Pipe = %d bytes, %v; want %d", n, err, lines*1024)
+	}
+	if limit := outputWindow + maxGroup; peak > limit {
+		t.Fatalf("peak retained output %d bytes, want <= %d", peak, limit)
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestFakePauseCancelsStreams(t *testing.T) {
+	f := newFakeServer(t)
+	stop := make(chan struct{})
+	defer close(stop)
+	f.script = misbehave(func(w http.ResponseWriter, fl http.Flusher) {
+		select {
+		case <-stop:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	c := newFakeClient(t, f, nil)
+	ctx := context.Background()
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	ex := sb.Exec(ctx, "long")
+	for range ex.Stdout() {
+		break
+	}
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ex.Wait(); !errors.Is(err, ErrPaused) {
+		t.Fatalf("Wait after Pause = %v, want an error wrapping ErrPaused", err)
+	}
+	if _, err := sb.ReadFile(ctx, "/x"); !errors.Is(err, ErrPaused) {
+		t.Fatalf("ReadFile while paused = %v, want ErrPaused", err)
+	}
+}

@@ -68,3 +68,15 @@ func TestLineBytes(t *testing.T) {
 		}
 	}
 }
+
+func FuzzLineBytes(f *testing.F) {
+	f.Add("\ufffd", []byte(`{"type":"stdout","text":"\ufffd","data":"/w=="}`))
+	f.Add("\x00", []byte(`{"data":"!!"}`))
+	f.Add("x", []byte(`"data":"`))
+	f.Fuzz(func(t *testing.T, text string, raw []byte) {
+		b := lineBytes(opensandbox.Event{Kind: "stdout", Text: text, Raw: raw})
+		if len(b) == 0 || b[len(b)-1] != '\n' {
+			t.Fatalf("lineBytes(%q, %q) = %q: no line terminator", text, raw, b)
+		}
+	})
+}
