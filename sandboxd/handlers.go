@@ -94,11 +94,7 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	var re *RequestError
 	switch {
 	case errors.As(err, &re):
-		status := http.StatusBadRequest
-		if re.Code == "NOT_IMPLEMENTED" {
-			status = http.StatusNotImplemented
-		}
-		writeError(w, status, re.Code, re.Error())
+		writeError(w, http.StatusBadRequest, re.Code, re.Error())
 	case errors.Is(err, ErrSnapshotNotFound):
 		writeError(w, http.StatusNotFound, "SNAPSHOT_NOT_FOUND", err.Error())
 	case errors.Is(err, ErrNotFound):

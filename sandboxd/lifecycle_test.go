@@ -222,7 +222,7 @@ func TestErrors(t *testing.T) {
 		{"bad env name", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["env"] = map[string]string{"A=B": "c"} }), 400, "INVALID_REQUEST"},
 		{"platform", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["platform"] = map[string]string{"os": "windows", "arch": "amd64"} }), 400, "INVALID_REQUEST"},
 		{"volumes", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["volumes"] = []any{map[string]any{"name": "v"}} }), 400, "INVALID_REQUEST"},
-		{"snapshot", "POST", "/v1/sandboxes", map[string]any{"snapshotId": "snap"}, 501, "NOT_IMPLEMENTED"},
+		{"unknown snapshot", "POST", "/v1/sandboxes", map[string]any{"snapshotId": "snap"}, 404, "SNAPSHOT_NOT_FOUND"},
 		{"get unknown", "GET", unknown, nil, 404, "SANDBOX_NOT_FOUND"},
 		{"delete unknown", "DELETE", unknown, nil, 404, "SANDBOX_NOT_FOUND"},
 		{"patch unknown", "PATCH", unknown + "/metadata", `{}`, 404, "SANDBOX_NOT_FOUND"},
@@ -236,7 +236,7 @@ func TestErrors(t *testing.T) {
 		{"metadata filter", "GET", "/v1/sandboxes?metadata=" + url.QueryEscape("novalue"), nil, 400, "INVALID_METADATA_FORMAT"},
 		{"unknown route", "GET", "/v1/nothing", nil, 404, "NOT_FOUND"},
 		{"wrong method", "PUT", "/v1/sandboxes", nil, 405, "METHOD_NOT_ALLOWED"},
-		{"snapshots later", "GET", "/v1/snapshots", nil, 501, "NOT_IMPLEMENTED"},
+		{"snapshot of unknown sandbox", "POST", "/v1/sandboxes/nope/snapshots", nil, 404, "SANDBOX_NOT_FOUND"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
