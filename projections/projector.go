@@ -149,7 +149,7 @@ func (p *Projector) consumer(ctx context.Context, offset uint64) (jetstream.Cons
 		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    -1,
-		MaxAckPending: 8 * p.BatchSize,
+		MaxAckPending: 16 * p.BatchSize,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 	if offset > 0 {
@@ -198,7 +198,7 @@ func (p *Projector) session(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(2*p.BatchSize), jetstream.PullHeartbeat(2*time.Second))
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(4*p.BatchSize), jetstream.PullHeartbeat(2*time.Second))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,87 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/bus/bustest"
+	"github.com/alineo-labs/alineo/events"
+)
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  bus.Config
+	}{
+		{"replicas", bus.Config{Replicas: 7}},
+		{"negative age", bus.Config{MaxAge: -time.Second}},
+		{"wildcard prefix", bus.Config{SubjectPrefix: "a.*"}},
+		{"fence inside ledger", bus.Config{SubjectPrefix: "x", FencePrefix: "x.fence"}},
+		{"dlq inside ledger", bus.Config{DLQSubject: events.DefaultSubjectPrefix + ".dlq"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.URL = "nats://127.0.0.1:1" // never dialled: validation comes first
+			if _, err := bus.Open(context.Background(), tc.cfg); !errors.Is(err, bus.ErrInvalidConfig) {
+				t.Fatalf("Open(%+v) = %v, want ErrInvalidConfig", tc.cfg, err)
+			}
+		})
+	}
+}
+
+// TestEmbeddedRestart opens the embedded server (no URL) on a store
+// directory, writes, closes, and opens it again: the stream is updated in
+// place and the history is still there.
+func TestEmbeddedRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	id := bustest.ID("embedded")
+	es := bustest.Entries("n", id, 2, 3)
+	for round := range 2 {
+		b, err := bus.Open(ctx, bus.Config{StoreDir: dir})
+		if err != nil {
+			t.Fatalf("Open round %d: %v", round, err)
+		}
+		l, err := bus.NewLedger(b, bus.LedgerConfig{WriterID: "w"})
+		if err != nil {
+			t.Fatalf("NewLedger: %v", err)
+		}
+		if round == 0 {
+			for _, e := range es {
+				if err := l.Append(ctx, e); err != nil {
+					t.Fatalf("Append: %v", err)
+				}
+			}
+		}
+		got, err := l.ReadAll(ctx, "n", id)
+		if err != nil {
+			t.Fatalf("ReadAll round %d: %v", round, err)
+		}
+		if err := bustest.Same(es, got); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		l.Close()
+		b.Close()
+	}
+}
+
+func FuzzDecodeMsg(f *testing.F) {
+	good, _ := events.Marshal(events.New(1, "n", "sb", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}))
+	f.Add(good)
+	f.Add([]byte(`{"name":"n","sandboxId":"s","event":"nope"}`))
+	f.Add([]byte("\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := bus.DecodeMsg(data, 9)
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalidEntry) {
+				t.Fatalf("DecodeMsg error %v does not wrap ErrInvalidEntry", err)
+			}
+			return
+		}
+		if e.Seq != 9 || e.Name == "" || e.SandboxID == "" || !e.Event.Known() {
+			t.Fatalf("DecodeMsg accepted %+v", e)
+		}
+	})
+}
