@@ -369,6 +369,13 @@ func overlay(lower, upper, work, target string) error {
 		}
 	}
 	opts := "lowerdir=" + escapeOverlay(lower) + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
+	// The init mounts in its user namespace, where the trusted.* xattrs that
+	// overlayfs marks opaque directories with are out of reach: without
+	// userxattr (user.overlay.*, Linux 5.11+), replacing a directory of the
+	// lower layer fails with EIO. Older kernels get the plain mount.
+	if err := unix.Mount("overlay", target, "overlay", 0, opts+",userxattr"); err == nil {
+		return nil
+	}
 	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", target, err)
 	}

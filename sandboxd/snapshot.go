@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/alineo-labs/alineo/checkpoints"
 	"github.com/alineo-labs/alineo/checkpoints/sqlite"
 	"github.com/alineo-labs/alineo/sandboxd/snapshots"
@@ -378,8 +380,33 @@ func (s *Server) restoreSnapshot(ctx context.Context, rec *record) error {
 	if err := s.snap.mgr.Restore(ctx, snap.ID, dest, snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts}); err != nil {
 		return err
 	}
+	if layout == layoutOverlay {
+		if err := s.markOpaque(ctx, snap.ID, dest); err != nil {
+			return err
+		}
+	}
 	if _, err := s.snap.mgr.Fork(ctx, snap.ID, rec.ID, ""); err != nil {
 		s.log.Warn("sandboxd: fork snapshot into the new sandbox's lineage; its snapshots will store everything again", "snapshot", snap.ID, "sandbox", rec.ID, "err", err)
+	}
+	return nil
+}
+
+// markOpaque marks the opaque directories of restored checkpoint id under
+// dest with user.overlay.opaque too: Restore writes the trusted.* form, which
+// the userxattr overlay a sandbox mounts in its user namespace does not read.
+func (s *Server) markOpaque(ctx context.Context, id, dest string) error {
+	c, err := s.snap.db.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("read snapshot %s: %w", id, err)
+	}
+	for _, e := range c.Files {
+		if e.Kind != checkpoints.KindDir || !e.Opaque {
+			continue
+		}
+		p := filepath.Join(dest, filepath.FromSlash(e.Path))
+		if err := unix.Lsetxattr(p, "user.overlay.opaque", []byte("y"), 0); err != nil {
+			return fmt.Errorf("mark %s opaque: %w", e.Path, err)
+		}
 	}
 	return nil
 }

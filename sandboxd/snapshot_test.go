@@ -118,7 +118,8 @@ func TestSnapshotRestore(t *testing.T) {
 	// (where the host has one): both deletions are whiteouts.
 	sh(t, su, stok, `mkdir -p /root/work/deep && echo one > /root/work/a.txt && echo deep > /root/work/deep/b.txt &&
 		chmod 0750 /root/work/deep && ln -s a.txt /root/work/link && echo edited >> /etc/hosts && rmdir /srv &&
-		rm -f /etc/debian_version && echo gone > /root/work/gone.txt && rm /root/work/gone.txt`)
+		rm -f /etc/debian_version && echo gone > /root/work/gone.txt && rm /root/work/gone.txt &&
+		{ rm -rf /etc/ssl && mkdir /etc/ssl && echo mine > /etc/ssl/only; } 2>&1`)
 	hosts := sh(t, su, stok, "cat /etc/hosts")
 
 	snap := snapshot(t, base, src, "base")
@@ -137,8 +138,9 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Errorf("sandbox from snapshot = snapshotId %q image %+v entrypoint %q, want %q, none, the default", got.SnapshotID, got.Image, got.Entrypoint, snap.ID)
 	}
 	const check = `cat /root/work/a.txt /root/work/deep/b.txt; readlink /root/work/link; stat -c %a /root/work/deep;
-		test -e /srv && echo srv-present; test -e /etc/debian_version && echo debian-present; test -e /root/work/gone.txt && echo gone-present; true`
-	want := "one\ndeep\na.txt\n750"
+		test -e /srv && echo srv-present; test -e /etc/debian_version && echo debian-present; test -e /root/work/gone.txt && echo gone-present;
+		ls /etc/ssl`
+	want := "one\ndeep\na.txt\n750\nonly"
 	for _, c := range []struct{ name, u, tok string }{{"a", au, atok}, {"b", bu, btok}} {
 		if got := sh(t, c.u, c.tok, check); got != want {
 			t.Errorf("sandbox %s from the snapshot:\n got %q\nwant %q", c.name, got, want)
