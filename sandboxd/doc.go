@@ -21,7 +21,7 @@
 //  1. reads its configuration from a pipe the server writes after it has placed
 //     the process in the sandbox's cgroups;
 //  2. mounts an overlay root: the image root filesystem read-only below, a
-//     private upper layer under DataDir/sandboxes/<id>/ above; a private tmpfs
+//     private upper layer under DataDir/sandboxes/<id>/layers above; a private tmpfs
 //     on /tmp; a minimal /dev (null, zero, full, random, urandom, tty, a private
 //     devpts); its own /proc; then pivot_root into it and detaches the old
 //     root;
@@ -67,6 +67,24 @@
 // Without it, a kernel that refuses namespaces makes sandbox creation fail with
 // ErrIsolationUnavailable.
 //
-// This package imports the standard library, golang.org/x/sys and
-// sandboxd/execd; it must not import the SDK, the ledger, the bus or testenv.
+// # Snapshots
+//
+// POST /sandboxes/{id}/snapshots answers 202 with a Creating snapshot and
+// captures the sandbox's upper layers (DataDir/sandboxes/<id>/layers: upper
+// and hostup/<dir>) in the background with package sandboxd/snapshots,
+// freezing the sandbox only while its files are read; the snapshot then reads
+// Ready, or Failed with the reason. The checkpoint lineage (one thread per
+// sandbox) is a checkpoints/sqlite file and the contents content-addressed
+// blobs, both under DataDir/snapshots, with one JSON record per snapshot for
+// its name, source, image and state; all survive a restart. A second
+// snapshot of a sandbox hashes and stores only the files that changed. A
+// create request with snapshotId restores the snapshot, whiteouts and opaque
+// directories included, into the new sandbox's upper layers before its overlay
+// is mounted over the source's image, and forks it into the new sandbox's
+// thread. Deleting a snapshot (409 while Creating) collects the blobs no other
+// checkpoint references.
+//
+// This package imports the standard library, golang.org/x/sys, checkpoints,
+// checkpoints/sqlite, sandboxd/execd and sandboxd/snapshots; it must not
+// import the SDK, the ledger, the bus or testenv.
 package sandboxd
