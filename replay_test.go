@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/memory"
@@ -326,4 +329,71 @@ func TestReplayedExecShapes(t *testing.T) {
 			t.Errorf("ledger has %s at step %d; replayed calls must write nothing", e.Event, e.StepIndex)
 		}
 	}
+}
+
+// BenchmarkResumeReplayCache builds the replay cache of a session holding
+// 10,000 execs in a SQLite ledger (target: under 200 ms). The baseline, in the
+// same run, is reading the session's rows alone (ReadAll).
+func BenchmarkResumeReplayCache(b *testing.B) {
+	const execs = 10000
+	ctx := context.Background()
+	store, err := sqlite.Open(testenv.SQLitePath(b), sqlite.Config{Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	const name, id = "bench", "sbx-bench"
+	ts := int64(1)
+	batch := make([]events.Entry, 0, 3000)
+	add := func(step int, ev events.Event, p any) {
+		batch = append(batch, events.New(ts, name, id, step, ev, p))
+		ts++
+	}
+	flush := func() {
+		if err := store.AppendBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	add(events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: id, RunID: "run"})
+	for step := 1; step <= execs; step++ {
+		cmd := "make target-" + strconv.Itoa(step)
+		add(step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: cmd,
+			Fingerprint: events.Fingerprint(events.KindCommand, cmd)})
+		add(step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("built target "+strconv.Itoa(step)+"\n")))
+		add(step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step})
+		if len(batch) >= 2999 {
+			flush()
+		}
+	}
+	add(events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: "snap"})
+	flush()
+
+	const reps = 5
+	var read, build []time.Duration
+	for b.Loop() {
+		for range reps {
+			start := time.Now()
+			es, err := store.ReadAll(ctx, name, id)
+			if err != nil || len(es) != 3*execs+2 {
+				b.Fatalf("ReadAll = %d rows, %v", len(es), err)
+			}
+			read = append(read, time.Since(start))
+			start = time.Now()
+			rp, err := buildResumePoint(ctx, store, name, id, "")
+			if err != nil || rp.cache.Len() != execs {
+				b.Fatalf("cache of %d steps, %v; want %d", rp.cache.Len(), err, execs)
+			}
+			build = append(build, time.Since(start))
+		}
+	}
+	p50 := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(p50(build)), "cache-p50-ms")
+	b.ReportMetric(ms(p50(read)), "readall-p50-ms")
+	b.ReportMetric(float64(p50(build))/float64(p50(read)), "ratio")
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // commandCounter counts the commands and code runs sent to any execd.
@@ -417,4 +419,65 @@ func TestRestoreAndConnect(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkForkToFirstExec times Fork plus the first exec on the fork, p50 of
+// a fixed number of forks. The baseline, in the same run, is a new sandbox
+// from the image plus its first exec.
+func BenchmarkForkToFirstExec(b *testing.B) {
+	const n = 8
+	store, err := sqlite.Open(testenv.SQLitePath(b), sqlite.Config{Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(b), Adapter: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	parent, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer parent.Close(ctx)
+	if _, err := parent.Exec(ctx, "mkdir -p /w && head -c 1048576 /dev/urandom > /w/blob && echo ok").Wait(); err != nil {
+		b.Fatal(err)
+	}
+	first := func(sb *alineo.Sandbox) {
+		if _, err := sb.Exec(ctx, "ls /").Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var fork, fresh []time.Duration
+	for b.Loop() {
+		for range n {
+			start := time.Now()
+			sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			first(sb)
+			fresh = append(fresh, time.Since(start))
+			sb.Close(ctx)
+
+			start = time.Now()
+			f, err := parent.Fork(ctx, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			first(f)
+			fork = append(fork, time.Since(start))
+			f.Close(ctx)
+		}
+	}
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(p50(fork), "fork-p50-ms")
+	b.ReportMetric(p50(fresh), "new-p50-ms")
+	b.ReportMetric(p50(fork)/p50(fresh), "ratio")
 }
