@@ -16,7 +16,7 @@ import (
 const (
 	// maxUnpublished bounds the output events an exec has read from its stream
 	// and not yet queued for the ledger.
-	maxUnpublished = 1024
+	maxUnpublished = 128
 	// maxInFlight bounds the output groups of one exec being written to the
 	// ledger at once; lines arriving meanwhile are merged into the next group.
 	maxInFlight = 2
