@@ -37,6 +37,14 @@ const (
 	layoutPlain   = "plain"   // the root directory of a NoIsolation sandbox
 )
 
+// Bounds on snapshot work: captures running at once (each reads and hashes a
+// whole tree) and snapshots Creating at once (the rest wait for a capture
+// slot); a create beyond the latter gets 409.
+const (
+	maxCaptures      = 2
+	maxCreatingSnaps = 64
+)
+
 // defaultSnapshotEntrypoint is the entrypoint of a sandbox created from a
 // snapshot without one, as the protocol says.
 var defaultSnapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
@@ -62,6 +70,8 @@ type snapStore struct {
 	mgr  *snapshots.Manager
 	dir  string
 	kick chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
+	// slots holds a token per running capture.
+	slots chan struct{}
 }
 
 // openSnapshots opens DataDir/snapshots and loads its records. A snapshot left
@@ -81,10 +91,11 @@ func (s *Server) openSnapshots(ctx context.Context) error {
 		return fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	s.snap = &snapStore{
-		db:   db,
-		mgr:  snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
-		dir:  dir,
-		kick: make(chan struct{}, 1),
+		db:    db,
+		mgr:   snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
+		dir:   dir,
+		kick:  make(chan struct{}, 1),
+		slots: make(chan struct{}, maxCaptures),
 	}
 	ents, err := os.ReadDir(filepath.Join(dir, snapshotRecsDir))
 	if err != nil {
@@ -188,6 +199,16 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
 		return Snapshot{}, ErrClosed
 	}
 	s.snapMu.Lock()
+	creating := 0
+	for _, o := range s.snaps {
+		if o.Status.State == SnapshotCreating {
+			creating++
+		}
+	}
+	if creating >= maxCreatingSnaps {
+		s.snapMu.Unlock()
+		return Snapshot{}, fmt.Errorf("%w: %d snapshots are being created, the maximum", ErrConflict, creating)
+	}
 	s.snapSeq++
 	r.Seq = s.snapSeq
 	if err := s.saveSnapshot(r); err != nil {
@@ -218,10 +239,18 @@ func (s *Server) capture(sb *sandbox, id string) {
 	s.snapMu.Unlock()
 	root, _ := s.captureRoot(thread)
 	start := time.Now()
-	_, st, err := s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
-		ThreadID: thread, Root: root, ID: id, Label: name,
-		Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
-	})
+	var st snapshots.CaptureStats
+	var err error
+	select {
+	case s.snap.slots <- struct{}{}:
+		_, st, err = s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
+			ThreadID: thread, Root: root, ID: id, Label: name,
+			Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
+		})
+		<-s.snap.slots
+	case <-ctx.Done():
+		err = fmt.Errorf("wait for a capture slot: %w", ctx.Err())
+	}
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	if err != nil {

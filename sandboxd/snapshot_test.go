@@ -278,6 +278,20 @@ func TestSnapshotAPIErrors(t *testing.T) {
 	if none.Pagination.TotalItems != 0 || none.Items == nil {
 		t.Errorf("Creating filter = %+v, want an empty items array", none)
 	}
+
+	// A sandbox deleted before its capture starts gives a Failed snapshot,
+	// which can be deleted.
+	release = make(chan struct{})
+	s.SetSnapshotHook(func(id string) { started <- id; <-release })
+	doomed := snapshot(t, base, other, "")
+	<-started
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+other, nil), http.StatusNoContent)
+	close(release)
+	failed := waitSnapshot(t, base, doomed.ID, sandboxd.SnapshotFailed)
+	if failed.Status.Reason != sandboxd.ReasonSnapshotFailed || !strings.Contains(failed.Status.Message, "Terminated") {
+		t.Errorf("failed snapshot status = %+v, want %s naming the Terminated state", failed.Status, sandboxd.ReasonSnapshotFailed)
+	}
+	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+doomed.ID, nil), http.StatusNoContent)
 }
 
 // TestSnapshotIncremental checks that a second snapshot after a small change
@@ -345,5 +359,47 @@ func TestSnapshotSurvivesRestart(t *testing.T) {
 	_, cu, ctok := fromSnapshot(t, base2, snap.ID)
 	if got := sh(t, cu, ctok, "cat /root/kept.txt"); got != "kept" {
 		t.Errorf("file from the snapshot after restart = %q, want kept", got)
+	}
+}
+
+// TestSnapshotConcurrent takes several snapshots of two sandboxes at once,
+// while the sandboxes write, and restores the last one of each.
+func TestSnapshotConcurrent(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	var ids []string
+	for range 2 {
+		id := create(t, base, map[string]any{"entrypoint": []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /root/n; sleep 0.01; done"}})
+		ids = append(ids, id)
+	}
+	var snaps []sandboxd.Snapshot
+	for _, id := range ids {
+		waitState(t, base, id, sandboxd.StateRunning)
+		u, tok := execdEndpoint(t, base, id, false)
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if _, code := run(t, u, tok, "test -s /root/n"); code != 0 {
+				return fmt.Errorf("the counter of %s has not written yet", id)
+			}
+			return nil
+		})
+	}
+	for range 3 {
+		for _, id := range ids {
+			snaps = append(snaps, snapshot(t, base, id, ""))
+		}
+	}
+	for _, snap := range snaps {
+		waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+	}
+	for _, snap := range snaps[len(snaps)-2:] {
+		_, u, tok := fromSnapshot(t, base, snap.ID)
+		// The child runs the default entrypoint: /root/n stays as captured.
+		if got := sh(t, u, tok, "cat /root/n"); got == "" || got == "0" {
+			t.Errorf("counter restored from %s = %q, want a positive count", snap.ID, got)
+		}
+	}
+	for _, id := range ids {
+		if st := getSandbox(t, base, id).Status.State; st != sandboxd.StateRunning {
+			t.Errorf("source %s after the snapshots: %s, want Running", id, st)
+		}
 	}
 }
