@@ -1,10 +1,13 @@
 package sandboxd_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -402,4 +405,54 @@ func TestSnapshotConcurrent(t *testing.T) {
 			t.Errorf("source %s after the snapshots: %s, want Running", id, st)
 		}
 	}
+}
+
+// TestSnapshotServerCrash kills the server during a capture: after a restart
+// the snapshot is Failed (sandboxd_restart), or Ready and restorable if the
+// capture had finished, never Creating.
+func TestSnapshotServerCrash(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), serverEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the server's URL: %v", err)
+	}
+	base := strings.TrimSpace(line)
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	u, tok := execdEndpoint(t, base, id, false)
+	sh(t, u, tok, "for i in $(seq 64); do head -c 1048576 /dev/urandom > /root/f$i; done")
+	snap := snapshot(t, base, id, "")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	_, base2 := startServer(t, sandboxd.Config{DataDir: dir})
+	got := getSnapshot(t, base2, snap.ID)
+	switch got.Status.State {
+	case sandboxd.SnapshotFailed:
+		if got.Status.Reason != sandboxd.ReasonRestart {
+			t.Errorf("snapshot after the crash = %+v, want reason %s", got.Status, sandboxd.ReasonRestart)
+		}
+	case sandboxd.SnapshotReady:
+		t.Log("the capture finished before the kill")
+		_, cu, ctok := fromSnapshot(t, base2, snap.ID)
+		if got := sh(t, cu, ctok, "ls /root | grep -c '^f'"); got != "64" {
+			t.Errorf("restored %s files, want 64", got)
+		}
+	default:
+		t.Errorf("snapshot after the crash = %+v, want Failed or Ready", got.Status)
+	}
+	wantStatus(t, call(t, "DELETE", base2+"/v1/snapshots/"+snap.ID, nil), http.StatusNoContent)
 }
