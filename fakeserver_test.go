@@ -23,6 +23,7 @@ type fakeServer struct {
 	failCreate int
 
 	mu        sync.Mutex
+	peak      int               // most sandboxes alive at once
 	sandboxes map[string]string // id → state
 	deleted   []string
 	next      int
@@ -60,6 +61,7 @@ func (f *fakeServer) create(w http.ResponseWriter, r *http.Request) {
 	f.next++
 	id := fmt.Sprintf("fake%04d-0000", f.next)
 	f.sandboxes[id] = "Running"
+	f.peak = max(f.peak, len(f.sandboxes))
 	f.mu.Unlock()
 	writeJSON(w, http.StatusAccepted, map[string]any{
 		"id": id, "status": map[string]string{"state": "Pending"}, "createdAt": time.Now().Format(time.RFC3339),

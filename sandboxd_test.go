@@ -692,3 +692,18 @@ func firstDiff(a, b []byte) int {
 	}
 	return -1
 }
+
+func TestExecTimeoutKills(t *testing.T) {
+	e := newEnv(t, memory.New())
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{})
+	start := time.Now()
+	res, err := sb.Exec(ctx, "echo before; sleep 20", alineo.ExecOptions{Timeout: 300 * time.Millisecond}).Wait()
+	var ce *alineo.CommandError
+	if !errors.As(err, &ce) || ce.ExitCode != -1 || res.Stdout != "before\n" {
+		t.Fatalf("Wait = %+v, %v; want a *CommandError with exit -1 after the output", res, err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: the timeout did not kill the command", d)
+	}
+}

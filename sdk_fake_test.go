@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -509,5 +510,40 @@ func TestFakePauseCancelsStreams(t *testing.T) {
 	}
 	if _, err := sb.ReadFile(ctx, "/x"); !errors.Is(err, ErrPaused) {
 		t.Fatalf("ReadFile while paused = %v, want ErrPaused", err)
+	}
+}
+
+func TestFakeCapHoldsFor100Goroutines(t *testing.T) {
+	f := newFakeServer(t)
+	const max = 4
+	c, err := New(Options{BaseURL: f.URL, Adapter: memory.New(), MaxConcurrency: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
+				t.Error(err)
+			}
+			if err := sb.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.peak > max || f.peak == 0 {
+		t.Fatalf("peak sandboxes alive on the server = %d, want 1..%d", f.peak, max)
+	}
+	if len(f.sandboxes) != 0 || c.sem.inUse() != 0 {
+		t.Fatalf("%d sandboxes and %d slots left", len(f.sandboxes), c.sem.inUse())
 	}
 }
