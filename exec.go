@@ -185,9 +185,9 @@ type pendingChunk struct {
 	done <-chan error
 }
 
-// run drives the exec: it waits for exec.started, opens the stream, records every
-// output chunk before publishing it, records exec.completed and ends the output
-// with the exec's error. ctx is cancelled by Close.
+// run drives the exec: it opens the stream while exec.started is written,
+// records every output group before publishing it, records exec.completed and
+// ends the output with the exec's error. ctx is cancelled by Close and Pause.
 func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error), lines bool) {
 	sb := e.sb
 	ex, err := sb.execd()
@@ -195,8 +195,6 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 		e.fail(err)
 		return
 	}
-	// The reader (this goroutine) queues each chunk for the ledger; the
-	// publisher hands chunks to the readers in order once their write is done.
 	// A failed write or publish cancels pctx, which stops the stream.
 	pctx, pcancel := context.WithCancelCause(ctx)
 	defer pcancel(nil)
