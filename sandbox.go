@@ -51,7 +51,7 @@ func (s *Sandbox) Name() string { return s.name }
 // RunID returns the run id resolved when the sandbox was created.
 func (s *Sandbox) RunID() string { return s.runID }
 
-// execd returns the execd client, resolving it if needed.
+// execd returns the execd client, or why there is none (closed, paused).
 func (s *Sandbox) execd() (*opensandbox.Execd, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
