@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,28 +217,40 @@ func BenchmarkProjectorLag(b *testing.B) {
 	p := &projections.Projector{Bus: bb, Store: ls, Consumer: "lag"}
 	run(b, p)
 	ctx := context.Background()
-	var sent int
+	// Four publishers (one executor's handles), each paced to rate/4.
+	const publishers = 4
+	var sentTotal atomic.Int64
 	for range b.N {
-		ids := make([]string, 20)
-		for i := range ids {
-			ids[i] = bustest.ID("lag")
-		}
-		tick := time.NewTicker(10 * time.Millisecond)
-		start := time.Now()
-		for time.Since(start) < secs*time.Second {
-			<-tick.C
-			due := int(time.Since(start).Seconds()*rate) - sent
-			for range due {
-				id := ids[sent%len(ids)]
-				e := events.New(time.Now().UnixMilli(), "lag", id, 1, events.ExecOutput, events.NewOutput(1, events.Stdout, make([]byte, 200)))
-				if err := l.Append(ctx, e); err != nil {
-					b.Fatal(err)
+		var wg sync.WaitGroup
+		for range publishers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ids := make([]string, 5)
+				for i := range ids {
+					ids[i] = bustest.ID("lag")
 				}
-				sent++
-			}
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				start, sent := time.Now(), 0
+				for time.Since(start) < secs*time.Second {
+					<-tick.C
+					due := int(time.Since(start).Seconds()*rate/publishers) - sent
+					for range due {
+						e := events.New(time.Now().UnixMilli(), "lag", ids[sent%len(ids)], 1, events.ExecOutput, events.NewOutput(1, events.Stdout, make([]byte, 200)))
+						if err := l.Append(ctx, e); err != nil {
+							b.Error(err)
+							return
+						}
+						sent++
+					}
+				}
+				sentTotal.Add(int64(sent))
+			}()
 		}
-		tick.Stop()
+		wg.Wait()
 	}
+	sent := int(sentTotal.Load())
 	testenv.Eventually(b, 60*time.Second, func() error {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()

@@ -204,7 +204,6 @@ func (p *Projector) session(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, msgs.Stop)
 	defer stop()
-	defer msgs.Stop()
 
 	// Collecting the next batch overlaps with committing the previous one: one
 	// batch in flight, committed and acknowledged in order by one goroutine.
@@ -235,14 +234,59 @@ type batch struct {
 // The next session recreates the consumer at the committed offset.
 var errDeliveryGap = errors.New("consumer delivery out of order")
 
+// delivery is one message as read and decoded by the reader goroutine.
+type delivery struct {
+	m    jetstream.Msg
+	md   *jetstream.MsgMetadata
+	e    events.Entry
+	derr error // decode error: the message is parked
+	err  error // subscription error: the session ends
+}
+
+// read pulls messages and decodes them, ahead of collect, until the
+// subscription fails or quit is closed.
+func (p *Projector) read(msgs jetstream.MessagesContext, out chan<- delivery, quit <-chan struct{}) {
+	prefix := p.Bus.Config().SubjectPrefix
+	for {
+		var d delivery
+		d.m, d.err = msgs.Next()
+		if d.err == nil {
+			if d.md, d.err = d.m.Metadata(); d.err == nil {
+				d.e, d.derr = Decode(prefix, d.m.Subject(), d.m.Data(), d.md.Sequence.Stream)
+			}
+		}
+		select {
+		case out <- d:
+		case <-quit:
+			return
+		}
+		if d.err != nil {
+			return
+		}
+	}
+}
+
 // collect reads deliveries into batches bounded by BatchSize and BatchWait
 // and hands them to the committer, until ctx is done or the subscription
 // fails or has a gap (the batch before a gap is handed off first).
 func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext, offset uint64, commits chan<- *batch) error {
+	in := make(chan delivery, p.BatchSize)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.read(msgs, in, quit) }()
+	defer wg.Wait()
+	defer msgs.Stop()
+	defer close(quit)
+
 	var lastCons uint64
 	seen := offset // highest stream sequence handed off or committed
 	b := &batch{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	handOff := func() error {
+		timer.Stop()
 		select {
 		case commits <- b:
 		case <-ctx.Done():
@@ -252,37 +296,26 @@ func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext,
 		return nil
 	}
 	for {
-		wait := p.BatchWait
-		if b.msgs > 0 {
-			if wait = time.Until(b.deadline); wait <= 0 {
-				if err := handOff(); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		m, err := msgs.Next(jetstream.NextMaxWait(wait))
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, nats.ErrTimeout):
-			if b.msgs > 0 {
-				if err := handOff(); err != nil {
-					return err
-				}
+		var d delivery
+		select {
+		case d = <-in:
+		case <-timer.C:
+			if err := handOff(); err != nil {
+				return err
 			}
 			continue
-		default:
-			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("message metadata: %w", err)
+		if d.err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return d.err
 		}
-		seq := md.Sequence.Stream
-		if lastCons != 0 && md.Sequence.Consumer != lastCons+1 {
-			err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, md.Sequence.Consumer, lastCons, seq)
+		seq := d.md.Sequence.Stream
+		if lastCons != 0 && d.md.Sequence.Consumer != lastCons+1 {
+			err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, d.md.Sequence.Consumer, lastCons, seq)
 			if b.msgs > 0 {
 				// Everything before the gap is in order: keep it.
 				if herr := handOff(); herr != nil {
@@ -291,22 +324,21 @@ func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext,
 			}
 			return err
 		}
-		lastCons = md.Sequence.Consumer
+		lastCons = d.md.Sequence.Consumer
 		if b.msgs == 0 {
-			b.deadline = time.Now().Add(p.BatchWait)
+			timer.Reset(p.BatchWait)
 		}
 		b.msgs++
-		b.last, b.lastSeq, b.pending = m, seq, md.NumPending
-		p.lag.Store(md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
+		b.last, b.lastSeq, b.pending = d.m, seq, d.md.NumPending
+		p.lag.Store(d.md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
 		if seq > seen {
 			seen = seq
-			e, err := Decode(p.Bus.Config().SubjectPrefix, m.Subject(), m.Data(), seq)
-			if err != nil {
-				if err := p.park(ctx, m.Subject(), seq, m.Data(), err); err != nil {
+			if d.derr != nil {
+				if err := p.park(ctx, d.m.Subject(), seq, d.m.Data(), d.derr); err != nil {
 					return err
 				}
 			} else {
-				b.es = append(b.es, e)
+				b.es = append(b.es, d.e)
 			}
 		} // else a redelivery of a message already handed off
 		if b.msgs >= p.BatchSize {
