@@ -21,3 +21,6 @@ func (s *Server) SetSnapshotHook(h func(snapshotID string)) {
 	}
 	s.snapHook.Store(&h)
 }
+
+// SnapshotReadyMessage is the format of a Ready snapshot's status message.
+const SnapshotReadyMessage = readyMessage

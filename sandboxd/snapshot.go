@@ -45,6 +45,12 @@ const (
 	maxCreatingSnaps = 64
 )
 
+// readyMessage is the status message of a Ready snapshot: the files and bytes
+// it holds, the bytes it read (files unchanged since the previous snapshot of
+// the lineage are not read) and the bytes it stored (content the blob store
+// did not hold yet).
+const readyMessage = "%d files, %d bytes; %d bytes read, %d bytes stored"
+
 // defaultSnapshotEntrypoint is the entrypoint of a sandbox created from a
 // snapshot without one, as the protocol says.
 var defaultSnapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
@@ -257,7 +263,7 @@ func (s *Server) capture(sb *sandbox, id string) {
 		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, err.Error())
 		s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
 	} else {
-		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf("%d files, %d bytes; %d new blobs, %d bytes stored", st.Files, st.Bytes, st.StoredBlobs, st.StoredBytes))
+		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf(readyMessage, st.Files, st.Bytes, st.HashedBytes, st.StoredBytes))
 		s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
 			"hashed_bytes", st.HashedBytes, "stored_bytes", st.StoredBytes, "took", time.Since(start))
 	}

@@ -321,8 +321,31 @@ func TestSnapshotIncremental(t *testing.T) {
 		t.Errorf("the second snapshot stored %d bytes, want about %d (the one changed file)", grew, size)
 	}
 
-	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+first.ID, nil), http.StatusNoContent)
-	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+second.ID, nil), http.StatusNoContent)
+	// A sandbox created from the snapshot continues its lineage: its first
+	// snapshot stores only what it changed.
+	child, cu, ctok := fromSnapshot(t, base, second.ID)
+	sh(t, cu, ctok, "echo small > /root/ws/small")
+	b2 := blobBytes(t, s.DataDir())
+	third := snapshot(t, base, child, "")
+	msg := waitSnapshot(t, base, third.ID, sandboxd.SnapshotReady).Status.Message
+	if grew := blobBytes(t, s.DataDir()) - b2; grew > 4096 {
+		t.Errorf("the child's first snapshot stored %d bytes, want only its small change", grew)
+	}
+	var nfiles, total, read, stored int64
+	if _, err := fmt.Sscanf(msg, sandboxd.SnapshotReadyMessage, &nfiles, &total, &read, &stored); err != nil {
+		t.Fatalf("ready message %q: %v", msg, err)
+	}
+	if total < files*size || read > 4096 {
+		t.Errorf("the child's first snapshot holds %d bytes and read %d, want at least %d and only its small change", total, read, files*size)
+	}
+
+	// Deleting every snapshot and forgetting the child (whose lineage still
+	// references the blobs) frees every blob.
+	for _, id := range []string{first.ID, second.ID, third.ID} {
+		wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+id, nil), http.StatusNoContent)
+	}
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+child, nil), http.StatusNoContent)
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+child, nil), http.StatusNoContent)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if n := blobBytes(t, s.DataDir()); n != 0 {
 			return fmt.Errorf("blobs after deleting every snapshot = %d bytes, want 0", n)
