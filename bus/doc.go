@@ -27,13 +27,29 @@
 // publish in flight per sandbox (sandboxes still pipeline against each other).
 // Fence messages carry Nats-TTL: never so retention by age never removes them.
 //
+// Release drops a sandbox's writer state (a long-running executor writes
+// many sandboxes); the same Ledger re-claims its own fence under a new epoch.
+//
 // # Barrier
 //
 // Append returns once the message is handed to the bounded async-publish
 // window; Sync(ctx, sandboxID) returns once every event of that sandbox
-// published so far is acknowledged by the stream (Flush does it for all). A
-// failed publish makes the sandbox's writer fail every later call with the same
-// error, so no event is ever stored after a lost one.
+// published so far is acknowledged by the stream (Flush does it for all).
+// AppendBatch publishes and then waits like Sync. A failed publish makes the
+// sandbox's writer fail every later call with the same error, so no event is
+// ever stored after a lost one; Takeover starts a new epoch.
+//
+// # Reads
+//
+// ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject with
+// an ordered consumer (after Sync, so a writer reads its own writes). When the
+// stream has lost messages to retention, the entries older than the first one
+// still in the stream come from LedgerConfig.ReadModel (the projected tables);
+// without one a truncated history is ErrHistoryTruncated. List, details and
+// environment calls go to the read model; AwaitReadModel lets them wait for
+// the projector. Subscribe delivers entries from any stream sequence, then
+// live. Messages projectors cannot decode are parked on alineo.dlq.ledger,
+// kept by the <stream>_DLQ stream.
 //
 // This package imports events, adapters, nats.go and the nats-server library;
 // never projections, the SDK or any database driver.

@@ -7,6 +7,13 @@
 // subject and counted; the worker goes on. While the database is down it
 // retries with exponential backoff.
 //
+// Delivery order is what makes the offset sound, so every run recreates the
+// durable consumer at the store's offset (a reused one would deliver past the
+// messages a crashed predecessor had in flight), and a gap in the consumer's
+// delivery sequence (a consumer leader change on a replicated stream) ends the
+// session: the batch before the gap is committed and the consumer recreated.
+// One projector per consumer name at a time.
+//
 // Rebuild projects the whole history from sequence 1 into a fresh store, and
 // Verify compares two projections row for row.
 //
