@@ -2,6 +2,7 @@ package alineo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -14,13 +15,63 @@ import (
 // resumedFrom when a replay cache is built; a longer (or cyclic) chain is an error.
 const maxResumeChain = 1000
 
-// recordedExec is the result of one exec-like call as the ledger recorded it.
+// recordedExec is one exec-like call as the ledger recorded it: the payloads
+// of its entries, kept undecoded. Building a cache only groups entries by step;
+// a step is decoded when it is replayed, so resuming a long run costs one
+// ledger read, and each replayed call a few small decodes.
 type recordedExec struct {
-	step        int
+	step      int
+	started   json.RawMessage // nil when the ledger has no exec.started for the step
+	outputs   []json.RawMessage
+	completed json.RawMessage
+}
+
+// replayResult is a decoded recordedExec.
+type replayResult struct {
 	text        string // the command or code
 	fingerprint string // events.Fingerprint of kind and text
 	chunks      []chunk
 	exitCode    int
+}
+
+// decode decodes the recorded call. Output chunks that are neither stdout nor
+// stderr (the TypeScript SDK may have written other types) and empty ones are
+// left out. A call recorded by the TypeScript SDK has no fingerprint: it is
+// computed from the recorded kind and text.
+func (rec *recordedExec) decode() (replayResult, error) {
+	var res replayResult
+	if rec.started != nil {
+		var p events.ExecStartedPayload
+		if err := json.Unmarshal(rec.started, &p); err != nil {
+			return res, fmt.Errorf("decode exec.started of step %d: %w", rec.step, err)
+		}
+		res.text, res.fingerprint = p.Text(), p.Fingerprint
+		if res.fingerprint == "" {
+			kind := p.Kind
+			if kind == "" {
+				kind = events.KindCommand
+				if p.Cmd == "" && p.Code != "" {
+					kind = events.KindCode
+				}
+			}
+			res.fingerprint = events.Fingerprint(kind, res.text)
+		}
+	}
+	for _, raw := range rec.outputs {
+		var p events.ExecOutputPayload
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return res, fmt.Errorf("decode exec.output of step %d: %w", rec.step, err)
+		}
+		if b := p.Bytes(); len(b) > 0 && (p.Type == events.Stdout || p.Type == events.Stderr) {
+			res.chunks = append(res.chunks, chunk{stream: p.Type, data: b})
+		}
+	}
+	var p events.ExecCompletedPayload
+	if err := json.Unmarshal(rec.completed, &p); err != nil {
+		return res, fmt.Errorf("decode exec.completed of step %d: %w", rec.step, err)
+	}
+	res.exitCode = p.ExitCode
+	return res, nil
 }
 
 // replayCache holds the results a resumed handle replays, by step index. It is
@@ -51,10 +102,9 @@ func (r *replayCache) take(step int) (*recordedExec, bool) {
 
 // applyEntries adds to r every exec of es that completed (its exec.completed
 // is in es), replacing an earlier result of the same step. es is one session's
-// ledger prefix in (Ts, Seq) order. Execs started but not completed in es are
-// left out, as are output chunks that are neither stdout nor stderr (entries
-// written by the TypeScript SDK may carry other types) and empty chunks.
-func (r *replayCache) applyEntries(es []events.Entry) error {
+// ledger prefix in (Ts, Seq) order; execs started but not completed in es are
+// left out. Payloads are not decoded here (see recordedExec).
+func (r *replayCache) applyEntries(es []events.Entry) {
 	open := map[int]*recordedExec{}
 	get := func(step int) *recordedExec {
 		rec := open[step]
@@ -70,46 +120,17 @@ func (r *replayCache) applyEntries(es []events.Entry) error {
 		}
 		switch e.Event {
 		case events.ExecStarted:
-			var p events.ExecStartedPayload
-			if err := e.Decode(&p); err != nil {
-				return fmt.Errorf("entry %d: %w", e.Seq, err)
-			}
-			kind := p.Kind
-			if kind == "" {
-				kind = events.KindCommand
-				if p.Cmd == "" && p.Code != "" {
-					kind = events.KindCode
-				}
-			}
-			rec := &recordedExec{step: e.StepIndex, text: p.Text(), fingerprint: p.Fingerprint}
-			if rec.fingerprint == "" { // written by the TypeScript SDK
-				rec.fingerprint = events.Fingerprint(kind, rec.text)
-			}
-			open[e.StepIndex] = rec
+			open[e.StepIndex] = &recordedExec{step: e.StepIndex, started: e.Payload}
 		case events.ExecOutput:
-			var p events.ExecOutputPayload
-			if err := e.Decode(&p); err != nil {
-				return fmt.Errorf("entry %d: %w", e.Seq, err)
-			}
-			if p.Type != events.Stdout && p.Type != events.Stderr {
-				continue
-			}
-			if b := p.Bytes(); len(b) > 0 {
-				rec := get(e.StepIndex)
-				rec.chunks = append(rec.chunks, chunk{stream: p.Type, data: b})
-			}
-		case events.ExecCompleted:
-			var p events.ExecCompletedPayload
-			if err := e.Decode(&p); err != nil {
-				return fmt.Errorf("entry %d: %w", e.Seq, err)
-			}
 			rec := get(e.StepIndex)
-			rec.exitCode = p.ExitCode
+			rec.outputs = append(rec.outputs, e.Payload)
+		case events.ExecCompleted:
+			rec := get(e.StepIndex)
+			rec.completed = e.Payload
 			r.steps[e.StepIndex] = rec
 			delete(open, e.StepIndex)
 		}
 	}
-	return nil
 }
 
 // checkpointIndex returns the index in es of the last sandbox.checkpoint_created
@@ -234,9 +255,7 @@ func buildResumePoint(ctx context.Context, store adapters.Store, name, sandboxID
 		cur = prev
 	}
 	for i := len(prefixes) - 1; i >= 0; i-- {
-		if err := rp.cache.applyEntries(prefixes[i]); err != nil {
-			return nil, fmt.Errorf("build replay cache of %s/%s: %w", name, sandboxID, err)
-		}
+		rp.cache.applyEntries(prefixes[i])
 	}
 	if rp.runID == "" {
 		rp.runID = sandboxID // as SandboxDetails does for a session without one
@@ -253,25 +272,31 @@ func noRefetch(context.Context, int, int) ([]chunk, error) {
 // replayed ends e from the replay cache if its step is cached, and reports
 // whether it did. A call whose fingerprint differs from the recorded one fails
 // with a *ReplayDivergedError; otherwise e serves the recorded chunks and exit
-// code, and a non-zero exit is a *CommandError when e is strict, as live. No
-// ledger entry is written either way. Called with s.mu held, before e is
+// code, and a non-zero exit is a *CommandError when e is strict, as live. A
+// recorded entry that does not decode fails e with a *SandboxError. No ledger
+// entry is written in any case. Called with s.mu held, before e is
 // returned to its caller.
 func (s *Sandbox) replayed(e *Exec, fingerprint string) bool {
 	rec, ok := s.replay.take(e.step)
 	if !ok {
 		return false
 	}
-	if rec.fingerprint != fingerprint {
-		e.fail(&ReplayDivergedError{SandboxID: s.id, Step: e.step, Recorded: rec.text, Got: e.text})
+	res, err := rec.decode()
+	switch {
+	case err != nil:
+		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("replay exec %d", e.step), Err: err})
+		return true
+	case res.fingerprint != fingerprint:
+		e.fail(&ReplayDivergedError{SandboxID: s.id, Step: e.step, Recorded: res.text, Got: e.text})
 		return true
 	}
 	e.out = newOutput(math.MaxInt, noRefetch)
-	for _, c := range rec.chunks {
+	for _, c := range res.chunks {
 		_ = e.out.publish(context.Background(), c) // never waits: the window is unbounded
 	}
-	e.exitCode = rec.exitCode
-	if e.strict && rec.exitCode != 0 {
-		e.out.finish(&CommandError{ExitCode: rec.exitCode, Command: e.text, SandboxID: s.id})
+	e.exitCode = res.exitCode
+	if e.strict && res.exitCode != 0 {
+		e.out.finish(&CommandError{ExitCode: res.exitCode, Command: e.text, SandboxID: s.id})
 		return true
 	}
 	e.out.finish(nil)

@@ -3,6 +3,7 @@ package alineo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -58,17 +59,44 @@ func (s *session) checkpoint(snap, tag string) {
 	s.add(events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: snap, Name: tag})
 }
 
-// cached renders a cache as step → text/stdout/exit.
-func cached(c *replayCache) map[int]string {
+// cached renders a cache as step → text|chunks|exit.
+func cached(t *testing.T, c *replayCache) map[int]string {
+	t.Helper()
 	m := map[int]string{}
 	for step, r := range c.steps {
+		res, err := r.decode()
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
 		var out bytes.Buffer
-		for _, ch := range r.chunks {
+		for _, ch := range res.chunks {
 			out.WriteString(string(ch.stream) + ":" + string(ch.data) + ";")
 		}
-		m[step] = r.text + "|" + out.String() + "|" + string(rune('0'+r.exitCode))
+		m[step] = res.text + "|" + out.String() + "|" + string(rune('0'+res.exitCode))
 	}
 	return m
+}
+
+// recorded returns a cached call as the ledger records it.
+func recorded(step int, kind events.ExecKind, text string, exit int, chunks ...chunk) *recordedExec {
+	p := events.ExecStartedPayload{Seq: step, Kind: kind, Fingerprint: events.Fingerprint(kind, text)}
+	if kind == events.KindCode {
+		p.Code = text
+	} else {
+		p.Cmd = text
+	}
+	enc := func(v any) json.RawMessage {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	rec := &recordedExec{step: step, started: enc(p), completed: enc(events.ExecCompletedPayload{Seq: step, ExitCode: exit})}
+	for _, c := range chunks {
+		rec.outputs = append(rec.outputs, enc(events.NewOutput(step, c.stream, c.data)))
+	}
+	return rec
 }
 
 func TestBuildResumePointChain(t *testing.T) {
@@ -139,7 +167,7 @@ func TestBuildResumePointChain(t *testing.T) {
 			if got := rp.checkpoint.SnapshotID; got != tt.snap {
 				t.Errorf("checkpoint = %s, want %s", got, tt.snap)
 			}
-			got := cached(rp.cache)
+			got := cached(t, rp.cache)
 			if len(got) != len(tt.want) {
 				t.Errorf("cache = %v, want %v", got, tt.want)
 			}
@@ -213,13 +241,13 @@ func TestBuildResumePointTypeScriptFixture(t *testing.T) {
 		if got, want := rp.checkpoint.SnapshotID, "snap-1"; got != want {
 			t.Errorf("checkpoint = %s, want %s", got, want)
 		}
-		got := cached(rp.cache)
+		got := cached(t, rp.cache)
 		want := map[int]string{1: "pip install -q requests|stdout:Successfully installed requests;|0"}
 		if len(got) != 1 || got[1] != want[1] {
 			t.Errorf("cache = %v, want %v", got, want)
 		}
-		if rec := rp.cache.steps[1]; rec.fingerprint != events.Fingerprint(events.KindCommand, "pip install -q requests") {
-			t.Errorf("fingerprint = %s, want the command's", rec.fingerprint)
+		if res, _ := rp.cache.steps[1].decode(); res.fingerprint != events.Fingerprint(events.KindCommand, "pip install -q requests") {
+			t.Errorf("fingerprint = %s, want the command's", res.fingerprint)
 		}
 		if rp.runID != "run-1" || rp.resources != (Resources{CPU: "500m", Memory: "512Mi"}) {
 			t.Errorf("runID, resources = %q, %+v; want run-1, 500m/512Mi", rp.runID, rp.resources)
@@ -248,14 +276,14 @@ func TestReplayedExecShapes(t *testing.T) {
 	}
 	defer sb.Close(ctx)
 	bin := []byte{0, 0xff, 'z'}
-	fp := func(s string) string { return events.Fingerprint(events.KindCommand, s) }
+	cmd := events.KindCommand
 	sb.replay = &replayCache{steps: map[int]*recordedExec{
-		1: {step: 1, text: "build", fingerprint: fp("build"), chunks: []chunk{
-			{events.Stdout, []byte("a\n")}, {events.Stderr, []byte("e")}, {events.Stdout, bin}}},
-		2: {step: 2, text: "test", fingerprint: fp("test"), exitCode: 3, chunks: []chunk{{events.Stdout, []byte("t")}}},
-		3: {step: 3, text: "test", fingerprint: fp("test"), exitCode: 3},
-		4: {step: 4, text: "deploy", fingerprint: fp("deploy")},
-		5: {step: 5, text: "x", fingerprint: events.Fingerprint(events.KindCode, "x")},
+		1: recorded(1, cmd, "build", 0, chunk{events.Stdout, []byte("a\n")}, chunk{events.Stderr, []byte("e")}, chunk{events.Stdout, bin}),
+		2: recorded(2, cmd, "test", 3, chunk{events.Stdout, []byte("t")}),
+		3: recorded(3, cmd, "test", 3),
+		4: recorded(4, cmd, "deploy", 0),
+		5: recorded(5, events.KindCode, "x", 0),
+		7: {step: 7, started: json.RawMessage(`{"seq":7,"cmd":"bad"}`), completed: json.RawMessage(`{"exitCode":"x"}`)},
 	}}
 	wantOut := append([]byte("a\n"), bin...)
 
@@ -312,13 +340,17 @@ func TestReplayedExecShapes(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("execd got %d commands during replay, want 0", n)
 	}
-	// Past the cache: live, as step 6.
+	// Past the cache: live, as step 6; then a recorded entry that does not decode.
 	live := sb.Exec(ctx, "echo live")
 	if res, err := live.Wait(); err != nil || res.Stdout != "live\n" && res.Stdout != "live" {
 		t.Fatalf("live exec = %q, %v", res.Stdout, err)
 	}
 	if live.Step() != 6 {
 		t.Fatalf("live step = %d, want 6", live.Step())
+	}
+	var se *SandboxError
+	if _, err := sb.Exec(ctx, "bad").Wait(); !errors.As(err, &se) {
+		t.Fatalf("undecodable recorded step: err = %v, want a *SandboxError", err)
 	}
 	es, err := c.Sandboxes().Events(ctx, sb.Name(), sb.ID())
 	if err != nil {
@@ -333,7 +365,8 @@ func TestReplayedExecShapes(t *testing.T) {
 
 // BenchmarkResumeReplayCache builds the replay cache of a session holding
 // 10,000 execs in a SQLite ledger (target: under 200 ms). The baseline, in the
-// same run, is reading the session's rows alone (ReadAll).
+// same run, is reading the session's rows alone (ReadAll). decode-all is the
+// time to decode every cached step, which replayed calls pay one by one.
 func BenchmarkResumeReplayCache(b *testing.B) {
 	const execs = 10000
 	ctx := context.Background()
@@ -370,7 +403,7 @@ func BenchmarkResumeReplayCache(b *testing.B) {
 	flush()
 
 	const reps = 5
-	var read, build []time.Duration
+	var read, build, decode []time.Duration
 	for b.Loop() {
 		for range reps {
 			start := time.Now()
@@ -385,6 +418,13 @@ func BenchmarkResumeReplayCache(b *testing.B) {
 				b.Fatalf("cache of %d steps, %v; want %d", rp.cache.Len(), err, execs)
 			}
 			build = append(build, time.Since(start))
+			start = time.Now()
+			for _, rec := range rp.cache.steps {
+				if _, err := rec.decode(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			decode = append(decode, time.Since(start))
 		}
 	}
 	p50 := func(ds []time.Duration) time.Duration {
@@ -396,4 +436,6 @@ func BenchmarkResumeReplayCache(b *testing.B) {
 	b.ReportMetric(ms(p50(build)), "cache-p50-ms")
 	b.ReportMetric(ms(p50(read)), "readall-p50-ms")
 	b.ReportMetric(float64(p50(build))/float64(p50(read)), "ratio")
+	// Decoding happens as calls are replayed; this is all of it, for reference.
+	b.ReportMetric(ms(p50(decode)), "decode-all-p50-ms")
 }
