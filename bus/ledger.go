@@ -144,7 +144,7 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 	}
 	l := &Ledger{
 		b: b, cfg: cfg, log: cfg.Logger,
-		serial:  b.cfg.Replicas > 1,
+		serial:  b.cfg.Replicas > 1 || b.stream.CachedInfo().Config.Replicas > 1,
 		writers: make(map[string]*writer),
 	}
 	js, err := jetstream.New(b.nc,

@@ -275,7 +275,13 @@ func testFencing(t *testing.T, open OpenFunc) {
 			staleOK.Add(1)
 		}
 	}()
-	time.Sleep(2 * time.Millisecond) // let some stale appends through (any number is fine)
+	// Let some stale appends through first (any number is fine).
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if staleOK.Load() < 5 {
+			return errors.New("no stale appends yet")
+		}
+		return nil
+	})
 	takeover, err := c.Takeover(ctx, id2)
 	if err != nil {
 		t.Fatalf("Takeover 2: %v", err)
