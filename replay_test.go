@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -438,4 +439,28 @@ func BenchmarkResumeReplayCache(b *testing.B) {
 	b.ReportMetric(float64(p50(build))/float64(p50(read)), "ratio")
 	// Decoding happens as calls are replayed; this is all of it, for reference.
 	b.ReportMetric(ms(p50(decode)), "decode-all-p50-ms")
+}
+
+// FuzzRecordedExecDecode feeds arbitrary payloads to a cached step: decoding
+// either fails with an error or yields chunks of stdout or stderr only.
+func FuzzRecordedExecDecode(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"cmd":"ls"}`), []byte(`{"seq":1,"type":"stdout","text":"a"}`), []byte(`{"seq":1,"exitCode":2}`))
+	f.Add([]byte(`{"code":"x","kind":"code"}`), []byte(`{"type":"init","text":"cmd-1"}`), []byte(`{}`))
+	f.Add([]byte(`null`), []byte(`{"type":"stderr","text":"\uFFFD","data":"AP8="}`), []byte(`{"exitCode":-1}`))
+	f.Add([]byte(`{`), []byte(`[]`), []byte(`"x"`))
+	f.Fuzz(func(t *testing.T, started, output, completed []byte) {
+		rec := &recordedExec{step: 1, started: started, outputs: []json.RawMessage{output}, completed: completed}
+		res, err := rec.decode()
+		if err != nil {
+			return
+		}
+		if started != nil && !strings.HasPrefix(res.fingerprint, "sha256:") {
+			t.Fatalf("fingerprint %q", res.fingerprint)
+		}
+		for _, c := range res.chunks {
+			if (c.stream != events.Stdout && c.stream != events.Stderr) || len(c.data) == 0 {
+				t.Fatalf("chunk %+v", c)
+			}
+		}
+	})
 }
