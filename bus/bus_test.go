@@ -2,6 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,5 +66,34 @@ func TestAdapterConformance(t *testing.T) {
 			t.Fatalf("NewLedger: %v", err)
 		}
 		return l
+	})
+}
+
+// TestBusClusterR3 runs the conformance suite on an R3 stream of a 3-node
+// cluster, each case on streams and subjects of its own.
+func TestBusClusterR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster: not with -short")
+	}
+	c := testenv.StartNATSCluster(t, 3)
+	url := strings.Join(c.URLs(), ",")
+	var n atomic.Int64
+	bustest.Run(t, func(t *testing.T, cfg bus.Config) *bus.Bus {
+		i := n.Add(1)
+		cfg.URL, cfg.Replicas = url, 3
+		cfg.Stream = fmt.Sprintf("LEDGER_%d", i)
+		cfg.SubjectPrefix = fmt.Sprintf("l%d.ledger", i)
+		cfg.FencePrefix = fmt.Sprintf("l%d.fence", i)
+		cfg.DLQSubject = fmt.Sprintf("l%d.dlq", i)
+		b, err := bus.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = b.JetStream().DeleteStream(context.Background(), cfg.Stream)
+			_ = b.JetStream().DeleteStream(context.Background(), b.DLQStream())
+			b.Close()
+		})
+		return b
 	})
 }
