@@ -489,19 +489,22 @@ func (c *bufferedConn) CloseWrite() error {
 }
 
 // oneConnListener hands out one connection, then blocks Accept until that
-// connection is closed, so http.Server.Serve returns with it.
+// connection or the listener is closed, so http.Server.Serve returns with the
+// connection, and http.Server.Close (which waits for Serve) does not hang.
 type oneConnListener struct {
-	conn net.Conn
-	once sync.Once
-	done chan struct{}
+	conn      net.Conn
+	done      chan struct{} // the connection was closed
+	closed    chan struct{} // the listener was closed
+	doneOnce  sync.Once
+	closeOnce sync.Once
 	// mu guards taken.
 	mu    sync.Mutex
 	taken bool
 }
 
 func newOneConnListener(c net.Conn) *oneConnListener {
-	l := &oneConnListener{done: make(chan struct{})}
-	l.conn = &notifyConn{Conn: c, closed: func() { l.once.Do(func() { close(l.done) }) }}
+	l := &oneConnListener{done: make(chan struct{}), closed: make(chan struct{})}
+	l.conn = &notifyConn{Conn: c, closed: func() { l.doneOnce.Do(func() { close(l.done) }) }}
 	return l
 }
 
@@ -513,18 +516,17 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 		return l.conn, nil
 	}
 	l.mu.Unlock()
-	<-l.done
+	select {
+	case <-l.done:
+	case <-l.closed:
+	}
 	return nil, net.ErrClosed
 }
 
+// Close makes Accept return; the connection stays with the server, which
+// closes it.
 func (l *oneConnListener) Close() error {
-	l.mu.Lock()
-	taken := l.taken
-	l.taken = true
-	l.mu.Unlock()
-	if !taken {
-		l.conn.Close()
-	}
+	l.closeOnce.Do(func() { close(l.closed) })
 	return nil
 }
 

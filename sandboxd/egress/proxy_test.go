@@ -291,3 +291,31 @@ func TestCloseEndsTunnels(t *testing.T) {
 		t.Fatalf("Serve after Close = %v, want ErrClosed", err)
 	}
 }
+
+func TestCloseWithIdleTerminatedConn(t *testing.T) {
+	up := newUpstream(t, true)
+	e := startProxy(t, egress.Config{Token: testToken, CredentialProxy: true,
+		UpstreamTLS: &tls.Config{RootCAs: pool(t, up.Certificate())},
+		Policy:      &egress.Policy{Egress: []egress.Rule{{Action: egress.Allow, Target: "example.com"}}}})
+	body := mustJSON(t, map[string]any{"credentials": []any{cred("c", "v")}, "bindings": []any{map[string]any{
+		"name": "b", "match": map[string]any{"hosts": []string{"example.com"}, "ports": []int{mustPort(t, up.port())}},
+		"auth": map[string]any{"type": "bearer", "credential": "c"}}}})
+	if code, resp := e.call(t, "POST", "/credential-vault", body); code != http.StatusCreated {
+		t.Fatalf("POST vault = %d %s", code, resp)
+	}
+	c := e.client(pool(t, e.p.CACertPEM()))
+	if code, _, err := get(t, c, "https://example.com:"+up.port()+"/"); err != nil || code != http.StatusOK {
+		t.Fatalf("GET = %d %v", code, err)
+	}
+	// The client keeps its terminated connection idle; Close must not wait for it.
+	done := make(chan error, 1)
+	go func() { done <- e.p.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs on an idle terminated connection")
+	}
+}
