@@ -35,7 +35,7 @@ type LedgerConfig struct {
 	// MaxPending bounds the async-publish window (unacknowledged publishes).
 	// Default 4096.
 	MaxPending int
-	// AckTimeout is how long a publish may wait for its acknowledgement. Default 10 s.
+	// AckTimeout is how long a publish may wait for its acknowledgement. Default 30 s.
 	AckTimeout time.Duration
 	// WriterID identifies this writer in its fence messages. Default random.
 	// It must be unique among live writers: a Ledger re-claims (under a new
@@ -129,7 +129,7 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 		cfg.MaxPending = 4096
 	}
 	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = 10 * time.Second
+		cfg.AckTimeout = 30 * time.Second
 	}
 	if cfg.MaxPending < 0 || cfg.AckTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative MaxPending or AckTimeout", ErrInvalidConfig)

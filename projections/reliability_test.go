@@ -89,7 +89,7 @@ func TestReliabilityProjectorKill(t *testing.T) {
 	n := loadSize(200_000, 30_000)
 	natsURL := testenv.NATS(t)
 	b := openBus(t, bus.Config{URL: natsURL})
-	l := newLedger(t, b, bus.LedgerConfig{MaxPending: 4096})
+	l := newLedger(t, b, bus.LedgerConfig{MaxPending: 4096, AckTimeout: time.Minute})
 	db := testenv.SQLitePath(t)
 	if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
 		t.Fatal(err)
