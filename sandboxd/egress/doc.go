@@ -24,14 +24,15 @@
 //     with text/plain errors (400, 401, 404, 409, 412, 413, 426).
 //
 // Credential values are write-only: no API response, log line, error or JSON
-// encoding of this package contains one. Vault.Secrets hands them to the
-// caller for redaction (package redact) only.
+// encoding of this package contains one. Vault.Secrets and Vault.Redactor
+// hand them to the caller for redaction (package redact) only.
 //
 // The proxy does not confine the sandbox by itself: the runtime must give the
 // sandbox a network namespace whose only way out is this proxy. Requests to
 // the host's own addresses (loopback included) are subject to the policy like
 // any other; a deny-by-default policy keeps them out.
 //
-// This package imports only the standard library; it must not import
-// sandboxd, the SDK, the ledger, the bus or testenv (tests may use testenv).
+// This package imports only the standard library and package redact; it must
+// not import sandboxd, the SDK, the ledger, the bus or testenv (tests may use
+// testenv).
 package egress

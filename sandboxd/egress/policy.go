@@ -261,6 +261,7 @@ func dedupe(rules []compiledRule) []compiledRule {
 // for concurrent use.
 type Enforcer struct {
 	maxRules int
+	onChange func() // called after each change, under mu
 	cur      atomic.Pointer[compiled]
 	// mu serializes writers (read-modify-write of cur).
 	mu sync.Mutex
@@ -310,7 +311,7 @@ func (e *Enforcer) Set(p Policy) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.cur.Store(&compiled{def: def, rules: rules})
+	e.store(&compiled{def: def, rules: rules})
 	return nil
 }
 
@@ -332,7 +333,7 @@ func (e *Enforcer) Patch(rules []Rule) error {
 	if len(merged) > e.maxRules {
 		return fmt.Errorf("%w: %d rules, at most %d", ErrTooManyRules, len(merged), e.maxRules)
 	}
-	e.cur.Store(&compiled{def: old.def, rules: merged})
+	e.store(&compiled{def: old.def, rules: merged})
 	return nil
 }
 
@@ -362,8 +363,15 @@ func (e *Enforcer) Delete(targets []string) error {
 			kept = append(kept, r)
 		}
 	}
-	e.cur.Store(&compiled{def: old.def, rules: kept})
+	e.store(&compiled{def: old.def, rules: kept})
 	return nil
+}
+
+func (e *Enforcer) store(c *compiled) {
+	e.cur.Store(c)
+	if e.onChange != nil {
+		e.onChange()
+	}
 }
 
 // CheckHost decides for a name or IP literal without resolving. needAddr

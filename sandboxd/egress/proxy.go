@@ -80,6 +80,8 @@ func New(cfg Config) (*Proxy, error) {
 		IdleConnTimeout:       60 * time.Second,
 		ResponseHeaderTimeout: 0,
 	}
+	// Pooled upstream connections were checked under the old policy: drop them.
+	pol.onChange = p.transport.CloseIdleConnections
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     p.transport,

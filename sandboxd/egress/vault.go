@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/alineo-labs/alineo/redact"
 )
 
 // Credential is a named secret. Source.Value is write-only: no response, log
@@ -285,6 +287,10 @@ func (v *Vault) Secrets() map[string]string {
 	}
 	return out
 }
+
+// Redactor returns a redactor for the current credential values (see package
+// redact); build a new one after the vault changes.
+func (v *Vault) Redactor() *redact.Redactor { return redact.New(v.Secrets()) }
 
 func (s *vaultSnap) state() VaultState {
 	st := VaultState{Revision: s.rev, Credentials: make([]CredentialMetadata, 0, len(s.creds)), Bindings: make([]BindingMetadata, 0, len(s.bindings))}
