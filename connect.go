@@ -3,6 +3,7 @@ package alineo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -44,7 +45,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID, name string, opts Conne
 			Message: "sandbox is " + string(info.Status.State) + ", not Running"}
 	}
 	if err := c.sem.acquire(ctx); err != nil {
-		return nil, errors.Join(errors.New("alineo: wait for a sandbox slot"), err)
+		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
 	}
 	ex, err := c.os.Execd(ctx, sandboxID)
 	if err != nil {

@@ -97,16 +97,25 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 // RestoreSnapshot creates a sandbox from a snapshot with a clean history:
 // nothing is replayed. It is recorded under name (default
 // "sandbox-<first 8 of the id>") with sandbox.created {sandboxId, fromSnapshot,
-// runId (a new one), resources}. The handle can Fork.
+// runId, resources}. The runId is inherited from the session of the sandbox the
+// snapshot was taken of, when the ledger has exactly one such session;
+// otherwise it is a new one. The handle can Fork.
 //
-// Errors: those of Client.Sandbox; the server's 404 for an unknown snapshot is
-// a *SandboxError wrapping an *APIError.
+// Errors: *ClientError 404 when the snapshot is unknown; otherwise those of
+// Client.Sandbox.
 func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (*Sandbox, error) {
 	if snapshotID == "" {
 		return nil, &OptionError{Field: "snapshotID", Reason: "is empty"}
 	}
+	snap, err := c.os.GetSnapshot(ctx, snapshotID)
+	switch {
+	case errors.Is(err, opensandbox.ErrNotFound):
+		return nil, &ClientError{Status: http.StatusNotFound, Message: "snapshot " + snapshotID + " not found", Err: err}
+	case err != nil:
+		return nil, &SandboxError{Op: "get snapshot " + snapshotID, Err: err}
+	}
 	res := resources.withDefaults()
-	runID := newUUID()
+	runID := c.inheritedRunID(ctx, snap.SandboxID)
 	return c.spawn(ctx, spawnOptions{
 		snapshotID: snapshotID, name: defaultName(name, "sandbox-"), resources: res, runID: runID,
 		payload: events.SandboxCreatedPayload{FromSnapshot: snapshotID, RunID: runID, Resources: res.limits()},
@@ -186,4 +195,23 @@ func (c *Client) openSpawned(ctx context.Context, id string, o spawnOptions) (*S
 		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
 	}
 	return sb, nil
+}
+
+// inheritedRunID returns the runId of the one session of sandboxID, or a new
+// one when there is no such session, or several.
+func (c *Client) inheritedRunID(ctx context.Context, sandboxID string) string {
+	if sandboxID != "" {
+		if all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{}); err == nil {
+			var runIDs []string
+			for _, d := range all {
+				if d.SandboxID == sandboxID {
+					runIDs = append(runIDs, d.RunID)
+				}
+			}
+			if len(runIDs) == 1 {
+				return runIDs[0]
+			}
+		}
+	}
+	return newUUID()
 }

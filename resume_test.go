@@ -369,8 +369,12 @@ func TestRestoreAndConnect(t *testing.T) {
 		if res, err := ex.Wait(); err != nil || res.Stdout != "kept\n" || ex.Step() != 1 {
 			t.Fatalf("restored exec = %+v, %v, step %d; want kept at step 1", res, err, ex.Step())
 		}
-		if p := created(t, store, rs); p.FromSnapshot != snap || p.RunID == "" || p.RunID != rs.RunID() {
-			t.Fatalf("restore sandbox.created = %+v", p)
+		if p := created(t, store, rs); p.FromSnapshot != snap || p.RunID != sb.RunID() || rs.RunID() != sb.RunID() {
+			t.Fatalf("restore sandbox.created = %+v, want fromSnapshot %s and the runId %s inherited", p, snap, sb.RunID())
+		}
+		var ce *alineo.ClientError
+		if _, err := e.client.RestoreSnapshot(ctx, "no-such-snapshot", "x", alineo.Resources{}); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
+			t.Fatalf("RestoreSnapshot(unknown) = %v, want a 404 *ClientError", err)
 		}
 		if f, err := rs.Fork(ctx, ""); err != nil {
 			t.Fatalf("fork of a restored sandbox: %v", err)
@@ -403,7 +407,6 @@ func TestRestoreAndConnect(t *testing.T) {
 		f.Close(ctx)
 
 		// 404 for an unknown sandbox, 409 for one that is not Running.
-		var ce *alineo.ClientError
 		if _, err := e.client.Connect(ctx, "no-such-sandbox", "x", alineo.ConnectOptions{}); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 			t.Fatalf("Connect(unknown) = %v, want a 404 *ClientError", err)
 		}
