@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"slices"
 	"sync"
 
@@ -29,7 +30,7 @@ type Store struct {
 	sessions map[events.Session][]row
 	// ledgerSeqs holds the ledger sequences of projected rows (the unique column).
 	ledgerSeqs map[uint64]events.Session
-	details    map[events.Session]*summary
+	details    map[events.Session]*sessionSummary
 	envs       map[string]adapters.EnvironmentRecord
 	offsets    map[string]uint64
 }
@@ -41,8 +42,8 @@ type row struct {
 	e  events.Entry
 }
 
-// summary is a session's sandbox-details row, maintained on every write.
-type summary struct {
+// sessionSummary is a session's sandbox-details row, maintained on every write.
+type sessionSummary struct {
 	startedAt   int64 // 0 until a sandbox.created is stored
 	completedAt int64
 	execCount   int
@@ -54,7 +55,7 @@ func New() *Store {
 	return &Store{
 		sessions:   make(map[events.Session][]row),
 		ledgerSeqs: make(map[uint64]events.Session),
-		details:    make(map[events.Session]*summary),
+		details:    make(map[events.Session]*sessionSummary),
 		envs:       make(map[string]adapters.EnvironmentRecord),
 		offsets:    make(map[string]uint64),
 	}
@@ -175,32 +176,20 @@ func (s *Store) summarise(e events.Entry) {
 	k := e.Session()
 	d := s.details[k]
 	if d == nil {
-		d = &summary{}
+		d = &sessionSummary{}
 		s.details[k] = d
 	}
 	switch e.Event {
 	case events.SandboxCreated:
 		if d.startedAt == 0 || e.Ts < d.startedAt {
 			d.startedAt = e.Ts
-			d.runID = runID(e)
+			d.runID = summary.RunID(e)
 		}
 	case events.SandboxClosed:
 		d.completedAt = max(d.completedAt, e.Ts)
 	case events.ExecCompleted:
 		d.execCount++
 	}
-}
-
-// runID returns the runId of a sandbox.created entry's payload, or its
-// SandboxID when the payload has none.
-func runID(e events.Entry) string {
-	var p struct {
-		RunID string `json:"runId"`
-	}
-	if e.Decode(&p) != nil || p.RunID == "" {
-		return e.SandboxID
-	}
-	return p.RunID
 }
 
 func clone(e events.Entry) events.Entry {
@@ -312,7 +301,7 @@ func compareDetails(a, b adapters.SandboxDetails) int {
 	return cmp.Or(cmp.Compare(b.StartedAt, a.StartedAt), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SandboxID, b.SandboxID))
 }
 
-func (d *summary) details(k events.Session) (adapters.SandboxDetails, bool) {
+func (d *sessionSummary) details(k events.Session) (adapters.SandboxDetails, bool) {
 	if d.startedAt == 0 {
 		return adapters.SandboxDetails{}, false
 	}

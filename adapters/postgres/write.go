@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,16 +69,16 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	if err != nil {
 		return s.translate(ctx, "append", err)
 	}
-	if !summarised(e.Event) {
+	if !summary.Summarised(e.Event) {
 		_, err = p.Exec(ctx, insertOne, row(e, 0)...)
 		return s.translate(ctx, "append", err)
 	}
 	// A batch runs as one implicit transaction, in one round trip.
 	b := &pgx.Batch{}
 	b.Queue(insertOne, row(e, 0)...)
-	var d deltas
-	d.add(e)
-	d.queue(b)
+	var d summary.Deltas
+	d.Add(e)
+	queueDetails(b, &d)
 	return s.translate(ctx, "append", p.SendBatch(ctx, b).Close())
 }
 
@@ -96,19 +97,19 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 		return s.translate(ctx, "append batch", err)
 	}
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		var d deltas
+		var d summary.Deltas
 		src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) {
-			d.add(es[i])
+			d.Add(es[i])
 			return row(es[i], 0), nil
 		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
 			return err
 		}
-		if len(d.order) == 0 {
+		if d.Len() == 0 {
 			return nil
 		}
 		b := &pgx.Batch{}
-		d.queue(b)
+		queueDetails(b, &d)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	return s.translate(ctx, "append batch", err)
@@ -124,7 +125,7 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 		return s.translate(ctx, "apply batch", err)
 	}
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		var d deltas
+		var d summary.Deltas
 		if len(es) > 0 {
 			stored, err := insertArrays(ctx, tx, es)
 			if err != nil {
@@ -133,12 +134,12 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 			for _, e := range es {
 				if stored[e.Seq] {
 					delete(stored, e.Seq) // a repeat within the batch was skipped
-					d.add(e)
+					d.Add(e)
 				}
 			}
 		}
 		b := &pgx.Batch{}
-		d.queue(b)
+		queueDetails(b, &d)
 		b.Queue(upsertOffset, consumer, int64(offset))
 		return tx.SendBatch(ctx, b).Close()
 	})

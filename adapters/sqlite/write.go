@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"strings"
 
 	"github.com/alineo-labs/alineo/adapters"
@@ -73,7 +74,7 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	if err := events.Validate(e); err != nil {
 		return fmt.Errorf("sqlite: append: %w", err)
 	}
-	if !summarised(e.Event) {
+	if !summary.Summarised(e.Event) {
 		// One statement: atomic without an explicit transaction.
 		w, _, err := s.dbs(ctx)
 		if err != nil {
@@ -86,9 +87,9 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 		if _, err := tx.ExecContext(ctx, insertOne, args(nil, e, 0)...); err != nil {
 			return err
 		}
-		var d deltas
-		d.add(e)
-		return d.apply(ctx, tx)
+		var d summary.Deltas
+		d.Add(e)
+		return applyDetails(ctx, tx, &d)
 	})
 }
 
@@ -103,7 +104,7 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 		return nil
 	}
 	return s.write(ctx, "append batch", func(tx *sql.Tx) error {
-		var d deltas
+		var d summary.Deltas
 		a := make([]any, 0, 9*chunk)
 		if len(es) >= chunk {
 			stmt, err := tx.PrepareContext(ctx, insertChunk)
@@ -115,7 +116,7 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 				a = a[:0]
 				for _, e := range es[:chunk] {
 					a = args(a, e, 0)
-					d.add(e)
+					d.Add(e)
 				}
 				if _, err := stmt.ExecContext(ctx, a...); err != nil {
 					return err
@@ -127,14 +128,14 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 			a = a[:0]
 			for _, e := range es {
 				a = args(a, e, 0)
-				d.add(e)
+				d.Add(e)
 			}
 			q := insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, len(es)), ", ")
 			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
 				return err
 			}
 		}
-		return d.apply(ctx, tx)
+		return applyDetails(ctx, tx, &d)
 	})
 }
 
@@ -144,7 +145,7 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
-		var d deltas
+		var d summary.Deltas
 		if len(es) > 0 {
 			stmt, err := tx.PrepareContext(ctx, insertProjected)
 			if err != nil {
@@ -160,11 +161,11 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 				if n, err := res.RowsAffected(); err != nil {
 					return err
 				} else if n == 1 {
-					d.add(e)
+					d.Add(e)
 				}
 			}
 		}
-		if err := d.apply(ctx, tx); err != nil {
+		if err := applyDetails(ctx, tx, &d); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES (?, ?)
