@@ -1,13 +1,17 @@
 package sandboxd
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 // State is a sandbox lifecycle state (API-NOTES §5).
@@ -79,9 +83,17 @@ type CreateRequest struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Platform       *Platform         `json:"platform,omitempty"`
 	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
-	SecureAccess   bool              `json:"secureAccess,omitempty"`
-	Volumes        json.RawMessage   `json:"volumes,omitempty"`
-	Extensions     map[string]string `json:"extensions,omitempty"`
+	// CredentialProxy enables the credential vault and TLS termination with a
+	// per-sandbox CA for credential injection.
+	CredentialProxy *CredentialProxy  `json:"credentialProxy,omitempty"`
+	SecureAccess    bool              `json:"secureAccess,omitempty"`
+	Volumes         json.RawMessage   `json:"volumes,omitempty"`
+	Extensions      map[string]string `json:"extensions,omitempty"`
+}
+
+// CredentialProxy is the credentialProxy field of a create request.
+type CredentialProxy struct {
+	Enabled bool `json:"enabled"`
 }
 
 // Sandbox is the resource returned by get, list and metadata patch. A sandbox
@@ -208,6 +220,16 @@ type record struct {
 	// LowerImage is the image name of a sandbox created from a snapshot: that
 	// of the snapshot's source, its overlay's lower layer.
 	LowerImage string `json:"lowerImage,omitempty"`
+	// NetworkPolicy is the initial egress policy of a sandbox that runs in its
+	// own network namespace behind the egress proxy (Egress); later changes
+	// through the egress API are not recorded.
+	NetworkPolicy *egress.Policy `json:"networkPolicy,omitempty"`
+	// Egress says the sandbox has its own network namespace and egress proxy.
+	Egress          bool   `json:"egress,omitempty"`
+	CredentialProxy bool   `json:"credentialProxy,omitempty"`
+	EgressToken     string `json:"egressToken,omitempty"`
+	// EgressAPIPort is the host loopback port of the egress API while it runs.
+	EgressAPIPort int `json:"egressApiPort,omitempty"`
 	// Seq orders sandboxes created in the same millisecond.
 	Seq int64 `json:"seq"`
 	// History is the last transitions, oldest first, for diagnostics.
@@ -313,7 +335,44 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 	if err := validateMetadata(req.Metadata); err != nil {
 		return lim, err
 	}
+	if _, on, err := parseNetworkPolicy(req); err != nil {
+		return lim, err
+	} else if on && c.NoIsolation {
+		return lim, invalid("INVALID_REQUEST", "networkPolicy", "networkPolicy and credentialProxy need namespace isolation; this server runs without it (NoIsolation) and cannot enforce them")
+	}
 	return parseLimits(req.ResourceLimits)
+}
+
+// parseNetworkPolicy decodes and checks a create request's networkPolicy. on
+// reports whether the sandbox gets its own network namespace behind the egress
+// proxy: with a networkPolicy (null or absent: no) or credentialProxy.enabled.
+// As in the lifecycle spec, an empty policy ({}) allows everything, and a policy
+// with rules but no defaultAction denies what no rule allows.
+func parseNetworkPolicy(req *CreateRequest) (pol *egress.Policy, on bool, err error) {
+	raw := bytes.TrimSpace(req.NetworkPolicy)
+	cp := req.CredentialProxy != nil && req.CredentialProxy.Enabled
+	if len(raw) == 0 || string(raw) == "null" {
+		if !cp {
+			return nil, false, nil
+		}
+		return &egress.Policy{DefaultAction: egress.Allow}, true, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var p egress.Policy
+	if err := dec.Decode(&p); err != nil {
+		return nil, false, invalid("INVALID_REQUEST", "networkPolicy", "networkPolicy must be {defaultAction, egress:[{action, target}]}: %v", err)
+	}
+	if p.DefaultAction == "" && len(p.Egress) == 0 {
+		p.DefaultAction = egress.Allow
+	}
+	if _, err := egress.NewEnforcer(&p, egress.DefaultMaxRules); err != nil {
+		if errors.Is(err, egress.ErrInvalidPolicy) || errors.Is(err, egress.ErrTooManyRules) {
+			return nil, false, invalid("INVALID_REQUEST", "networkPolicy", "%v", err)
+		}
+		return nil, false, err
+	}
+	return &p, true, nil
 }
 
 // parseMetadataFilter decodes the metadata query value: URL-encoded form data

@@ -1,9 +1,14 @@
 package sandboxd
 
 import (
+	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
+	"net"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 // Config configures a Server. The zero value is valid: an ephemeral server on
@@ -53,6 +58,17 @@ type Config struct {
 	// MaxProcesses is each sandbox's pids.max (fork-bomb guard) where the pids
 	// controller exists. Default 4096.
 	MaxProcesses int
+
+	// EgressResolver resolves the host names that sandboxes with a network
+	// policy reach through their egress proxy. Default net.DefaultResolver.
+	EgressResolver egress.Resolver
+	// EgressDial connects an egress proxy to an upstream address the policy
+	// allowed ("ip:port"). Default a net.Dialer.
+	EgressDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// EgressUpstreamTLS configures TLS from an egress proxy to upstream servers
+	// when it terminates TLS to inject credentials (RootCAs nil: the host's
+	// roots).
+	EgressUpstreamTLS *tls.Config
 }
 
 func (c Config) withDefaults() Config {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 const maxBody = 1 << 20
@@ -306,6 +308,7 @@ func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	sb.mu.Lock()
 	st, execdPort, token := sb.rec.Status.State, sb.rec.ExecdPort, sb.rec.ExecdToken
+	hasEgress, egressPort, egressToken := sb.rec.Egress, sb.rec.EgressAPIPort, sb.rec.EgressToken
 	sb.mu.Unlock()
 	if st.Final() || st == StateStopping {
 		s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
@@ -319,11 +322,20 @@ func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(execdPort)
+	case port == egress.Port && hasEgress && !useProxy:
+		if egressPort == 0 {
+			s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+			return
+		}
+		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(egressPort)
 	default:
 		ep.Endpoint = r.Host + "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
 	}
-	if port == ExecdPort {
+	switch {
+	case port == ExecdPort:
 		ep.Headers = map[string]string{ExecdTokenHeader: token}
+	case port == egress.Port && hasEgress:
+		ep.Headers = map[string]string{egress.AuthHeader: egressToken}
 	}
 	writeJSON(w, http.StatusOK, ep)
 }

@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +30,9 @@ const (
 	fdCtl    = 3 // server → init: the config line, then held open; EOF = server gone
 	fdStatus = 4 // init → server: JSON status lines
 	fdLog    = 5 // the entrypoint log (append)
+	// With a network namespace of its own (initConfig.Netns):
+	fdExecdHost = 6 // a listener on a host loopback port, for execd
+	fdEgress    = 7 // unix socket: init → server, the egress proxy listener
 )
 
 // File descriptors handed to the execd child.
@@ -46,6 +51,12 @@ type initConfig struct {
 	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
 	Token      string   `json:"token"`
+	// Netns: the sandbox has its own network namespace; the init brings up
+	// its loopback, listens on 127.0.0.1:ProxyPort for the egress proxy and
+	// serves execd on fdExecdHost.
+	Netns bool `json:"netns,omitempty"`
+	// CACert is the egress CA (PEM) to add to the sandbox's trust store.
+	CACert string `json:"caCert,omitempty"`
 }
 
 // initMsg is one status line from the init.
@@ -91,6 +102,11 @@ func runProbe() int {
 }
 
 func runInit() int {
+	// Nothing the init starts inherits its descriptors but those passed on
+	// purpose: a sandbox process must not forge status lines.
+	for _, fd := range []int{fdCtl, fdStatus, fdLog, fdExecdHost, fdEgress} {
+		unix.CloseOnExec(fd)
+	}
 	ctl := os.NewFile(fdCtl, "ctl")
 	status := os.NewFile(fdStatus, "status")
 	logf := os.NewFile(fdLog, "log")
@@ -118,6 +134,11 @@ func runInit() int {
 			os.Setenv(k, v)
 		}
 	}
+	if cfg.Netns {
+		if err := setupNetns(); err != nil {
+			return fail("set up the network namespace: %v", err)
+		}
+	}
 	root := "/"
 	if cfg.Isolated {
 		if err := setupRoot(&cfg); err != nil {
@@ -128,12 +149,30 @@ func runInit() int {
 			host = host[:12]
 		}
 		_ = unix.Sethostname([]byte(host))
+		if cfg.CACert != "" {
+			bundle, err := installCA([]byte(cfg.CACert))
+			if err != nil {
+				return fail("install the egress CA: %v", err)
+			}
+			for _, kv := range caEnv(bundle) {
+				k, v, _ := strings.Cut(kv, "=")
+				os.Setenv(k, v)
+				cfg.Env = append(cfg.Env, kv)
+			}
+		}
 	} else {
 		root = filepath.Join(cfg.SandboxDir, plainRoot)
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	if cfg.Netns {
+		f := os.NewFile(fdExecdHost, "execd-listener")
+		ln, err = net.FileListener(f)
+		f.Close()
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return fail("listen: %v", err)
 	}
@@ -258,7 +297,9 @@ func runExecdChild() int {
 		logger.Error("sandboxd execd: read config", "err", err)
 		return 1
 	}
-	ln, err := net.FileListener(os.NewFile(fdExecdListener, "execd-listener"))
+	lf := os.NewFile(fdExecdListener, "execd-listener")
+	ln, err := net.FileListener(lf)
+	lf.Close() // commands must not inherit it
 	if err != nil {
 		logger.Error("sandboxd execd: listener", "err", err)
 		return 1
@@ -384,4 +425,43 @@ func overlay(lower, upper, work, target string) error {
 
 func escapeOverlay(p string) string {
 	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
+}
+
+// setupNetns brings up the loopback of the sandbox's fresh network namespace,
+// listens on 127.0.0.1:ProxyPort and sends the listener to the server, which
+// serves the sandbox's egress proxy on it.
+func setupNetns() error {
+	sock := os.NewFile(fdEgress, "egress-sock")
+	defer sock.Close()
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ProxyPort))
+	if err != nil {
+		return fmt.Errorf("listen on the proxy port: %w", err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := sendFile(sock, f); err != nil {
+		return fmt.Errorf("send the proxy listener: %w", err)
+	}
+	return nil
+}
+
+// installCA adds pemBytes to the trust store of the sandbox's root (its upper
+// layer) and returns the absolute path of the bundle TLS clients should use.
+func installCA(pemBytes []byte) (string, error) {
+	if err := egress.InstallCA("/", pemBytes); err != nil {
+		return "", err
+	}
+	for _, p := range egress.BundlePaths {
+		if _, err := os.Stat("/" + p); err == nil {
+			return "/" + p, nil
+		}
+	}
+	return "/" + egress.BundlePaths[0], nil
 }

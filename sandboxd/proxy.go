@@ -6,6 +6,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 // strippedHeaders are headers the proxy never forwards to a sandbox, besides the standard
@@ -13,8 +15,10 @@ import (
 var strippedHeaders = []string{"Authorization", "Cookie", APIKeyHeader}
 
 // handleProxy forwards /sandboxes/{id}/proxy/{port}/{rest...} to the sandbox:
-// port 44772 to its execd, any other port to 127.0.0.1:port (sandboxes share
-// the host network) if a process of the sandbox listens there. HTTP and WebSocket; responses are flushed at once, so
+// port 44772 to its execd, port 18080 of a sandbox with a network policy to
+// its egress API, any other port to 127.0.0.1:port (in the sandbox's network
+// namespace, or the host's for a sandbox that shares it) if a process of the
+// sandbox listens there. HTTP and WebSocket; responses are flushed at once, so
 // command streams arrive event by event. The caller must send the execd token
 // itself: the proxy adds no credentials.
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
@@ -34,6 +38,12 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	sb.mu.Unlock()
 	if st != StateRunning || p == nil {
 		s.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
+		return
+	}
+	if port == egress.Port && p.eg != nil {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = "/"+r.PathValue("rest"), ""
+		p.eg.proxy.Handler().ServeHTTP(w, r2)
 		return
 	}
 	target := port

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // proc is a running sandbox as seen from the server: its init process, the
@@ -23,6 +26,7 @@ type proc struct {
 	ctl  *os.File
 	cg   *cgroups
 	port int
+	eg   *sidecar // the egress proxy of a sandbox with its own network namespace
 
 	done chan struct{} // closed once the init has been waited for
 
@@ -41,14 +45,16 @@ func (p *proc) lastMsg() initMsg {
 	return p.last
 }
 
-// baseEnv is the environment of every sandbox process before the request's env.
-func baseEnv(id string, env map[string]string) []string {
+// baseEnv is the environment of every sandbox process: the defaults, then
+// extra, then the request's env.
+func baseEnv(id string, extra []string, env map[string]string) []string {
 	out := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root",
 		"HOSTNAME=" + shortID(id),
 		"LANG=C.UTF-8",
 	}
+	out = append(out, extra...)
 	for k, v := range env {
 		out = append(out, k+"="+v)
 	}
@@ -82,6 +88,11 @@ func probeIsolation(ctx context.Context) error {
 var breakIsolation bool
 
 func isolatedAttr() *syscall.SysProcAttr {
+	return isolatedAttrNet(false)
+}
+
+// isolatedAttrNet is isolatedAttr, with a new network namespace if netns.
+func isolatedAttrNet(netns bool) *syscall.SysProcAttr {
 	// As root: identity mapping of every id, so root in the sandbox is root
 	// for file ownership, but its capabilities only hold in the sandbox's
 	// namespaces. As another user: that user becomes root in the sandbox, the
@@ -95,8 +106,12 @@ func isolatedAttr() *syscall.SysProcAttr {
 	if breakIsolation {
 		size = 0
 	}
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
+	if netns {
+		flags |= syscall.CLONE_NEWNET
+	}
 	return &syscall.SysProcAttr{
-		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		Cloneflags:                 flags,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: size}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: size}},
 		GidMappingsEnableSetgroups: setgroups,
@@ -128,20 +143,51 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		ctlW.Close()
 		return nil, err
 	}
+	// A sandbox with its own network namespace gets two more descriptors: a
+	// listener on a host loopback port for execd (a socket stays in the
+	// namespace it was made in, so the host reaches execd there although the
+	// sandbox cannot reach the host), and a unix socket on which the init
+	// sends back the listener of its egress proxy port.
+	var execdLn, egSock, egPeer *os.File
+	closeNet := func() {
+		for _, f := range []*os.File{execdLn, egSock, egPeer} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	if rec.Egress {
+		if execdLn, egSock, egPeer, err = netnsFiles(); err != nil {
+			ctlR.Close()
+			ctlW.Close()
+			stR.Close()
+			stW.Close()
+			return nil, err
+		}
+	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"sandboxd-init", rec.ID}
 	cmd.Env = []string{initEnv + "=init"}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{ctlR, stW, logf}
+	if rec.Egress {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, execdLn, egPeer)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if s.cfg.NoIsolation {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
-		cmd.SysProcAttr = isolatedAttr()
+		cmd.SysProcAttr = isolatedAttrNet(rec.Egress)
 	}
 	err = cmd.Start()
 	ctlR.Close()
 	stW.Close()
+	if execdLn != nil {
+		execdLn.Close()
+		egPeer.Close()
+		execdLn, egPeer = nil, nil
+	}
+	defer closeNet()
 	if err != nil {
 		ctlW.Close()
 		stR.Close()
@@ -191,6 +237,14 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		close(p.done)
 	}()
 
+	var extraEnv []string
+	if rec.Egress {
+		if p.eg, err = s.newSidecar(rec); err != nil {
+			s.kill(p)
+			return nil, err
+		}
+		extraEnv = proxyEnv()
+	}
 	cfg := initConfig{
 		ID:         rec.ID,
 		Isolated:   !s.cfg.NoIsolation,
@@ -198,8 +252,12 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		HostDirs:   fs.HostDirs,
 		SandboxDir: dir,
 		Entrypoint: rec.Entrypoint,
-		Env:        baseEnv(rec.ID, rec.Env),
+		Env:        baseEnv(rec.ID, extraEnv, rec.Env),
 		Token:      rec.ExecdToken,
+		Netns:      rec.Egress,
+	}
+	if p.eg != nil {
+		cfg.CACert = string(p.eg.proxy.CACertPEM())
 	}
 	line, _ := json.Marshal(cfg)
 	if _, err := ctlW.Write(append(line, '\n')); err != nil {
@@ -225,6 +283,15 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 			return nil, failure(m, ok)
 		}
 		p.port = m.Port
+		if p.eg != nil {
+			// The init sent its proxy listener before it reported the port.
+			l, err := recvListener(egSock)
+			if err != nil {
+				s.kill(p)
+				return nil, fmt.Errorf("egress proxy listener from the sandbox: %w", err)
+			}
+			p.eg.serveProxy(l)
+		}
 	case <-ctx.Done():
 		s.kill(p)
 		return nil, fmt.Errorf("sandbox start: %w", ctx.Err())
@@ -328,6 +395,7 @@ func (s *Server) kill(p *proc) {
 	if err := p.cg.remove(); err != nil {
 		s.log.Warn("sandboxd: cgroup cleanup", "err", err)
 	}
+	p.eg.close()
 }
 
 // freeze pauses every process of the sandbox.
@@ -410,4 +478,25 @@ func descendants(root int) []int {
 		}
 	}
 	return out
+}
+
+// netnsFiles returns what a sandbox with its own network namespace needs from
+// the host: a listener on a host loopback port for its execd, and both ends of
+// the unix socket its init sends its proxy listener back on.
+func netnsFiles() (execdLn, sock, peer *os.File, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("execd listener: %w", err)
+	}
+	execdLn, err = ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("execd listener: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		execdLn.Close()
+		return nil, nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return execdLn, os.NewFile(uintptr(fds[0]), "egress-sock"), os.NewFile(uintptr(fds[1]), "egress-peer"), nil
 }

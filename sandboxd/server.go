@@ -127,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 		sb := &sandbox{rec: *r}
 		if !r.Status.State.Final() {
 			sb.rec.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
-			sb.rec.ExecdPort, sb.rec.InitPID = 0, 0
+			sb.rec.ExecdPort, sb.rec.EgressAPIPort, sb.rec.InitPID = 0, 0, 0
 			if err := s.saveRecord(&sb.rec); err != nil {
 				s.snap.db.Close()
 				lock.Close()
@@ -329,8 +329,13 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		rec.ExpiresAt = &exp
 	}
 	rec.setStatus(StatePending, "provisioning", "starting the sandbox")
-	if len(req.NetworkPolicy) > 0 && string(req.NetworkPolicy) != "null" {
-		s.log.Warn("sandboxd: networkPolicy is not enforced yet (shared host network)", "id", rec.ID)
+	pol, netns, err := parseNetworkPolicy(req)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if netns {
+		rec.Egress, rec.NetworkPolicy, rec.EgressToken = true, pol, newID()
+		rec.CredentialProxy = req.CredentialProxy != nil && req.CredentialProxy.Enabled
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartTimeout)
 	sb := &sandbox{rec: rec, cancel: cancel}
@@ -431,6 +436,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	}
 	sb.proc = p
 	sb.rec.ExecdPort = p.port
+	sb.rec.EgressAPIPort = p.eg.apiPort()
 	sb.rec.InitPID = p.pid()
 	sb.rec.ImageSource = fs.Source
 	sb.rec.setStatus(StateRunning, "running", "")
@@ -462,7 +468,7 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 		reason = ReasonEntrypointExit
 	}
 	sb.rec.setStatus(StateFailed, reason, msg)
-	sb.rec.ExecdPort = 0
+	sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 	sb.ended = time.Now()
 	sb.proc = nil
 	s.persist(&sb.rec)
@@ -503,7 +509,7 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 	sb.mu.Lock()
 	if !sb.rec.Status.State.Final() {
 		sb.rec.setStatus(StateTerminated, reason, msg)
-		sb.rec.ExecdPort = 0
+		sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 		sb.ended = time.Now()
 		s.persist(&sb.rec)
 	}
