@@ -136,13 +136,27 @@ while True:
 
 // TestProxyWebSocket upgrades a connection through the server proxy to a
 // WebSocket-style echo server in a sandbox, and checks the proxy refuses a
-// port no process of the sandbox listens on, such as a host service's.
+// port no process of the sandbox listens on, such as a host service's: for a
+// sandbox on the host network and for one in its own network namespace.
 func TestProxyWebSocket(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is needed in the sandbox (host fallback image)")
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("/usr/bin/python3 is needed in the sandbox (host fallback image)")
 	}
 	s, base := startServer(t, sandboxd.Config{})
-	id := create(t, base, map[string]any{"entrypoint": []string{"python3", "-c", wsEcho}})
+	for _, c := range []struct {
+		name   string
+		policy any
+	}{{"host network", nil}, {"network namespace", map[string]any{"defaultAction": "deny"}}} {
+		t.Run(c.name, func(t *testing.T) { testProxyWebSocket(t, s, base, c.policy) })
+	}
+}
+
+func testProxyWebSocket(t *testing.T, s *sandboxd.Server, base string, policy any) {
+	req := map[string]any{"entrypoint": []string{"python3", "-c", wsEcho}}
+	if policy != nil {
+		req["networkPolicy"] = policy
+	}
+	id := create(t, base, req)
 	waitState(t, base, id, sandboxd.StateRunning)
 	var port string
 	testenv.Eventually(t, 10*time.Second, func() error {

@@ -2,17 +2,27 @@ package sandboxd
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // listensOn reports whether a process of the sandbox holds a listening TCP
-// socket on port. Sandboxes share the host network, so without this check the
-// unauthenticated proxy route would reach any loopback service of the host.
+// socket on port. A sandbox that shares the host network would otherwise let
+// the unauthenticated proxy route reach any loopback service of the host; one
+// with its own network namespace is checked there.
 func (p *proc) listensOn(port int) bool {
-	inodes := listeningInodes(port)
+	procNet := "/proc/net"
+	if p.eg != nil {
+		procNet = "/proc/" + strconv.Itoa(p.pid()) + "/net"
+	}
+	inodes := listeningInodes(procNet, port)
 	if len(inodes) == 0 {
 		return false
 	}
@@ -39,11 +49,12 @@ func (p *proc) listensOn(port int) bool {
 	return false
 }
 
-// listeningInodes returns the socket inodes of TCP sockets listening on port.
-func listeningInodes(port int) map[string]bool {
+// listeningInodes returns the socket inodes of TCP sockets listening on port
+// in the network namespace procNet (/proc/net or /proc/<pid>/net) shows.
+func listeningInodes(procNet string, port int) map[string]bool {
 	out := map[string]bool{}
 	hexPort := fmt.Sprintf(":%04X", port)
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, f := range []string{procNet + "/tcp", procNet + "/tcp6"} {
 		fh, err := os.Open(f)
 		if err != nil {
 			continue
@@ -60,4 +71,34 @@ func listeningInodes(port int) map[string]bool {
 		fh.Close()
 	}
 	return out
+}
+
+// dialNetns connects to addr from inside the network namespace of pid. The
+// socket is made on a locked thread that joins the namespace and is never
+// unlocked, so Go ends that thread with the goroutine and no other goroutine
+// ever runs in the sandbox's namespace.
+func dialNetns(ctx context.Context, pid int, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err != nil {
+			ch <- result{err: fmt.Errorf("open network namespace: %w", err)}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("enter network namespace: %w", err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
 }

@@ -1,7 +1,9 @@
 package sandboxd
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -67,9 +69,27 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 			}
 		},
 		FlushInterval: -1,
+		Transport:     p.transport(port),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "BAD_GATEWAY", "sandbox "+id+" port "+strconv.Itoa(port)+": "+err.Error())
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// transport reaches port of the sandbox: the default transport for execd and
+// for a sandbox on the host network, else one that dials in the sandbox's
+// network namespace (no idle connections kept: each request dials afresh).
+func (p *proc) transport(port int) http.RoundTripper {
+	if p.eg == nil || port == ExecdPort {
+		return nil
+	}
+	pid := p.pid()
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return dialNetns(ctx, pid, addr)
+		},
+		DisableKeepAlives:     true,
+		ResponseHeaderTimeout: 0,
+	}
 }
