@@ -8,8 +8,25 @@
 // # Runtime
 //
 // A sandbox is a process tree in new user (identity-mapped: root stays root),
-// mount, PID, UTS and IPC namespaces. The network namespace is the host's, so
-// execd listens on 127.0.0.1 and is reachable from the host.
+// mount, PID, UTS and IPC namespaces. Without a network policy the network
+// namespace is the host's, so execd listens on 127.0.0.1 and is reachable from
+// the host.
+//
+// # Egress
+//
+// A sandbox created with a networkPolicy or credentialProxy.enabled also gets
+// a new network namespace with only loopback up. Its init listens on
+// 127.0.0.1:ProxyPort there and sends the listener to the server over a unix
+// socket (SCM_RIGHTS); the server serves the sandbox's egress.Proxy on it, so
+// the proxy dials from the host and the policy decides everything that leaves.
+// execd serves a listener the server opened on a host loopback port (a socket
+// stays in the namespace it was made in), and the proxy route reaches other
+// ports by dialing from a thread that joined the sandbox's namespace. Port
+// 18080 is the egress API (egress.Proxy.Handler) on a host loopback port. With
+// the credential proxy, the init installs the proxy's CA certificate into the
+// sandbox's trust store (egress.InstallCA, after the pivot, so the write lands
+// in the upper layer) and points SSL_CERT_FILE and friends at it; credential
+// values never leave the server.
 //
 // The server starts a sandbox by re-executing its own binary (/proc/self/exe)
 // with the environment variable ALINEO_SANDBOXD_INIT set. A package-level init
@@ -26,7 +43,8 @@
 //     devpts); its own /proc; then pivot_root into it and detaches the old
 //     root;
 //  3. starts execd in a child process (re-executed the same way) on a
-//     127.0.0.1:0 listener it opened itself, and reports the port to the server;
+//     127.0.0.1:0 listener it opened itself (or, in a network namespace of
+//     its own, the one the server passed), and reports the port to the server;
 //  4. starts the entrypoint as a child, its output appended to
 //     DataDir/sandboxes/<id>/entrypoint.log;
 //  5. reaps every orphan (it is PID 1) and exits when the entrypoint or execd
@@ -85,6 +103,6 @@
 // checkpoint references.
 //
 // This package imports the standard library, golang.org/x/sys, checkpoints,
-// checkpoints/sqlite, sandboxd/execd and sandboxd/snapshots; it must not
+// checkpoints/sqlite, sandboxd/egress, sandboxd/execd and sandboxd/snapshots; it must not
 // import the SDK, the ledger, the bus or testenv.
 package sandboxd
