@@ -1,8 +1,8 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -28,14 +28,20 @@ func Validate(e Entry) error {
 	if e.Payload == nil {
 		return nil
 	}
-	if !json.Valid(e.Payload) {
-		return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
-	}
 	p := payloadFor(e.Event)
-	if p == nil || bytes.Equal(bytes.TrimSpace(e.Payload), []byte("null")) {
+	if p == nil {
+		if !json.Valid(e.Payload) {
+			return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
+		}
 		return nil
 	}
+	// One pass: Unmarshal rejects JSON that is not valid, so the payload is
+	// parsed once on the hot path (every exec.output chunk).
 	if err := json.Unmarshal(e.Payload, p); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || !json.Valid(e.Payload) {
+			return &ValidationError{Field: "payload", Reason: "is not valid JSON", Err: err}
+		}
 		field := "payload"
 		if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
 			field = "payload." + te.Field
