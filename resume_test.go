@@ -317,7 +317,8 @@ func TestForkConcurrent(t *testing.T) {
 // TestForkFailureLeaksNothing: a fork that cannot get a concurrency slot fails
 // on its own, creates nothing and leaves the slots as they were.
 func TestForkFailureLeaksNothing(t *testing.T) {
-	e := newEnv(t, storeKinds[0].open(t), func(o *alineo.Options) { o.MaxConcurrency = 2 })
+	store := &failForks{Store: storeKinds[0].open(t)}
+	e := newEnv(t, store, func(o *alineo.Options) { o.MaxConcurrency = 2 })
 	ctx := testCtx(t)
 	parent := e.sandbox(t, ctx, alineo.SandboxOptions{})
 	out(t, ctx, parent, "echo x > /x")
@@ -338,7 +339,30 @@ func TestForkFailureLeaksNothing(t *testing.T) {
 	if err := f1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f3, err := parent.Fork(ctx, "three") // the failed fork released nothing it did not hold
+
+	// Forks that fail after their sandbox was created (the ledger refuses
+	// sandbox.created), three at once over one free slot: each fails on its
+	// own, deletes its sandbox and hands its slot on.
+	store.fail.Store(true)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = parent.Fork(ctx, "failing") })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var se *alineo.SandboxError
+		if !errors.As(err, &se) || !errors.Is(err, errRefused) {
+			t.Fatalf("failing fork %d: %v, want a *SandboxError wrapping the ledger's refusal", i, err)
+		}
+	}
+	if n := e.liveSandboxes(t, ctx); n != 1 {
+		t.Fatalf("%d sandboxes live after the failed forks, want only the parent", n)
+	}
+	store.fail.Store(false)
+	sctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	f3, err := parent.Fork(sctx, "three") // blocks forever if a failed fork kept its slot
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +370,35 @@ func TestForkFailureLeaksNothing(t *testing.T) {
 	if got := out(t, ctx, f3, "cat /x"); got != "x\n" {
 		t.Fatalf("fork sees %q", got)
 	}
+}
+
+var errRefused = errors.New("refused by the test")
+
+// failForks is a store that, while fail is set, refuses the sandbox.created
+// of forks.
+type failForks struct {
+	adapters.Store
+	fail atomic.Bool
+}
+
+func (s *failForks) refuses(e events.Entry) bool {
+	return s.fail.Load() && e.Event == events.SandboxCreated && strings.HasPrefix(e.Name, "fork-")
+}
+
+func (s *failForks) Append(ctx context.Context, e events.Entry) error {
+	if s.refuses(e) {
+		return errRefused
+	}
+	return s.Store.Append(ctx, e)
+}
+
+func (s *failForks) AppendBatch(ctx context.Context, es []events.Entry) error {
+	for _, e := range es {
+		if s.refuses(e) {
+			return errRefused
+		}
+	}
+	return s.Store.AppendBatch(ctx, es)
 }
 
 // TestRestoreAndConnect restores a snapshot with a clean history and attaches
