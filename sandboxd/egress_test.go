@@ -328,3 +328,31 @@ func TestEgressCreateValidation(t *testing.T) {
 	})
 	wantStatus(t, r, http.StatusBadRequest)
 }
+
+// TestEgressCannotReachSandboxd: even an allow-all policy does not let a
+// sandbox reach the server's API, its own egress API (whose token would let it
+// rewrite its policy and bindings) or execd through the proxy.
+func TestEgressCannotReachSandboxd(t *testing.T) {
+	up := newUpstream(t, false)
+	_, base := egressServer(t, nil)
+	id := create(t, base, map[string]any{"credentialProxy": map[string]any{"enabled": true}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	execdURL, token := execdEndpoint(t, base, id, false)
+	egURL, _ := egressEndpoint(t, base, id, false)
+
+	// NO_PROXY names 127.0.0.1: --noproxy overrides it, so these go through the proxy.
+	px := fmt.Sprintf("-x http://127.0.0.1:%d --noproxy none.invalid ", sandboxd.ProxyPort)
+	if out, code := curl(t, execdURL, token, px+"http://127.0.0.1:"+up.port+"/"); code != 0 || !strings.HasPrefix(out, "hello") {
+		t.Fatalf("allow-all to a host service: output %q, exit %d", out, code)
+	}
+	for name, u := range map[string]string{
+		"api":        base + "/v1/sandboxes",
+		"egress API": egURL + "/policy",
+		"execd":      execdURL + "/ping",
+		"api by ip":  strings.Replace(base, "127.0.0.1", "0.0.0.0", 1) + "/health",
+	} {
+		if out, _ := curl(t, execdURL, token, px+"-o /dev/null -w '%{http_code}' "+u); out != "403" {
+			t.Errorf("%s (%s) through the proxy: %q, want 403", name, u, out)
+		}
+	}
+}

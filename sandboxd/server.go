@@ -37,6 +37,9 @@ type Server struct {
 	importMu   sync.Mutex
 	cgWarnOnce sync.Once
 
+	// apiPort is the port Start listens on, which egress proxies never dial.
+	apiPort atomic.Int32
+
 	stop     chan struct{}
 	bg       sync.WaitGroup // janitor and sandbox goroutines
 	httpSrv  *http.Server
@@ -191,6 +194,7 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	s.httpSrv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	s.serveErr = make(chan error, 1)
 	go func() { s.serveErr <- s.httpSrv.Serve(ln) }()
+	s.apiPort.Store(int32(ln.Addr().(*net.TCPAddr).Port))
 	url := "http://" + ln.Addr().String()
 	s.log.Info("sandboxd: listening", "url", url, "data", s.dataDir, "isolation", !s.cfg.NoIsolation)
 	return url, nil

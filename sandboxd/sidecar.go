@@ -1,10 +1,12 @@
 package sandboxd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -40,7 +42,7 @@ func (s *Server) newSidecar(rec *record) (*sidecar, error) {
 		CredentialProxy: rec.CredentialProxy,
 		UpstreamTLS:     s.cfg.EgressUpstreamTLS,
 		Resolver:        s.cfg.EgressResolver,
-		Dial:            s.cfg.EgressDial,
+		Dial:            s.guardDial(s.cfg.EgressDial),
 		Logger:          s.log.With("id", rec.ID),
 	})
 	if err != nil {
@@ -60,6 +62,71 @@ func (s *Server) newSidecar(rec *record) (*sidecar, error) {
 		}
 	}()
 	return sc, nil
+}
+
+// guardDial wraps dial (nil: a net.Dialer) so that an egress proxy never
+// connects to the server itself: its API port and every sandbox's execd and
+// egress API ports, on a loopback, unspecified or local interface address,
+// are refused with an *egress.DeniedError whatever the policy says.
+// Otherwise a sandbox whose policy allows the host's loopback (allow-all does)
+// could read its own egress token from the API and rewrite its policy and
+// bindings, or drive other sandboxes.
+func (s *Server) guardDial(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if dial == nil {
+		d := &net.Dialer{Timeout: egress.DefaultDialTimeout}
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		ap, err := netip.ParseAddrPort(address)
+		if err == nil && s.ownPort(int(ap.Port())) && isLocalAddr(ap.Addr()) {
+			return nil, &egress.DeniedError{Host: ap.Addr().String(), Port: strconv.Itoa(int(ap.Port())), Reason: "a port of sandboxd itself"}
+		}
+		return dial(ctx, network, address)
+	}
+}
+
+// ownPort reports whether port is the server's API port or the execd or
+// egress API port of one of its live sandboxes.
+func (s *Server) ownPort(port int) bool {
+	if port == int(s.apiPort.Load()) {
+		return true
+	}
+	s.mu.Lock()
+	all := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		all = append(all, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range all {
+		sb.mu.Lock()
+		hit := sb.rec.ExecdPort == port || sb.rec.EgressAPIPort == port
+		p := sb.proc
+		sb.mu.Unlock()
+		if hit || p != nil && (p.port == port || p.eg.apiPort() == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// isLocalAddr reports whether a is an address of this host.
+func isLocalAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if a.IsLoopback() || a.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: refuse
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // serveProxy serves the egress proxy on l (the sandbox's 127.0.0.1:ProxyPort)
