@@ -20,6 +20,13 @@ var (
 	// ErrForkUnsupported is returned by Fork on a handle whose resources are
 	// unknown (Connect without ConnectOptions.Resources).
 	ErrForkUnsupported = errors.New("alineo: fork is not supported on this sandbox: its resources are unknown")
+	// ErrCredentialNotFound is wrapped when a credential to patch is not bound
+	// to the sandbox.
+	ErrCredentialNotFound = errors.New("alineo: credential not found")
+	// ErrNoCredentialResolver is wrapped by the *SandboxError of Client.Resume
+	// when the session has bound credentials and ResumeOptions.ResolveCredential
+	// is nil.
+	ErrNoCredentialResolver = errors.New("alineo: no credential resolver")
 )
 
 // ReplayDivergedError is the error of an exec-like call on a resumed sandbox
