@@ -29,6 +29,9 @@ type Options struct {
 	// HTTPClient is used for every call to the server. Default: a client on
 	// http.DefaultTransport. Its Timeout is not applied to command streams.
 	HTTPClient *http.Client
+	// CredentialBroker holds the values of Sandbox.Credentials. Default: an
+	// OpenSandboxBroker on the server's credential vault (port 18080).
+	CredentialBroker CredentialBroker
 }
 
 func (o Options) validate() error {
@@ -101,6 +104,13 @@ type SandboxOptions struct {
 	Shell string
 	// RunID correlates sandboxes of one run across resume and fork; default a new UUID.
 	RunID string
+	// NetworkPolicy restricts outbound traffic by domain, IP or CIDR; its rules
+	// are recorded as egress.rule_added. Nil: no policy (unrestricted).
+	NetworkPolicy *NetworkPolicy
+	// CredentialProxy enables the credential vault of Sandbox.Credentials:
+	// bound credentials are injected into matching outbound requests (HTTPS
+	// through a per-sandbox CA the sandbox trusts).
+	CredentialProxy bool
 }
 
 func (o SandboxOptions) validate() error {
@@ -113,6 +123,9 @@ func (o SandboxOptions) validate() error {
 		return &OptionError{Field: "Timeout", Reason: "must be 0 (none) or at least " + MinTimeout.String() + ", got " + o.Timeout.String()}
 	case o.Timeout%time.Second != 0:
 		return &OptionError{Field: "Timeout", Reason: "must be whole seconds, got " + o.Timeout.String()}
+	}
+	if err := o.NetworkPolicy.validate(); err != nil {
+		return err
 	}
 	if strings.ContainsRune(o.Shell, 0) {
 		return &OptionError{Field: "Shell", Reason: "contains a NUL byte"}
