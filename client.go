@@ -28,6 +28,8 @@ type Client struct {
 	sem   *semaphore
 	log   *slog.Logger
 	envs  envBuilds // environment builds in flight, by name and fingerprint
+
+	broker CredentialBroker // Options.CredentialBroker, or the vault broker
 }
 
 // New returns a Client. It does no I/O. It fails with an *OptionError when
@@ -48,7 +50,11 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, &OptionError{Field: "BaseURL", Reason: err.Error()}
 	}
-	return &Client{os: osc, store: opts.Adapter, sem: newSemaphore(opts.MaxConcurrency), log: log}, nil
+	broker := opts.CredentialBroker
+	if broker == nil {
+		broker = NewOpenSandboxBroker(osc)
+	}
+	return &Client{os: osc, store: opts.Adapter, sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
 }
 
 // OpenSandbox returns the underlying OpenSandbox client, for calls the SDK does
@@ -95,6 +101,7 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
 		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
 		ResourceLimits: res.limits(), Timeout: opts.Timeout,
+		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
 	})
 	if err != nil {
 		release()
@@ -137,6 +144,12 @@ func (c *Client) open(ctx context.Context, id string, opts SandboxOptions, res R
 	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, payload); err != nil {
 		ex.Close()
 		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
+	}
+	if opts.NetworkPolicy != nil {
+		if err := sb.recordRules(ctx, events.EgressRuleAdded, opts.NetworkPolicy.Egress); err != nil {
+			ex.Close()
+			return nil, err
+		}
 	}
 	return sb, nil
 }
