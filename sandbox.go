@@ -37,6 +37,8 @@ type Sandbox struct {
 	running  sync.WaitGroup // exec goroutines
 	replay   *replayCache   // results replayed instead of run (Client.Resume); nil for none
 
+	creds credState // bound credential values, redacted from what is recorded
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -106,8 +108,9 @@ func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Ex
 		wire = wrapShell(shell, cmd)
 	}
 	req := opensandbox.CommandRequest{Command: wire, Cwd: o.Cwd, Envs: o.Env, Timeout: o.Timeout}
-	payload := events.ExecStartedPayload{Kind: events.KindCommand, Cmd: cmd, Fingerprint: events.Fingerprint(events.KindCommand, cmd)}
-	return s.start(ctx, events.KindCommand, cmd, o.strict(), bad, payload, true,
+	text := s.redactText(cmd) // what is recorded and reported
+	payload := events.ExecStartedPayload{Kind: events.KindCommand, Cmd: text, Fingerprint: events.Fingerprint(events.KindCommand, text)}
+	return s.start(ctx, events.KindCommand, text, o.strict(), bad, payload, true,
 		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
 			return ex.RunCommand(ctx, req)
 		})
@@ -132,8 +135,9 @@ func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions
 	if o.Language != "" || o.ContextID != "" {
 		req.Context = &opensandbox.CodeContext{ID: o.ContextID, Language: o.Language}
 	}
-	payload := events.ExecStartedPayload{Kind: events.KindCode, Code: code, Fingerprint: events.Fingerprint(events.KindCode, code)}
-	return s.start(ctx, events.KindCode, code, o.strict(), bad, payload, o.Language == "",
+	text := s.redactText(code) // what is recorded and reported
+	payload := events.ExecStartedPayload{Kind: events.KindCode, Code: text, Fingerprint: events.Fingerprint(events.KindCode, text)}
+	return s.start(ctx, events.KindCode, text, o.strict(), bad, payload, o.Language == "",
 		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
 			return ex.RunCode(ctx, req)
 		})
