@@ -52,6 +52,7 @@ type Exec struct {
 	text   string // the command or code, as the caller passed it
 	strict bool
 	out    *output
+	red    *outputRedaction // redacts bound credential values; nil for none
 
 	// exitCode is set before out is finished; valid once it is (-1 if the exec
 	// never completed).
@@ -63,7 +64,8 @@ type Exec struct {
 }
 
 func newExec(sb *Sandbox, step int, kind events.ExecKind, text string, strict bool) *Exec {
-	e := &Exec{sb: sb, chain: &chain{}, step: step, kind: kind, text: text, strict: strict, exitCode: -1}
+	e := &Exec{sb: sb, chain: &chain{}, step: step, kind: kind, text: text, strict: strict, exitCode: -1,
+		red: sb.newOutputRedaction()}
 	e.out = newOutput(outputWindow, e.refetch)
 	return e
 }
@@ -321,6 +323,12 @@ record:
 				break group
 			}
 		}
+		if e.red != nil {
+			if data = e.red.write(s, data); len(data) == 0 { // held back: may be part of a secret
+				<-inFlight
+				continue
+			}
+		}
 		done, err := sb.ledger.emitChained(pctx, e.chain, events.ExecOutput, e.step, outputPayload(e.step, s, data))
 		if err != nil {
 			<-inFlight
@@ -336,6 +344,9 @@ record:
 	var completed <-chan error
 	var res opensandbox.Result
 	var streamErr error
+	if !more && !stopped && emitErr == nil {
+		emitErr = e.flushRedacted(pctx, inFlight, queue)
+	}
 	if !more && !stopped && emitErr == nil {
 		streamErr = stream.Err()
 		var ok bool
