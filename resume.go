@@ -22,6 +22,10 @@ type ResumeOptions struct {
 	// Shell is the new handle's shell (SandboxOptions.Shell); the original's is
 	// not recorded.
 	Shell string
+	// ResolveCredential supplies the values of the credentials the session had
+	// bound (credential.bound not revoked later), which the resumed sandbox
+	// re-registers; required when there are any.
+	ResolveCredential CredentialResolver
 }
 
 // Resume continues a session from its last checkpoint (or the last with
@@ -50,13 +54,25 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	if err != nil {
 		return nil, err
 	}
+	creds, err := c.prepareResume(ctx, name, sandboxID, opts.ResolveCredential)
+	if err != nil {
+		return nil, err
+	}
 	res := rp.resources.withDefaults()
 	payload := events.SandboxCreatedPayload{ResumedFrom: sandboxID, SnapshotID: rp.checkpoint.SnapshotID,
 		RunID: rp.runID, Resources: res.limits()}
-	return c.spawn(ctx, spawnOptions{
+	sb, err := c.spawn(ctx, spawnOptions{
 		snapshotID: rp.checkpoint.SnapshotID, name: func(string) string { return name },
 		resources: res, runID: rp.runID, payload: payload, replay: rp.cache, shell: opts.Shell,
+		policy: creds.policy(), credentialProxy: creds.proxy(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.restoreCredentials(ctx, creds); err != nil {
+		return nil, errors.Join(err, sb.Close(ctx))
+	}
+	return sb, nil
 }
 
 // sessionName finds the name of the session whose sandbox id is sandboxID.
@@ -142,6 +158,9 @@ type spawnOptions struct {
 	payload    events.SandboxCreatedPayload // SandboxID is filled in
 	replay     *replayCache
 	shell      string
+	// policy and credentialProxy restore a resumed session's network state.
+	policy          *NetworkPolicy
+	credentialProxy bool
 }
 
 // spawn creates a sandbox from a snapshot as Client.Sandbox creates one from an
@@ -155,6 +174,7 @@ func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
 	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
 		SnapshotID: o.snapshotID, Env: o.env, Metadata: map[string]string{"runId": o.runID},
 		ResourceLimits: o.resources.limits(),
+		NetworkPolicy:  o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
 	})
 	if err != nil {
 		c.sem.release()
