@@ -239,7 +239,8 @@ func (c *Credentials) Remove(ctx context.Context, name string) error {
 }
 
 // ListBindings returns the sandbox's bound credentials, without values,
-// ordered by name, as the broker reports them. Errors: ErrClosed,
+// ordered by name, as the broker reports them (bindings set through this
+// handle as they were set). Errors: ErrClosed,
 // *SandboxError.
 func (c *Credentials) ListBindings(ctx context.Context) ([]BoundCredential, error) {
 	s := c.sb
@@ -249,6 +250,13 @@ func (c *Credentials) ListBindings(ctx context.Context) ([]BoundCredential, erro
 	bs, err := s.c.broker.List(ctx, s.id)
 	if err != nil {
 		return nil, &SandboxError{SandboxID: s.id, Op: "list credentials", Err: err}
+	}
+	// A vault reports no header names of customHeaders: this handle's own
+	// bindings are given as they were set.
+	for i := range bs {
+		if b, _, ok := s.creds.binding(bs[i].Name); ok {
+			bs[i].Binding = b
+		}
 	}
 	return bs, nil
 }

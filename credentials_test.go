@@ -433,3 +433,104 @@ func TestCredentialInjectionNeverRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeReregistersCredentials resumes a session with a binding: without
+// a resolver (or with a failing one) Resume fails with a *SandboxError and
+// leaves no sandbox; with one, the binding, the egress rules and the
+// redaction are back, and a recorded command holding the value replays.
+func TestResumeReregistersCredentials(t *testing.T) {
+	e := newEgressEnv(t, memory.New())
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{CredentialProxy: true, NetworkPolicy: &alineo.NetworkPolicy{
+		DefaultAction: alineo.EgressDeny,
+		Egress:        []alineo.EgressRule{{Action: alineo.EgressAllow, Target: "allowed.test"}},
+	}})
+	secret := newSecret(t)
+	binding := alineo.CredentialBinding{Hosts: []string{"allowed.test"}, Schemes: []string{"http"},
+		Ports: []int{e.plain.port}, Type: alineo.CredentialCustomHeaders, Headers: []string{"X-One", "X-Two"}}
+	if err := sb.Credentials().Set(ctx, "api", secret, binding, "env:API_KEY"); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	if err := sb.Egress().Add(ctx, alineo.EgressRule{Action: alineo.EgressAllow, Target: "example.com"}); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	echo := "echo token=" + secret
+	if res, err := sb.Exec(ctx, echo).Wait(); err != nil || res.Stdout != "token=[REDACTED:api]\n" {
+		t.Fatalf("echo = %q, %v", res.Stdout, err)
+	}
+	if _, err := sb.Checkpoint(ctx, ""); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	// A second binding, revoked again: it must not come back.
+	if err := sb.Credentials().Set(ctx, "gone", newSecret(t), binding, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Credentials().Remove(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := e.liveSandboxes(t, ctx)
+
+	var se *alineo.SandboxError
+	if _, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{}); !errors.As(err, &se) || !errors.Is(err, alineo.ErrNoCredentialResolver) {
+		t.Fatalf("Resume without a resolver = %v, want a *SandboxError wrapping ErrNoCredentialResolver", err)
+	}
+	boom := errors.New("vault sealed")
+	_, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{ResolveCredential: func(context.Context, string, alineo.CredentialBinding) (string, error) {
+		return "", boom
+	}})
+	if !errors.As(err, &se) || !errors.Is(err, boom) {
+		t.Fatalf("Resume with a failing resolver = %v, want a *SandboxError wrapping its error", err)
+	}
+	if got := e.liveSandboxes(t, ctx); got != live {
+		t.Fatalf("live sandboxes after failed resumes = %d, want %d", got, live)
+	}
+
+	var asked []string
+	resumed, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{ResolveCredential: func(_ context.Context, name string, b alineo.CredentialBinding) (string, error) {
+		asked = append(asked, name+":"+b.Type)
+		return secret, nil
+	}})
+	if err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	t.Cleanup(func() { resumed.Close(context.Background()) })
+	if got, want := strings.Join(asked, ","), "api:customHeaders"; got != want {
+		t.Fatalf("resolver asked for %s, want %s", got, want)
+	}
+	bs, err := resumed.Credentials().ListBindings(ctx)
+	if err != nil || len(bs) != 1 || bs[0].Name != "api" || strings.Join(bs[0].Binding.Headers, ",") != "X-One,X-Two" {
+		t.Fatalf("ListBindings after Resume = %+v, %v; want api with its headers", bs, err)
+	}
+	// The recorded command (redacted) replays: same fingerprint.
+	if res, err := resumed.Exec(ctx, echo).Wait(); err != nil || res.Stdout != "token=[REDACTED:api]\n" {
+		t.Fatalf("replayed echo = %q, %v", res.Stdout, err)
+	}
+	if out, ok := curl(t, ctx, resumed, fmt.Sprintf("http://allowed.test:%d/", e.plain.port)); !ok {
+		t.Fatalf("http after Resume: %q", out)
+	}
+	if h := e.plain.last(); h.Get("X-One") != secret || h.Get("X-Two") != secret {
+		t.Fatalf("after Resume the upstream got %v, want both custom headers", h)
+	}
+	if out, ok := curl(t, ctx, resumed, fmt.Sprintf("http://other.test:%d/", e.plain.port)); ok {
+		t.Fatalf("other host after Resume: %q succeeded; want the policy restored", out)
+	}
+	p, err := resumed.Egress().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(p.Egress), "[{allow example.com} {allow allowed.test}]"; got != want {
+		t.Fatalf("rules after Resume = %s, want %s", got, want)
+	}
+	es := e.rows(t, resumed)
+	if got := countEvents(es, events.CredentialBound); got != 1 {
+		t.Fatalf("credential.bound rows of the resumed session = %d, want 1", got)
+	}
+	for _, en := range es {
+		if bytes.Contains(en.Payload, []byte(secret)) {
+			t.Fatalf("%s holds the value", en.Event)
+		}
+	}
+}
