@@ -13,7 +13,9 @@ func ruleEntry(ev events.Event, action events.EgressAction, target string) event
 }
 
 func TestPolicyFromLedger(t *testing.T) {
-	add := func(a events.EgressAction, target string) events.Entry { return ruleEntry(events.EgressRuleAdded, a, target) }
+	add := func(a events.EgressAction, target string) events.Entry {
+		return ruleEntry(events.EgressRuleAdded, a, target)
+	}
 	del := func(a events.EgressAction, target string) events.Entry {
 		return ruleEntry(events.EgressRuleRemoved, a, target)
 	}
