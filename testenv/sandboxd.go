@@ -3,7 +3,10 @@ package testenv
 import (
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/alineo-labs/alineo/sandboxd"
@@ -47,4 +50,23 @@ func SandboxdServer(t testing.TB, cfg sandboxd.Config) (string, *sandboxd.Server
 		}
 	})
 	return url, s
+}
+
+// LoopbackHosts is a resolver for sandboxd.Config.EgressResolver that resolves
+// each of its names (any case) to 127.0.0.1 and fails for every other name, so
+// that egress tests can allow one test host name and deny another while both
+// reach a test server on the host's loopback:
+//
+//	testenv.SandboxdServer(t, sandboxd.Config{EgressResolver: testenv.LoopbackHosts{"allowed.test", "other.test"}})
+type LoopbackHosts []string
+
+// LookupNetIP implements sandboxd/egress.Resolver.
+func (h LoopbackHosts) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	host = strings.TrimSuffix(host, ".")
+	for _, n := range h {
+		if strings.EqualFold(n, host) {
+			return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}, nil
+		}
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
