@@ -360,8 +360,8 @@ func parseNetworkPolicy(req *CreateRequest) (pol *egress.Policy, on bool, err er
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var p egress.Policy
-	if err := dec.Decode(&p); err != nil {
-		return nil, false, invalid("INVALID_REQUEST", "networkPolicy", "networkPolicy must be {defaultAction, egress:[{action, target}]}: %v", err)
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return nil, false, invalid("INVALID_REQUEST", "networkPolicy", "networkPolicy must be one object {defaultAction, egress:[{action, target}]} (%v)", err)
 	}
 	if p.DefaultAction == "" && len(p.Egress) == 0 {
 		p.DefaultAction = egress.Allow

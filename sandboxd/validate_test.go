@@ -1,8 +1,11 @@
 package sandboxd
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 func TestParseLimits(t *testing.T) {
@@ -142,4 +145,72 @@ func TestImageDirName(t *testing.T) {
 			t.Errorf("imageDirName(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+func TestParseNetworkPolicy(t *testing.T) {
+	on := &CredentialProxy{Enabled: true}
+	for _, c := range []struct {
+		name    string
+		raw     string
+		cp      *CredentialProxy
+		wantOn  bool
+		wantDef egress.Action
+		wantErr bool
+	}{
+		{"absent", "", nil, false, "", false},
+		{"null", "null", nil, false, "", false},
+		{"credential proxy alone", "", on, true, egress.Allow, false},
+		{"empty object allows all", "{}", nil, true, egress.Allow, false},
+		{"rules without default deny", `{"egress":[{"action":"allow","target":"a.com"}]}`, nil, true, "", false},
+		{"deny all", `{"defaultAction":"deny"}`, nil, true, egress.Deny, false},
+		{"cidr", `{"defaultAction":"deny","egress":[{"action":"allow","target":"10.0.0.0/8"}]}`, on, true, egress.Deny, false},
+		{"bad action", `{"egress":[{"action":"maybe","target":"a.com"}]}`, nil, false, "", true},
+		{"bad default", `{"defaultAction":"sometimes"}`, nil, false, "", true},
+		{"unknown field", `{"ingress":[]}`, nil, false, "", true},
+		{"array", `[]`, nil, false, "", true},
+		{"trailing garbage", `{"defaultAction":"deny"} x`, nil, false, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol, gotOn, err := parseNetworkPolicy(&CreateRequest{NetworkPolicy: json.RawMessage(c.raw), CredentialProxy: c.cp})
+			if (err != nil) != c.wantErr {
+				t.Fatalf("err = %v, want error %v", err, c.wantErr)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrInvalidRequest) {
+					t.Fatalf("err = %v, does not wrap ErrInvalidRequest", err)
+				}
+				return
+			}
+			if gotOn != c.wantOn {
+				t.Fatalf("on = %v, want %v", gotOn, c.wantOn)
+			}
+			if gotOn && pol.DefaultAction != c.wantDef {
+				t.Fatalf("defaultAction = %q, want %q", pol.DefaultAction, c.wantDef)
+			}
+		})
+	}
+}
+
+func FuzzParseNetworkPolicy(f *testing.F) {
+	for _, s := range []string{"", "null", "{}", `{"defaultAction":"deny","egress":[{"action":"allow","target":"*.a.com"}]}`, `{"egress":[{"action":"deny","target":"::1/128"}]}`, `[1]`} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, raw string, cp bool) {
+		pol, on, err := parseNetworkPolicy(&CreateRequest{NetworkPolicy: json.RawMessage(raw), CredentialProxy: &CredentialProxy{Enabled: cp}})
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("error %v does not wrap ErrInvalidRequest", err)
+			}
+			return
+		}
+		if on != (pol != nil) {
+			t.Fatalf("on = %v with policy %v", on, pol)
+		}
+		if on {
+			// What the create accepted, the sandbox's proxy must accept.
+			if _, err := egress.NewEnforcer(pol, egress.DefaultMaxRules); err != nil {
+				t.Fatalf("accepted policy %+v rejected by the enforcer: %v", pol, err)
+			}
+		}
+	})
 }
