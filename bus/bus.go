@@ -19,17 +19,18 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultStream       = "ALINEO_LEDGER"
-	DefaultFencePrefix  = "alineo.fence"
-	DefaultDLQSubject   = "alineo.dlq.ledger"
-	DefaultStoreDir     = ".alineo/nats"
-	DefaultDupeWindow   = 2 * time.Minute
-	defaultOpTimeout    = 10 * time.Second
-	fenceSubjectToken   = "fence"
-	headerWriter        = "Alineo-Writer"
-	natsTTLHeader       = "Nats-TTL"
-	natsTTLNever        = "never"
-	natsExpectedSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+	DefaultStream              = "ALINEO_LEDGER"
+	DefaultFencePrefix         = "alineo.fence"
+	DefaultDLQSubject          = "alineo.dlq.ledger"
+	DefaultStoreDir            = ".alineo/nats"
+	DefaultDupeWindow          = 2 * time.Minute
+	defaultOpTimeout           = 10 * time.Second
+	fenceSubjectToken          = "fence"
+	headerWriter               = "Alineo-Writer"
+	natsTTLHeader              = "Nats-TTL"
+	natsTTLNever               = "never"
+	natsExpectedSubjSeq        = "Nats-Expected-Last-Subject-Sequence"
+	natsExpectedSubjSeqSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
 )
 
 // Message headers.

@@ -22,9 +22,10 @@
 // been replaced: a stale writer gets adapters.ErrFenced and its events are never
 // interleaved with the new writer's. Unlike a KV lease checked by the client,
 // the check happens inside the stream, in stream order, and costs no round trip:
-// publishes stay pipelined. On a replicated stream the server refuses two
-// in-flight publishes checking the same subject, so there the ledger keeps one
-// publish in flight per sandbox (sandboxes still pipeline against each other).
+// publishes stay pipelined. On a replicated stream the server refuses a second
+// in-flight publish checking the same subject (error 10164, whoever sends it),
+// so there each Append publishes synchronously, retrying 10164, timeouts and
+// leader elections with the same message id; sandboxes proceed in parallel.
 // Fence messages carry Nats-TTL: never so retention by age never removes them.
 //
 // Release drops a sandbox's writer state (a long-running executor writes

@@ -78,6 +78,10 @@ type writer struct {
 	epoch    atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
 	counter  uint64
 	released bool // dropped from Ledger.writers by Release; guarded by mu
+	// Header values of the current epoch, guarded by mu.
+	epochStr  string // "<sandbox>.<epoch>." (message id prefix)
+	fenceSeq  string // the epoch in decimal
+	fenceSubj string
 
 	inflight atomic.Int64 // published, not yet acknowledged or failed
 
@@ -187,12 +191,7 @@ func cutLast(s string) (before, after string, ok bool) {
 
 // onAck runs on the client's reply goroutine: it must not block.
 func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-	for {
-		cur := l.lastSeq.Load()
-		if ack.Sequence <= cur || l.lastSeq.CompareAndSwap(cur, ack.Sequence) {
-			break
-		}
-	}
+	l.noteSeq(ack.Sequence)
 	w, _ := l.msgWriter(m)
 	if w == nil {
 		return
@@ -286,9 +285,16 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 		// Not sticky: a Takeover may follow.
 		return err
 	}
+	w.setEpoch(l, epoch)
+	return nil
+}
+
+// setEpoch records a new epoch and restarts message numbering. Called with w.mu held.
+func (w *writer) setEpoch(l *Ledger, epoch uint64) {
 	w.epoch.Store(epoch)
 	w.counter = 0
-	return nil
+	e := strconv.FormatUint(epoch, 10)
+	w.epochStr, w.fenceSeq, w.fenceSubj = w.id+"."+e+".", e, l.fenceSubject(w.id)
 }
 
 // Release waits for sandboxID's publishes (like Sync) and then forgets the
@@ -364,10 +370,9 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 		epoch, err := l.publishFence(ctx, sandboxID, prev)
 		if err == nil {
 			w.smu.Lock()
-			w.epoch.Store(epoch)
+			w.setEpoch(l, epoch)
 			w.err = nil
 			w.smu.Unlock()
-			w.counter = 0
 			return epoch, nil
 		}
 		if !errors.Is(err, ErrFenced) || attempt >= 5 {
@@ -399,10 +404,10 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 		return err
 	}
 	e.Seq = 0
-	data, err := events.Marshal(e)
-	if err != nil {
+	if err := events.Validate(e); err != nil {
 		return err
 	}
+	data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
 	subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
 	if err != nil {
 		return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
@@ -430,10 +435,10 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	msgs := make([]msg, 0, len(es))
 	for _, e := range es {
 		e.Seq = 0
-		data, err := events.Marshal(e)
-		if err != nil {
+		if err := events.Validate(e); err != nil {
 			return err
 		}
+		data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
 		subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
 		if err != nil {
 			return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
@@ -470,24 +475,20 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 	if err := l.claim(ctx, w); err != nil {
 		return err
 	}
-	if l.serial {
-		// A replicated stream refuses a second in-flight publish that checks the
-		// same fence subject (error 10164), so keep one in flight per sandbox.
-		if err := w.wait(ctx); err != nil {
-			return err
-		}
-	}
-	epoch := w.epoch.Load()
 	w.counter++
-	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
-	m.Header.Set(HeaderName, url.PathEscape(name))
-	id := w.id + "." + strconv.FormatUint(epoch, 10) + "." + strconv.FormatUint(w.counter, 10)
+	// Headers set directly: publish options would allocate per message.
+	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{
+		HeaderName:                 {url.PathEscape(name)},
+		jetstream.MsgIDHeader:      {w.epochStr + strconv.FormatUint(w.counter, 10)},
+		natsExpectedSubjSeq:        {w.fenceSeq},
+		natsExpectedSubjSeqSubject: {w.fenceSubj},
+	}}
+	if l.serial {
+		return l.publishSync(ctx, w, m)
+	}
 	w.inflight.Add(1)
 	for {
-		_, err := l.js.PublishMsgAsync(m,
-			jetstream.WithMsgID(id),
-			jetstream.WithExpectLastSequenceForSubject(epoch, l.fenceSubject(w.id)),
-			jetstream.WithStallWait(time.Second))
+		_, err := l.js.PublishMsgAsync(m)
 		if err == nil {
 			return nil
 		}
@@ -503,6 +504,58 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 			return ctx.Err()
 		}
 		return fmt.Errorf("%w: publish %s: %v", adapters.ErrUnavailable, subj, err)
+	}
+}
+
+// publishSync publishes m and waits for its acknowledgement; used on
+// replicated streams, where the server refuses a second in-flight publish that
+// checks the same fence subject (error 10164, even from the same writer). It
+// retries 10164, timeouts and leaderless moments with the same message id
+// (so a retry never stores twice) for up to AckTimeout. Called with w.mu held.
+func (l *Ledger) publishSync(ctx context.Context, w *writer, m *nats.Msg) error {
+	deadline := time.Now().Add(l.cfg.AckTimeout)
+	wait := time.Millisecond
+	for {
+		pctx, cancel := opCtx(ctx)
+		ack, err := l.js.PublishMsg(pctx, m)
+		cancel()
+		if err == nil {
+			l.noteSeq(ack.Sequence)
+			return nil
+		}
+		if ctx.Err() != nil {
+			// Stored or not, nothing after it is: order holds without a sticky error.
+			return ctx.Err()
+		}
+		var ae *jetstream.APIError
+		retryable := errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+			errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+			errors.As(err, &ae) && ae.Code >= 500
+		if !retryable || time.Now().After(deadline) {
+			perr := publishError(w.id, w.epoch.Load(), err)
+			w.smu.Lock()
+			if w.err == nil {
+				w.err = perr
+			}
+			w.smu.Unlock()
+			return perr
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+func (l *Ledger) noteSeq(seq uint64) {
+	for {
+		cur := l.lastSeq.Load()
+		if seq <= cur || l.lastSeq.CompareAndSwap(cur, seq) {
+			return
+		}
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/alineo-labs/alineo/adapters"
@@ -21,9 +23,12 @@ import (
 // shape (projectors validate fully with events.Unmarshal). Errors wrap
 // events.ErrInvalidEntry.
 func DecodeMsg(data []byte, seq uint64) (events.Entry, error) {
-	var e events.Entry
-	if err := json.Unmarshal(data, &e); err != nil {
-		return events.Entry{}, &events.ValidationError{Field: "entry", Reason: "does not decode", Err: err}
+	e, ok := decodeEntry(data)
+	if !ok {
+		e = events.Entry{}
+		if err := json.Unmarshal(data, &e); err != nil {
+			return events.Entry{}, &events.ValidationError{Field: "entry", Reason: "does not decode", Err: err}
+		}
 	}
 	switch {
 	case e.Name == "":
@@ -72,8 +77,20 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 	}
 	defer msgs.Stop()
 	hname := url.PathEscape(name)
+	var lastSeen uint64
 	for {
-		m, err := msgs.Next(jetstream.NextContext(ctx))
+		m, err := msgs.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			// Retention may have removed the messages up to last since we looked:
+			// stop when nothing after what we have is left on the subject.
+			gctx, cancel := opCtx(ctx)
+			now, gerr := b.stream.GetLastMsgForSubject(gctx, filter)
+			cancel()
+			if errors.Is(gerr, jetstream.ErrMsgNotFound) || gerr == nil && now.Sequence <= lastSeen {
+				return res, nil
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
@@ -85,6 +102,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
 		}
 		seq := md.Sequence.Stream
+		lastSeen = seq
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}

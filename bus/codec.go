@@ -1,0 +1,360 @@
+package bus
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/alineo-labs/alineo/events"
+)
+
+// The ledger's hot paths (every Append, every replayed message) encode and
+// decode entries by hand: encoding/json costs several microseconds per entry,
+// more than the publish itself. The format is exactly the JSON object of
+// events.Marshal; anything the fast decoder does not recognise goes to
+// encoding/json, and a differential fuzz test keeps the two in agreement.
+
+// appendEntry appends e as a JSON object with events.Marshal's field names.
+// e must be valid (events.Validate): its payload is appended verbatim.
+func appendEntry(buf []byte, e events.Entry) []byte {
+	if e.Seq != 0 {
+		buf = append(buf, `{"seq":`...)
+		buf = strconv.AppendUint(buf, e.Seq, 10)
+		buf = append(buf, `,"ts":`...)
+	} else {
+		buf = append(buf, `{"ts":`...)
+	}
+	buf = strconv.AppendInt(buf, e.Ts, 10)
+	buf = append(buf, `,"name":`...)
+	buf = appendString(buf, e.Name)
+	buf = append(buf, `,"sandboxId":`...)
+	buf = appendString(buf, e.SandboxID)
+	buf = append(buf, `,"stepIndex":`...)
+	buf = strconv.AppendInt(buf, int64(e.StepIndex), 10)
+	if e.Branch != nil {
+		buf = append(buf, `,"branch":`...)
+		buf = strconv.AppendInt(buf, int64(*e.Branch), 10)
+	}
+	buf = append(buf, `,"event":`...)
+	buf = appendString(buf, string(e.Event))
+	if len(e.Payload) > 0 {
+		buf = append(buf, `,"payload":`...)
+		buf = append(buf, e.Payload...)
+	}
+	if e.Error != "" {
+		buf = append(buf, `,"error":`...)
+		buf = appendString(buf, e.Error)
+	}
+	return append(buf, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD, as
+// encoding/json does.
+func appendString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
+}
+
+// decodeEntry decodes data as encoding/json would into an events.Entry. It
+// returns ok=false (and the caller falls back to encoding/json) on anything
+// outside the shapes appendEntry writes: escapes in strings, unknown keys,
+// floats, out-of-range numbers.
+func decodeEntry(data []byte) (e events.Entry, ok bool) {
+	d := decoder{b: data}
+	d.ws()
+	if !d.eat('{') {
+		return e, false
+	}
+	d.ws()
+	if d.eat('}') {
+		return e, d.end()
+	}
+	for {
+		d.ws()
+		key, ok := d.str()
+		if !ok {
+			return e, false
+		}
+		d.ws()
+		if !d.eat(':') {
+			return e, false
+		}
+		d.ws()
+		switch key {
+		case "seq":
+			if e.Seq, ok = d.uint(); !ok {
+				return e, false
+			}
+		case "ts":
+			if e.Ts, ok = d.int(64); !ok {
+				return e, false
+			}
+		case "stepIndex":
+			n, ok := d.int(strconv.IntSize)
+			if !ok {
+				return e, false
+			}
+			e.StepIndex = int(n)
+		case "branch":
+			if d.lit("null") {
+				e.Branch = nil
+				break
+			}
+			n, ok := d.int(strconv.IntSize)
+			if !ok {
+				return e, false
+			}
+			b := int(n)
+			e.Branch = &b
+		case "name":
+			if e.Name, ok = d.str(); !ok {
+				return e, false
+			}
+		case "sandboxId":
+			if e.SandboxID, ok = d.str(); !ok {
+				return e, false
+			}
+		case "event":
+			s, ok := d.str()
+			if !ok {
+				return e, false
+			}
+			e.Event = events.Event(s)
+		case "error":
+			if e.Error, ok = d.str(); !ok {
+				return e, false
+			}
+		case "payload":
+			start := d.i
+			if !d.skip(0) {
+				return e, false
+			}
+			raw := d.b[start:d.i]
+			if !json.Valid(raw) {
+				return e, false
+			}
+			e.Payload = append(json.RawMessage(nil), raw...)
+		default:
+			return e, false
+		}
+		d.ws()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat('}') {
+			return e, d.end()
+		}
+		return e, false
+	}
+}
+
+type decoder struct {
+	b []byte
+	i int
+}
+
+func (d *decoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) eat(c byte) bool {
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *decoder) lit(s string) bool {
+	if len(d.b)-d.i >= len(s) && string(d.b[d.i:d.i+len(s)]) == s {
+		d.i += len(s)
+		return true
+	}
+	return false
+}
+
+func (d *decoder) end() bool {
+	d.ws()
+	return d.i == len(d.b)
+}
+
+// str reads a string without escapes, control characters or invalid UTF-8.
+func (d *decoder) str() (string, bool) {
+	if !d.eat('"') {
+		return "", false
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !utf8.Valid(s) {
+				return "", false
+			}
+			return string(s), true
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+		d.i++
+	}
+	return "", false
+}
+
+func (d *decoder) digits() []byte {
+	start := d.i
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	num := d.b[start:d.i]
+	// A JSON number: no leading zeros, and no fraction or exponent here.
+	digits := num
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || (len(digits) > 1 && digits[0] == '0') {
+		return nil
+	}
+	if d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		return nil
+	}
+	return num
+}
+
+func (d *decoder) int(bits int) (int64, bool) {
+	num := d.digits()
+	if num == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(num), 10, bits)
+	return n, err == nil
+}
+
+func (d *decoder) uint() (uint64, bool) {
+	num := d.digits()
+	if num == nil || num[0] == '-' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(num), 10, 64)
+	return n, err == nil
+}
+
+// skip moves past one JSON value (checked for well-formedness by json.Valid
+// afterwards); it only needs to find where the value ends.
+func (d *decoder) skip(depth int) bool {
+	if depth > 1000 || d.i >= len(d.b) {
+		return false
+	}
+	switch c := d.b[d.i]; c {
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		d.i++
+		d.ws()
+		if d.eat(closer) {
+			return true
+		}
+		for {
+			d.ws()
+			if c == '{' {
+				if !d.skipString() {
+					return false
+				}
+				d.ws()
+				if !d.eat(':') {
+					return false
+				}
+				d.ws()
+			}
+			if !d.skip(depth + 1) {
+				return false
+			}
+			d.ws()
+			if d.eat(',') {
+				continue
+			}
+			return d.eat(closer)
+		}
+	case '"':
+		return d.skipString()
+	default:
+		start := d.i
+		for d.i < len(d.b) {
+			switch d.b[d.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return d.i > start
+			}
+			d.i++
+		}
+		return d.i > start
+	}
+}
+
+func (d *decoder) skipString() bool {
+	if !d.eat('"') {
+		return false
+	}
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case '"':
+			d.i++
+			return true
+		case '\\':
+			d.i += 2
+			continue
+		}
+		d.i++
+	}
+	return false
+}
