@@ -264,9 +264,10 @@ func (c *Credentials) ListBindings(ctx context.Context) ([]BoundCredential, erro
 // resumeCredentials is what a resumed sandbox restores of its session's
 // network state: the egress rules and the bound credentials, with values.
 type resumeCredentials struct {
-	rules     []EgressRule
-	hasPolicy bool
-	creds     []resumedCredential
+	rules         []EgressRule
+	defaultAction EgressAction // empty: deny
+	hasPolicy     bool
+	creds         []resumedCredential
 }
 
 type resumedCredential struct {
@@ -275,14 +276,19 @@ type resumedCredential struct {
 	source      CredentialSource
 }
 
-// policy returns the network policy the resumed sandbox is created with: the
-// session's rules, deny by default (the original default action is not
-// recorded), or nil when the session had no policy and no credentials.
+// policy returns the network policy the new sandbox is created with: the
+// session's rules and default action (on resume deny: the original default
+// action is not recorded), or nil when the session had no policy and no
+// credentials.
 func (r *resumeCredentials) policy() *NetworkPolicy {
 	if r == nil || (!r.hasPolicy && len(r.creds) == 0) {
 		return nil
 	}
-	return &NetworkPolicy{DefaultAction: EgressDeny, Egress: r.rules}
+	def := r.defaultAction
+	if def == "" {
+		def = EgressDeny
+	}
+	return &NetworkPolicy{DefaultAction: def, Egress: r.rules}
 }
 
 func (r *resumeCredentials) proxy() bool { return r != nil && len(r.creds) > 0 }
@@ -356,4 +362,33 @@ func (s *Sandbox) restoreCredentials(ctx context.Context, r *resumeCredentials) 
 		}
 	}
 	return nil
+}
+
+// forkCredentials is what a fork of this sandbox restores: the policy in
+// force (from the server, default action included) when the session has one,
+// and the credentials bound through this handle, with their values.
+func (s *Sandbox) forkCredentials(ctx context.Context) (*resumeCredentials, error) {
+	r := &resumeCredentials{}
+	s.creds.mu.Lock()
+	for name, b := range s.creds.bindings {
+		r.creds = append(r.creds, resumedCredential{name: name, value: s.creds.current[name], binding: b.binding, source: b.source})
+	}
+	s.creds.mu.Unlock()
+	slices.SortFunc(r.creds, func(a, b resumedCredential) int { return strings.Compare(a.name, b.name) })
+	es, err := s.c.store.ReadAll(ctx, s.name, s.id)
+	if err != nil {
+		return nil, &SandboxError{SandboxID: s.id, Op: "read egress rules", Err: err}
+	}
+	if _, r.hasPolicy, err = policyFromLedger(es); err != nil {
+		return nil, &SandboxError{SandboxID: s.id, Op: "read egress rules", Err: err}
+	}
+	if !r.hasPolicy && len(r.creds) == 0 {
+		return r, nil
+	}
+	p, err := s.Egress().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.hasPolicy, r.defaultAction, r.rules = true, p.DefaultAction, p.Egress
+	return r, nil
 }

@@ -534,3 +534,36 @@ func TestResumeReregistersCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestForkKeepsPolicyAndCredentials forks a guarded sandbox: the fork has the
+// same policy (default action included) and its credentials injected.
+func TestForkKeepsPolicyAndCredentials(t *testing.T) {
+	e := newEgressEnv(t, memory.New())
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{CredentialProxy: true, NetworkPolicy: &alineo.NetworkPolicy{
+		DefaultAction: alineo.EgressDeny,
+		Egress:        []alineo.EgressRule{{Action: alineo.EgressAllow, Target: "allowed.test"}},
+	}})
+	secret := newSecret(t)
+	if err := sb.Credentials().Set(ctx, "api", secret, alineo.CredentialBinding{Hosts: []string{"allowed.test"},
+		Schemes: []string{"http"}, Ports: []int{e.plain.port}, Type: alineo.CredentialBearer}, ""); err != nil {
+		t.Fatal(err)
+	}
+	child, err := sb.Fork(ctx, "")
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	t.Cleanup(func() { child.Close(context.Background()) })
+	if out, ok := curl(t, ctx, child, fmt.Sprintf("http://allowed.test:%d/", e.plain.port)); !ok {
+		t.Fatalf("fork: allowed host: %q", out)
+	}
+	if got := e.plain.last().Get("Authorization"); got != "Bearer "+secret {
+		t.Fatalf("fork: Authorization = %q, want the bound bearer", got)
+	}
+	if out, ok := curl(t, ctx, child, fmt.Sprintf("http://other.test:%d/", e.plain.port)); ok {
+		t.Fatalf("fork: other host: %q succeeded; want refused", out)
+	}
+	if res, err := child.Exec(ctx, "echo "+secret).Wait(); err != nil || res.Stdout != "[REDACTED:api]\n" {
+		t.Fatalf("fork: echo = %q, %v", res.Stdout, err)
+	}
+}
