@@ -2,6 +2,7 @@ package alineo
 
 import (
 	"context"
+	"errors"
 
 	"github.com/alineo-labs/alineo/events"
 )
@@ -11,7 +12,8 @@ import (
 // second sandbox from that snapshot. This sandbox keeps running; the fork has
 // a clean history under the name "fork-<this name>-<first 8 of its id>", with
 // sandbox.created {sandboxId, forkedFrom (the snapshot id), runId (inherited),
-// resources}, and the same resources and shell.
+// resources}, and the same resources and shell. A fork keeps the network
+// policy in force and the credentials bound through this handle.
 //
 // Several Forks may run at once; each succeeds or fails on its own, and a
 // failed one deletes what it created and frees its concurrency slot. The
@@ -27,9 +29,20 @@ func (s *Sandbox) Fork(ctx context.Context, tag string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.c.spawn(ctx, spawnOptions{
+	creds, err := s.forkCredentials(ctx) // the fork keeps the policy and credentials
+	if err != nil {
+		return nil, err
+	}
+	child, err := s.c.spawn(ctx, spawnOptions{
 		snapshotID: snap, name: defaultName("", "fork-"+s.name+"-"), resources: s.resources, runID: s.runID,
 		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: s.runID, Resources: s.resources.limits()},
-		shell:   s.shell,
+		shell:   s.shell, policy: creds.policy(), credentialProxy: creds.proxy(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := child.restoreCredentials(ctx, creds); err != nil {
+		return nil, errors.Join(err, child.Close(ctx))
+	}
+	return child, nil
 }
