@@ -53,9 +53,15 @@ func sortBound(bs []BoundCredential) {
 // re-register (ResumeOptions.ResolveCredential).
 type CredentialResolver func(ctx context.Context, name string, binding CredentialBinding) (value string, err error)
 
+// validateCredentialName accepts names of letters, digits, '-', '_', '.' and
+// ':' (they appear in URLs of the vault API and in redaction markers).
 func validateCredentialName(name string) error {
-	if name == "" || strings.ContainsAny(name, " \t\r\n/[]") {
-		return &OptionError{Field: "name", Reason: "must be non-empty without spaces, '/' or brackets, got " + quote(name)}
+	ok := name != "" && len(name) <= 128
+	for _, r := range name {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r))
+	}
+	if !ok {
+		return &OptionError{Field: "name", Reason: "must be 1 to 128 letters, digits, '-', '_', '.' or ':', got " + quote(name)}
 	}
 	return nil
 }

@@ -26,7 +26,9 @@ type EgressRule struct {
 }
 
 // NetworkPolicy is a sandbox's egress policy: the first rule whose target
-// matches decides, then DefaultAction (empty: deny).
+// matches decides, then DefaultAction (empty: deny). The zero NetworkPolicy
+// is sent as {}, which the lifecycle spec (and sandboxd) treat as allow-all,
+// still behind the egress proxy.
 type NetworkPolicy struct {
 	DefaultAction EgressAction
 	Egress        []EgressRule
