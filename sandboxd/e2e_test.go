@@ -3,6 +3,7 @@ package sandboxd_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -197,6 +198,23 @@ func testProxyWebSocket(t *testing.T, s *sandboxd.Server, base string, policy an
 		buf := make([]byte, len(msg))
 		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
 			t.Fatalf("echo = %q (%v), want %q", buf, err, msg)
+		}
+	}
+}
+
+// TestProxyStreamsRepeatedly runs many short command streams with pauses
+// through the server proxy on one keep-alive client: each must reach its
+// terminal event. (Forwarding the request body as is, about one in 40 was
+// cut short: execd answers before it reads its body to the end.)
+func TestProxyStreamsRepeatedly(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	execdURL, token := execdEndpoint(t, base, id, true)
+	for i := range 40 {
+		lines, code, err := runErr(context.Background(), execdURL, token, "echo a; sleep 0.03; echo b; sleep 0.03; echo c")
+		if err != nil || code != 0 || strings.Join(lines, "") != "abc" {
+			t.Fatalf("stream %d: lines %q, exit %d, err %v; want a b c and a terminal event", i, lines, code, err)
 		}
 	}
 }

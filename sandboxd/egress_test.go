@@ -266,13 +266,11 @@ func TestEgressExecdStreams(t *testing.T) {
 	if got := strings.Join(lines, ""); code != 0 || got != "123lo" || len(lines) < 4 {
 		t.Fatalf("direct: output %q in %d chunks, exit %d; want 1 2 3 lo, line by line", got, len(lines), code)
 	}
-	// Through the server proxy route. (Without pauses: about one in 40
-	// proxied streams with 50 ms gaps is cut short on sandboxes of either
-	// kind, a known issue of the proxy route, not of the network namespace.)
+	// Through the server proxy route.
 	execdURL, token = execdEndpoint(t, base, id, true)
-	lines, code = run(t, execdURL, token, "echo 1; echo 2; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
-	if got := strings.Join(lines, ""); code != 0 || got != "12lo" {
-		t.Fatalf("proxy: output %q, exit %d; want 1 2 lo", got, code)
+	lines, code = run(t, execdURL, token, "for i in 1 2; do echo $i; sleep 0.05; done; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+	if got := strings.Join(lines, ""); code != 0 || got != "12lo" || len(lines) < 3 {
+		t.Fatalf("proxy: output %q in %d chunks, exit %d; want 1 2 lo, line by line", got, len(lines), code)
 	}
 	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d", base, id, egress.Port), nil)
 	wantStatus(t, r, http.StatusOK)

@@ -1,8 +1,10 @@
 package sandboxd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -11,6 +13,10 @@ import (
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
+
+// maxBufferedBody is the largest request body the proxy reads whole before
+// forwarding it.
+const maxBufferedBody = 1 << 20
 
 // strippedHeaders are headers the proxy never forwards to a sandbox, besides the standard
 // hop-by-hop ones httputil.ReverseProxy drops.
@@ -54,6 +60,20 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	} else if !p.listensOn(port) {
 		writeError(w, http.StatusBadGateway, "BAD_GATEWAY", fmt.Sprintf("no process of sandbox %s listens on port %d", id, port))
 		return
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength >= 0 && r.ContentLength <= maxBufferedBody {
+		// Read a small body whole before forwarding it. Forwarded as is, an
+		// upstream that answers before it read its body to the end (execd
+		// decodes one JSON object and starts streaming) makes the transport
+		// close this request's body unread, and now and then the connection's
+		// context is cancelled mid-stream: about one in 40 command streams
+		// with pauses was cut short. Larger and chunked bodies stream.
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "read request body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
 	}
 	u := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(target)}
 	rest := "/" + r.PathValue("rest")
