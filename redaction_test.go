@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/events"
@@ -264,4 +266,62 @@ func TestOutputRedactionAcrossChunks(t *testing.T) {
 	if got := string(none.write(events.Stdout, []byte("SECRET"))); got != "SECRET" || none.flush() != nil {
 		t.Fatal("a nil redaction must pass output through")
 	}
+}
+
+// BenchmarkExecRedaction measures an exec of 4000 output lines on a sandbox
+// with a bound credential against the same exec on one without (baseline),
+// through the fake server and an in-memory ledger.
+func BenchmarkExecRedaction(b *testing.B) {
+	f := newFakeServer(&testing.T{}) // its Cleanup never runs: closed here
+	defer f.Close()
+	line := strings.Repeat("x", 60) + " sk-live-not-quite " // near-misses make the redactor look ahead
+	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
+		event(w, fl, map[string]any{"type": "init", "text": "cmd-1"})
+		for range 4000 {
+			event(w, fl, map[string]any{"type": "stdout", "text": line})
+		}
+		event(w, fl, map[string]any{"type": "execution_complete", "execution_time": 1})
+	}
+	ctx := context.Background()
+	open := func(withCred bool) *Sandbox {
+		c, err := New(Options{BaseURL: f.URL, Adapter: memory.New(), CredentialBroker: &fakeBroker{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sb, err := c.Sandbox(ctx, SandboxOptions{Image: "img"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if withCred {
+			if err := sb.Credentials().Set(ctx, "api", testSecret, apiBinding, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return sb
+	}
+	plain, redacted := open(false), open(true)
+	defer plain.Close(ctx)
+	defer redacted.Close(ctx)
+	run := func(sb *Sandbox) time.Duration {
+		start := time.Now()
+		if _, err := sb.Exec(ctx, "out").Wait(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	run(plain) // warm up both
+	run(redacted)
+	const rounds = 8 // interleaved, so both see the same machine
+	b.ResetTimer()
+	var base, subj time.Duration
+	for range b.N {
+		for range rounds {
+			base += run(plain)
+			subj += run(redacted)
+		}
+	}
+	n := float64(rounds * b.N)
+	b.ReportMetric(float64(base)/1e6/n, "baseline-ms/exec")
+	b.ReportMetric(float64(subj)/1e6/n, "redacted-ms/exec")
+	b.ReportMetric(float64(subj)/float64(base), "ratio")
 }
