@@ -343,3 +343,34 @@ func TestEgressCannotReachSandboxd(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressAcrossPauseAndDelete: the proxy serves a resumed sandbox, and
+// deleting the sandbox stops its egress API.
+func TestEgressAcrossPauseAndDelete(t *testing.T) {
+	up := newUpstream(t, false)
+	_, base := egressServer(t, nil)
+	id := create(t, base, map[string]any{"networkPolicy": map[string]any{
+		"defaultAction": "deny",
+		"egress":        []map[string]string{{"action": "allow", "target": "allowed.test"}},
+	}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	execdURL, token := execdEndpoint(t, base, id, false)
+	egURL, egToken := egressEndpoint(t, base, id, false)
+
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StatePaused)
+	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
+	waitState(t, base, id, sandboxd.StateRunning)
+	if out, code := curl(t, execdURL, token, "http://allowed.test:"+up.port+"/"); code != 0 || !strings.HasPrefix(out, "hello") {
+		t.Fatalf("after resume: output %q, exit %d", out, code)
+	}
+	wantStatus(t, call(t, "GET", egURL+"/policy", nil, egress.AuthHeader, egToken), http.StatusOK)
+
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+	if res, err := http.Get(egURL + "/healthz"); err == nil {
+		res.Body.Close()
+		t.Fatalf("egress API still answers after delete: %s", res.Status)
+	}
+	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d", base, id, egress.Port), nil)
+	wantStatus(t, r, http.StatusConflict)
+}
