@@ -192,7 +192,9 @@ func (b *Bus) StreamConfig() jetstream.StreamConfig {
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
 		Duplicates:  c.DuplicateWindow,
-		AllowDirect: true,
+		// No direct gets: any replica answers those, possibly stale, and the
+		// fence and last-message reads must see the leader's state.
+		AllowDirect: false,
 		AllowMsgTTL: true,
 	}
 	if c.MaxAge > 0 && sc.Duplicates > c.MaxAge {

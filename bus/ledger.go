@@ -253,9 +253,24 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 	m.Data = body
 	m.Header.Set(headerWriter, l.cfg.WriterID)
 	m.Header.Set(natsTTLHeader, natsTTLNever)
-	ctx, cancel := opCtx(ctx)
-	defer cancel()
-	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev))
+	var ack *jetstream.PubAck
+	var err error
+	for attempt := 0; ; attempt++ {
+		pctx, cancel := opCtx(ctx)
+		ack, err = l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(prev))
+		cancel()
+		var ae *jetstream.APIError
+		// 10164: on a replicated stream another publish checking this subject
+		// (a writer's data publish) is in flight; try again shortly.
+		if err == nil || !errors.As(err, &ae) || ae.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+			attempt >= 50 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt+1) * 2 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return 0, &FencedError{SandboxID: sandboxID, Err: err}

@@ -48,20 +48,14 @@ type readResult struct {
 	firstSeq uint64         // first stream sequence seen on the subject (any name), 0 if none
 }
 
-// read reads every message on filter that exists when it starts, in stream
-// order, keeping the entries of the session named name ("" keeps all).
-// Undecodable messages are skipped (projectors park them).
+// read reads every message on filter, in stream order, until the ordered
+// consumer has nothing pending, keeping the entries of the session named name
+// ("" keeps all). Undecodable messages are skipped (projectors park them). The
+// end is the consumer's own pending count, computed by the stream leader, not
+// a separate last-message lookup that a concurrent delete or expiry can make
+// stale.
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
-	gctx, cancel := opCtx(ctx)
-	last, err := b.stream.GetLastMsgForSubject(gctx, filter)
-	cancel()
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return res, nil
-	}
-	if err != nil {
-		return res, fmt.Errorf("%w: last message on %s: %v", adapters.ErrUnavailable, filter, err)
-	}
 	octx, cancel := opCtx(ctx)
 	defer cancel()
 	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
@@ -76,17 +70,19 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
 	}
 	defer msgs.Stop()
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 && ci.Delivered.Stream == 0 {
+		return res, nil
+	}
 	hname := url.PathEscape(name)
 	var lastSeen uint64
 	for {
-		m, err := msgs.Next(jetstream.NextMaxWait(time.Second))
+		m, err := msgs.Next(jetstream.NextMaxWait(2 * time.Second))
 		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			// Retention may have removed the messages up to last since we looked:
-			// stop when nothing after what we have is left on the subject.
-			gctx, cancel := opCtx(ctx)
-			now, gerr := b.stream.GetLastMsgForSubject(gctx, filter)
+			// Nothing for a while: done if the consumer has nothing left for us.
+			ictx, cancel := opCtx(ctx)
+			ci, ierr := cons.Info(ictx)
 			cancel()
-			if errors.Is(gerr, jetstream.ErrMsgNotFound) || gerr == nil && now.Sequence <= lastSeen {
+			if ierr == nil && ci.NumPending == 0 && ci.Delivered.Stream <= lastSeen {
 				return res, nil
 			}
 			continue
@@ -114,7 +110,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 				res.entries = append(res.entries, e)
 			}
 		}
-		if seq >= last.Sequence || md.NumPending == 0 {
+		if md.NumPending == 0 {
 			return res, nil
 		}
 	}
