@@ -82,7 +82,10 @@ type CreateRequest struct {
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Platform       *Platform         `json:"platform,omitempty"`
-	NetworkPolicy  json.RawMessage   `json:"networkPolicy,omitempty"`
+	// NetworkPolicy ({defaultAction, egress:[{action, target}]}), unless
+	// absent or null, runs the sandbox in its own network namespace whose only
+	// way out is its egress proxy (see egress.Policy).
+	NetworkPolicy json.RawMessage `json:"networkPolicy,omitempty"`
 	// CredentialProxy enables the credential vault and TLS termination with a
 	// per-sandbox CA for credential injection.
 	CredentialProxy *CredentialProxy  `json:"credentialProxy,omitempty"`
