@@ -16,9 +16,6 @@ var (
 	// ErrResumeUnavailable is returned when a job must be resumed from a
 	// checkpoint and the Runner has no way to resume (Runner.Resume is nil).
 	ErrResumeUnavailable = errors.New("resume from a checkpoint is not available")
-	// ErrCheckpointUnavailable is returned by a checkpoint step when the SDK
-	// cannot take checkpoints.
-	ErrCheckpointUnavailable = errors.New("checkpoints are not available")
 	// ErrInvalidConfig reports a Queue or Worker configuration that cannot work.
 	ErrInvalidConfig = errors.New("invalid jobs config")
 )

@@ -57,9 +57,10 @@ type Result struct {
 	Elapsed   time.Duration `json:"elapsed"`
 }
 
-// ResumeFunc restores a session from the checkpoint tagged tag and returns its
-// handle with the replay cache in place (alineo.Client.Resume).
-type ResumeFunc func(ctx context.Context, sandboxID, tag string) (*alineo.Sandbox, error)
+// ResumeFunc restores the session (cp.Name, cp.SandboxID) from its checkpoint
+// tagged cp.Tag and returns its handle with the replay cache in place
+// (alineo.Client.Resume).
+type ResumeFunc func(ctx context.Context, cp Checkpoint) (*alineo.Sandbox, error)
 
 // Runner executes specs through the SDK. Client is required; every other zero
 // value is valid. A Runner may run several jobs at once; its callbacks are
@@ -123,7 +124,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		if resume == nil {
 			return res, ErrResumeUnavailable
 		}
-		sb, err = resume(ctx, from.SandboxID, from.Tag)
+		sb, err = resume(ctx, *from)
 		if err != nil {
 			return res, fmt.Errorf("resume %s from %q: %w", from.SandboxID, from.Tag, err)
 		}
@@ -275,17 +276,8 @@ func (r *Runner) exec(ctx context.Context, sb *alineo.Sandbox, st Step, out io.W
 	return res.ExitCode, err
 }
 
-// checkpointer is the SDK's checkpoint call (DESIGN §4.5).
-type checkpointer interface {
-	Checkpoint(ctx context.Context, tag string) (string, error)
-}
-
 func (r *Runner) checkpoint(ctx context.Context, sb *alineo.Sandbox, tag string, next int) error {
-	c, ok := any(sb).(checkpointer)
-	if !ok {
-		return ErrCheckpointUnavailable
-	}
-	if _, err := c.Checkpoint(ctx, tag); err != nil {
+	if _, err := sb.Checkpoint(ctx, tag); err != nil {
 		return err
 	}
 	if r.OnCheckpoint != nil {

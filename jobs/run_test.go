@@ -55,8 +55,8 @@ func TestRunSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := mustParse(t, `{"name":"runner","image":"ubuntu:22.04","env":{"WHO":"world"},"steps":[
-		{"writeFile":{"path":"/tmp/job/hi.sh","content":"echo hello $WHO"}},
-		{"exec":{"command":"sh /tmp/job/hi.sh"}},
+		{"writeFile":{"path":"/root/job/hi.sh","content":"echo hello $WHO"}},
+		{"exec":{"command":"sh /root/job/hi.sh"}},
 		{"exec":{"command":"exit 3","strict":false}},
 		{"execCode":{"code":"echo code"}}]}`)
 	rec := &recorder{}

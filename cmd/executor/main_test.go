@@ -47,8 +47,8 @@ func writeSpec(t *testing.T, doc string) string {
 }
 
 const helloJob = `{"name":"hello","image":"ubuntu:22.04","steps":[
-	{"writeFile":{"path":"/tmp/j/a.txt","content":"alpha"}},
-	{"exec":{"command":"cat /tmp/j/a.txt; echo"}},
+	{"writeFile":{"path":"/root/j/a.txt","content":"alpha"}},
+	{"exec":{"command":"cat /root/j/a.txt; echo"}},
 	{"exec":{"command":"exit 2","strict":false}}]}`
 
 // TestRunJobEmbedded runs a job with every default embedded but the sandbox
