@@ -33,7 +33,7 @@ type upstream struct {
 	seen []http.Header
 }
 
-func newUpstream(t *testing.T, tlsOn bool) *upstream {
+func newUpstream(t testing.TB, tlsOn bool) *upstream {
 	t.Helper()
 	u := &upstream{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +63,7 @@ func (u *upstream) last() http.Header {
 
 // egressServer starts a server whose egress proxies resolve allowed.test,
 // other.test and example.com to host loopback and trust tlsUp's certificate.
-func egressServer(t *testing.T, tlsUp *upstream) (*sandboxd.Server, string) {
+func egressServer(t testing.TB, tlsUp *upstream) (*sandboxd.Server, string) {
 	t.Helper()
 	cfg := sandboxd.Config{EgressResolver: testenv.LoopbackHosts{"allowed.test", "other.test", "example.com"}}
 	if tlsUp != nil {
@@ -75,7 +75,7 @@ func egressServer(t *testing.T, tlsUp *upstream) (*sandboxd.Server, string) {
 }
 
 // egressEndpoint returns the sandbox's egress API URL and token.
-func egressEndpoint(t *testing.T, base, id string, proxy bool) (string, string) {
+func egressEndpoint(t testing.TB, base, id string, proxy bool) (string, string) {
 	t.Helper()
 	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d?use_server_proxy=%v", base, id, egress.Port, proxy), nil)
 	wantStatus(t, r, http.StatusOK)
@@ -85,7 +85,7 @@ func egressEndpoint(t *testing.T, base, id string, proxy bool) (string, string) 
 }
 
 // curl runs curl in the sandbox and returns its output and exit code.
-func curl(t *testing.T, execdURL, token string, args string) (string, int) {
+func curl(t testing.TB, execdURL, token string, args string) (string, int) {
 	t.Helper()
 	lines, code := run(t, execdURL, token, "curl -sS -m 10 "+args+" 2>&1")
 	return strings.Join(lines, ""), code
