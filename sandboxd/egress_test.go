@@ -184,6 +184,18 @@ func TestEgressCredentialInjection(t *testing.T) {
 	if got := secure.last().Get("X-Api-Key"); got != secret {
 		t.Fatalf("https upstream X-Api-Key = %q, want the bound credential", got)
 	}
+	// A tunnel to an allowed host without a binding passes through untouched
+	// (curl -k: the upstream's own certificate, which the sandbox does not
+	// trust), with nothing injected; one to a denied host is refused.
+	if out, code := curl(t, execdURL, token, "-k https://allowed.test:"+secure.port+"/"); code != 0 || !strings.HasPrefix(out, "hello") {
+		t.Fatalf("https pass-through: output %q, exit %d", out, code)
+	}
+	if h := secure.last(); h.Get("X-Api-Key") != "" || h.Get("Authorization") != "" {
+		t.Fatalf("pass-through request got credentials injected: %v", h)
+	}
+	if out, code := curl(t, execdURL, token, "-k https://other.test:"+secure.port+"/"); code == 0 || !strings.Contains(out, "403") {
+		t.Fatalf("https to a denied host: output %q, exit %d; want the proxy's 403", out, code)
+	}
 
 	// The value is nowhere in the sandbox: environment, command lines, files.
 	// The pattern "[s]k-test-…" matches the secret without holding it, so
