@@ -98,6 +98,42 @@ func appendString(buf []byte, s string) []byte {
 // outside the shapes appendEntry writes: escapes in strings, unknown keys,
 // floats, out-of-range numbers.
 func decodeEntry(data []byte) (e events.Entry, ok bool) {
+	return decodeEntryWith(data, nil)
+}
+
+// interner reuses the strings of the previous entry: a replay decodes one
+// session, whose name and sandbox id repeat on every message.
+type interner struct{ name, id string }
+
+func (in *interner) get(b []byte, prev *string) string {
+	if in != nil && string(b) == *prev {
+		return *prev
+	}
+	s := string(b)
+	if in != nil {
+		*prev = s
+	}
+	return s
+}
+
+// eventName returns ev's constant for a known event without allocating.
+func eventName(b []byte) events.Event {
+	for _, ev := range events.All {
+		if string(b) == string(ev) {
+			return ev
+		}
+	}
+	return events.Event(b)
+}
+
+// decodeEntryWith is decodeEntry reusing strings through in (nil for none).
+// The payload aliases data.
+func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
+	var nameBuf, idBuf string
+	names, ids := &nameBuf, &idBuf
+	if in != nil {
+		names, ids = &in.name, &in.id
+	}
 	d := decoder{b: data}
 	d.ws()
 	if !d.eat('{') {
@@ -145,19 +181,23 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 			b := int(n)
 			e.Branch = &b
 		case "name":
-			if e.Name, ok = d.str(); !ok {
-				return e, false
-			}
-		case "sandboxId":
-			if e.SandboxID, ok = d.str(); !ok {
-				return e, false
-			}
-		case "event":
-			s, ok := d.str()
+			b, ok := d.strBytes()
 			if !ok {
 				return e, false
 			}
-			e.Event = events.Event(s)
+			e.Name = in.get(b, names)
+		case "sandboxId":
+			b, ok := d.strBytes()
+			if !ok {
+				return e, false
+			}
+			e.SandboxID = in.get(b, ids)
+		case "event":
+			b, ok := d.strBytes()
+			if !ok {
+				return e, false
+			}
+			e.Event = eventName(b)
 		case "error":
 			if e.Error, ok = d.str(); !ok {
 				return e, false
@@ -171,7 +211,7 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 			if !json.Valid(raw) {
 				return e, false
 			}
-			e.Payload = append(json.RawMessage(nil), raw...)
+			e.Payload = json.RawMessage(raw[:len(raw):len(raw)])
 		default:
 			return e, false
 		}
@@ -225,8 +265,17 @@ func (d *decoder) end() bool {
 
 // str reads a string without escapes, control characters or invalid UTF-8.
 func (d *decoder) str() (string, bool) {
-	if !d.eat('"') {
+	b, ok := d.strBytes()
+	if !ok {
 		return "", false
+	}
+	return string(b), true
+}
+
+// strBytes is str returning the bytes inside data.
+func (d *decoder) strBytes() ([]byte, bool) {
+	if !d.eat('"') {
+		return nil, false
 	}
 	start := d.i
 	for d.i < len(d.b) {
@@ -236,15 +285,15 @@ func (d *decoder) str() (string, bool) {
 			s := d.b[start:d.i]
 			d.i++
 			if !utf8.Valid(s) {
-				return "", false
+				return nil, false
 			}
-			return string(s), true
+			return s, true
 		case c == '\\' || c < 0x20:
-			return "", false
+			return nil, false
 		}
 		d.i++
 	}
-	return "", false
+	return nil, false
 }
 
 func (d *decoder) digits() []byte {

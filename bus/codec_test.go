@@ -44,6 +44,13 @@ func FuzzDecodeEntry(f *testing.F) {
 		if !reflect.DeepEqual(fast, want) {
 			t.Fatalf("decode %q:\nfast %+v\njson %+v", data, fast, want)
 		}
+		// Interned strings decode the same, the first time and the second.
+		var in interner
+		for range 2 {
+			if got, ok := decodeEntryWith(data, &in); !ok || !reflect.DeepEqual(got, want) {
+				t.Fatalf("interned decode %q = %+v, %v; want %+v", data, got, ok, want)
+			}
+		}
 	})
 }
 

@@ -19,11 +19,14 @@ import (
 )
 
 // DecodeMsg decodes a ledger message into an entry carrying its stream
-// sequence. It checks the fields a reader relies on but not the payload's
-// shape (projectors validate fully with events.Unmarshal). Errors wrap
-// events.ErrInvalidEntry.
-func DecodeMsg(data []byte, seq uint64) (events.Entry, error) {
-	e, ok := decodeEntry(data)
+// sequence, as encoding/json would but faster; the entry's payload may share
+// data's memory. It checks the fields a reader relies on (name, sandbox id,
+// a known event) but not the payload's shape (projectors also run
+// events.Validate). Errors wrap events.ErrInvalidEntry.
+func DecodeMsg(data []byte, seq uint64) (events.Entry, error) { return decodeMsg(data, seq, nil) }
+
+func decodeMsg(data []byte, seq uint64, in *interner) (events.Entry, error) {
+	e, ok := decodeEntryWith(data, in)
 	if !ok {
 		e = events.Entry{}
 		if err := json.Unmarshal(data, &e); err != nil {
@@ -75,6 +78,10 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 	}
 	hname := url.PathEscape(name)
 	var lastSeen uint64
+	var in interner
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending < 1<<20 {
+		res.entries = make([]events.Entry, 0, ci.NumPending)
+	}
 	for {
 		m, err := msgs.Next(jetstream.NextMaxWait(2 * time.Second))
 		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
@@ -103,7 +110,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			res.firstSeq = seq
 		}
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
-			e, err := DecodeMsg(m.Data(), seq)
+			e, err := decodeMsg(m.Data(), seq, &in)
 			if err != nil {
 				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
 			} else if name == "" || e.Name == name {
