@@ -250,17 +250,18 @@ func (w *Worker) takeover(ctx context.Context, prev Status) (*Checkpoint, error)
 			}
 		}
 	}
-	if prev.Checkpoint != nil && w.Resume != nil {
-		cp := *prev.Checkpoint
-		return &cp, nil
-	}
-	// Start over: remove the dead attempt's container (best effort).
+	// The dead attempt's container is of no more use: its checkpoint is a
+	// snapshot of its own. Remove it (best effort).
 	if prev.SandboxID != "" {
 		if err := w.Client.OpenSandbox().DeleteSandbox(ctx, prev.SandboxID); err != nil {
 			w.Logger.Debug("jobs: delete previous attempt's sandbox", "sandbox", prev.SandboxID, "err", err)
 		}
 	}
-	return nil, nil
+	if prev.Checkpoint != nil && w.Resume != nil {
+		cp := *prev.Checkpoint
+		return &cp, nil
+	}
+	return nil, nil // start over
 }
 
 func checkpointSandbox(cp *Checkpoint) string {

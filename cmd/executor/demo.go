@@ -3,10 +3,246 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/cmd/internal/cli"
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/jobs"
 )
 
-func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
-	return errors.New("demo: not yet")
+// demoJob is examples/takeover.json with a longer step after the checkpoint,
+// so there is time to kill its executor there.
+const demoJob = `{
+  "name": "takeover-demo",
+  "image": "ubuntu:22.04",
+  "resources": {"cpu": "1", "memory": "256Mi"},
+  "env": {"GREETING": "hello"},
+  "steps": [
+    {"writeFile": {"path": "/root/job/build.sh", "content": "#!/bin/sh\necho \"$GREETING from build\"\n"}},
+    {"exec": {"command": "sh /root/job/build.sh"}},
+    {"exec": {"command": "echo compiling; sleep 1; echo compiled > /root/job/artifact"}},
+    {"checkpoint": {"tag": "after-build"}},
+    {"exec": {"command": "echo testing; sleep 4; echo tested"}},
+    {"exec": {"command": "cat /root/job/artifact"}},
+    {"exec": {"command": "test -f /root/job/missing", "strict": false}}
+  ]
+}`
+
+// workerCommand builds the command of a demo executor process: this binary's
+// "work". Tests replace it (the test binary is not the executor).
+var workerCommand = func(args []string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, append([]string{"work"}, args...)...)
+}
+
+type demoWorker struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startDemoWorker(name, natsURL, sandboxURL string, ackWait time.Duration, stdout io.Writer) (*demoWorker, error) {
+	cmd := workerCommand([]string{"--id", name, "--ack-wait", ackWait.String(), "--nats", natsURL, "--sandbox", sandboxURL})
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, "NATS_URL="+natsURL, "OPEN_SANDBOX_URL="+sandboxURL)
+	pw := prefixWriter(stdout, fmt.Sprintf("  %s │ ", name))
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	w := &demoWorker{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(w.done) }()
+	return w, nil
+}
+
+func (w *demoWorker) stop(sig syscall.Signal) {
+	_ = w.cmd.Process.Signal(sig)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+// demo shows a takeover on embedded defaults: NATS, sandboxd, a projector and
+// the API in this process; two executor processes; the first is killed with
+// SIGKILL after the job's checkpoint, the second takes the job over.
+func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.Writer, log *slog.Logger) (err error) {
+	dir, err := os.MkdirTemp("", "alineo-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if c.nats == "" {
+		c.natsDir = filepath.Join(dir, "nats")
+	}
+	if c.sqlite == cli.DefaultSQLite {
+		c.sqlite = filepath.Join(dir, "alineo.db")
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(stdout, "==> "+format+"\n", args...) }
+
+	f, err := openFleet(ctx, c, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	pctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	pr, err := startProjector(pctx, c, f.bus, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer pr.store.Close()
+	const ackWait = 3 * time.Second
+	q, err := jobs.OpenQueue(ctx, f.bus.JetStream(), jobs.QueueConfig{AckWait: ackWait, MaxDeliver: c.maxDeliver})
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(api.Config{Store: pr.store, Bus: f.bus, Queue: q, Logger: log})
+	if err != nil {
+		return err
+	}
+	apiAddr, _, err := cli.Serve(pctx, c.apiListen, srv)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	natsURL := f.bus.ClientURL()
+	say("embedded NATS %s, sandboxd %s, read model %s, API http://%s", natsURL, f.sandboxURL, pr.desc, apiAddr)
+
+	spec, err := jobs.Parse([]byte(demoJob))
+	if err != nil {
+		return err
+	}
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	say("submitted job %s (%s, %d steps, checkpoint after step 4) to %s", st.ID, spec.Name, len(spec.Steps), q.Config().Stream)
+
+	a, err := startDemoWorker("executor-A", natsURL, f.sandboxURL, ackWait, stdout)
+	if err != nil {
+		return err
+	}
+	defer a.stop(syscall.SIGKILL)
+	// Wait until A is past the checkpoint and inside step 5, then kill it.
+	first, err := waitJob(ctx, q, st.ID, 60*time.Second, func(s jobs.Status) bool { return s.Checkpoint != nil && s.Done >= 4 })
+	if err != nil {
+		return fmt.Errorf("waiting for executor-A to pass the checkpoint: %w", err)
+	}
+	time.Sleep(500 * time.Millisecond) // let step 5 start: "testing" shows in the timeline
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	say("SIGKILL executor-A (pid %d) during step 5 of %d; sandbox %s left behind, job lease expires in %s",
+		a.cmd.Process.Pid, len(spec.Steps), first.SandboxID, ackWait)
+
+	b, err := startDemoWorker("executor-B", natsURL, f.sandboxURL, ackWait, stdout)
+	if err != nil {
+		return err
+	}
+	defer b.stop(syscall.SIGTERM)
+	final, err := waitJob(ctx, q, st.ID, 90*time.Second, func(s jobs.Status) bool { return s.State.Terminal() })
+	if err != nil {
+		return fmt.Errorf("waiting for executor-B: %w", err)
+	}
+	if final.State != jobs.StateSucceeded {
+		return fmt.Errorf("job %s %s: %s", final.ID, final.State, final.Error)
+	}
+	b.stop(syscall.SIGTERM)
+	say("job %s succeeded on attempt %d by %s, resumed in sandbox %s", final.ID, final.Attempt, final.Worker, final.SandboxID)
+
+	// The timeline, from the read model.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := f.ledger.Flush(wctx); err != nil {
+		return err
+	}
+	for { // until the resumed session's sandbox.closed is projected
+		d, err := pr.store.GetSandboxDetails(wctx, spec.Name, final.SandboxID)
+		if err == nil && d != nil && d.Status == adapters.StatusCompleted {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("read model: session %s not projected: %w", final.SandboxID, errors.Join(err, wctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	say("timeline (%s):", pr.desc)
+	live := map[string]int{}
+	for _, id := range []string{first.SandboxID, final.SandboxID} {
+		es, err := pr.store.ReadAll(wctx, spec.Name, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "  session %s / %s\n", spec.Name, id)
+		for _, e := range es {
+			fmt.Fprintf(stdout, "    #%-4d %s  step %-2d %-27s %s\n", e.Seq, time.UnixMilli(e.Ts).UTC().Format("15:04:05.000"), e.StepIndex, e.Event, oneLineSummary(e))
+			if e.Event == events.ExecStarted {
+				var p events.ExecStartedPayload
+				if e.Decode(&p) == nil {
+					live[p.Text()]++
+				}
+			}
+		}
+	}
+	say("steps before the checkpoint ran live exactly once:")
+	for _, st := range spec.Steps[:3] {
+		if st.Exec != nil {
+			fmt.Fprintf(stdout, "    %-60q live %d time(s)\n", st.Exec.Command, live[st.Exec.Command])
+		}
+	}
+	say("dashboard: http://%s/  (this sandbox: http://%s/ui/sandboxes/%s/%s)", apiAddr, apiAddr, spec.Name, final.SandboxID)
+	if c.hold > 0 {
+		say("serving the dashboard for %s (Ctrl-C to stop)", c.hold)
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.hold):
+		}
+	}
+	return nil
+}
+
+func waitJob(ctx context.Context, q *jobs.Queue, id string, timeout time.Duration, ok func(jobs.Status) bool) (jobs.Status, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := q.Status(ctx, id)
+		if err == nil && ok(st) {
+			return st, nil
+		}
+		if err == nil && st.State.Terminal() {
+			return st, fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
+		}
+		if time.Now().After(deadline) {
+			return st, errors.Join(fmt.Errorf("job %s still %s after %s", id, st.State, timeout), err)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func oneLineSummary(e events.Entry) string {
+	s := strings.Join(strings.Fields(string(e.Payload)), " ")
+	if len(s) > 90 {
+		s = s[:87] + "..."
+	}
+	return s
 }

@@ -58,6 +58,7 @@ type config struct {
 	id                                                             string
 	output, project                                                bool
 	apiListen                                                      string
+	hold                                                           time.Duration
 }
 
 func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSet, *config) {
@@ -84,7 +85,8 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 		fs.BoolVar(&c.output, "output", false, "print the commands' stdout")
 	}
 	if name == "demo" {
-		fs.StringVar(&c.apiListen, "api", "127.0.0.1:8090", "address of the demo's API and dashboard")
+		fs.StringVar(&c.apiListen, "api", "127.0.0.1:0", "address of the demo's API and dashboard")
+		fs.DurationVar(&c.hold, "hold", 0, "keep the API and dashboard up this long after the demo")
 	}
 	return fs, c
 }

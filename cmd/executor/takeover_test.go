@@ -318,3 +318,35 @@ func TestTakeoverWithoutCheckpoint(t *testing.T) {
 		t.Errorf("no fence message for the dead attempt's sandbox")
 	}
 }
+
+// TestDemo runs the takeover demo end to end (its executors are
+// re-executions of the test binary).
+func TestDemo(t *testing.T) {
+	prev := workerCommand
+	workerCommand = func(args []string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(append([]string{"work"}, args...), "\x1f"))
+		return cmd
+	}
+	t.Cleanup(func() { workerCommand = prev })
+	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
+	out := &syncBuffer{}
+	err := run(context.Background(), []string{"demo"}, func(k string) string { return env[k] }, out)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"SIGKILL executor-A", "succeeded on attempt 2 by executor-B", "replayed", "dashboard: http://",
+		`"sh /root/job/build.sh"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "live ") && strings.Contains(l, "time(s)") && !strings.HasSuffix(l, "live 1 time(s)") {
+			t.Errorf("a step before the checkpoint did not run live exactly once: %s", l)
+		}
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+}
