@@ -227,3 +227,5 @@ func (s *sseStream) next(t testing.TB, timeout time.Duration) sseEvent {
 }
 
 func (s *sseStream) close() { s.resp.Body.Close() }
+
+func busFilter(sandbox string) bus.Filter { return bus.Filter{SandboxID: sandbox} }
