@@ -103,6 +103,6 @@
 // checkpoint references.
 //
 // This package imports the standard library, golang.org/x/sys, checkpoints,
-// checkpoints/sqlite, sandboxd/egress, sandboxd/execd and sandboxd/snapshots; it must not
-// import the SDK, the ledger, the bus or testenv.
+// checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/internal/proctree and
+// sandboxd/snapshots; it must not import the SDK, the ledger, the bus or testenv.
 package sandboxd

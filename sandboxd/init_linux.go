@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
+	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 	"golang.org/x/sys/unix"
 )
 
@@ -230,7 +231,7 @@ func runInit() int {
 		if !cfg.Isolated {
 			// Not PID 1: nothing kills the tree for us when we exit, so take
 			// every descendant (orphans were re-parented to us, the subreaper).
-			for _, pid := range descendants(os.Getpid()) {
+			for _, pid := range proctree.Descendants(os.Getpid()) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}

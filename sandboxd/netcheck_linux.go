@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
 // listensOn reports whether a process of the sandbox holds a listening TCP
@@ -28,7 +30,7 @@ func (p *proc) listensOn(port int) bool {
 	}
 	pids := p.cg.pids()
 	if len(pids) == 0 {
-		pids = append([]int{p.pid()}, descendants(p.pid())...)
+		pids = append([]int{p.pid()}, proctree.Descendants(p.pid())...)
 	}
 	for _, pid := range pids {
 		dir := "/proc/" + strconv.Itoa(pid) + "/fd"

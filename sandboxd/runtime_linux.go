@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
 // proc is a running sandbox as seen from the server: its init process, the
@@ -371,7 +373,7 @@ func (s *Server) kill(p *proc) {
 	}
 	var tree []int
 	if s.cfg.NoIsolation {
-		tree = descendants(p.pid())
+		tree = proctree.Descendants(p.pid())
 	}
 	_ = p.ctl.Close()
 	_ = p.cmd.Process.Kill()
@@ -426,7 +428,7 @@ func (s *Server) thaw(ctx context.Context, p *proc) error {
 
 // signalTree sends sig to root and every descendant.
 func signalTree(root int, sig syscall.Signal) error {
-	pids := append([]int{root}, descendants(root)...)
+	pids := append([]int{root}, proctree.Descendants(root)...)
 	var errs []error
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -434,50 +436,6 @@ func signalTree(root int, sig syscall.Signal) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// descendants lists every process below root, from /proc.
-func descendants(root int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name is in parentheses and may contain spaces.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		children[ppid] = append(children[ppid], pid)
-	}
-	var out []int
-	queue := []int{root}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
 
 // netnsFiles returns what a sandbox with its own network namespace needs from

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
 const (
@@ -59,7 +61,7 @@ func (c *command) kill(sig syscall.Signal) {
 	// The group gets the signal at once, so the leader sees it together with its children (a
 	// shell must not first see a child die and exit on its own). Processes that left the group
 	// (setsid, setpgid) are found through the leader's tree, read before the leader can die.
-	tree := descendants(c.pid)
+	tree := proctree.Descendants(c.pid)
 	_ = syscall.Kill(-c.pid, sig)
 	for _, pid := range tree {
 		_ = syscall.Kill(pid, sig)
@@ -533,47 +535,4 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, io.NewSectionReader(f, cursor, size-cursor))
 	return err
-}
-
-// descendants returns the pids of every process below root, read from /proc. Only processes
-// whose parent chain still reaches root are found: an orphan adopted by init is not.
-func descendants(root int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := make(map[int][]int)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may contain spaces and parentheses.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out []int
-	queue := []int{root}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }

@@ -38,6 +38,7 @@
 // readable cgroup they fall back to /proc/stat and /proc/meminfo, i.e. the machine. In
 // --no-isolation mode they therefore describe the parent's cgroup or the host, not one sandbox.
 //
-// Package execd imports only the standard library. It must not import sandboxd or any other
-// alineo package: it runs inside the sandbox and knows nothing of the lifecycle server.
+// Package execd imports only the standard library and sandboxd/internal/proctree (itself
+// stdlib-only). It must not import sandboxd or any other alineo package: it runs inside the
+// sandbox and knows nothing of the lifecycle server.
 package execd
