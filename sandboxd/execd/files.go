@@ -15,12 +15,24 @@ import (
 	"strings"
 )
 
-func queryPaths(r *http.Request) ([]string, error) {
+// eachQueryPath calls fn, in order, with every `path` query parameter of r and its host path
+// (resolved without following a final symlink), stopping at the first error. A request without
+// a path is a CodeMissingQuery error.
+func (s *Server) eachQueryPath(r *http.Request, fn func(p, host string) error) error {
 	ps := r.URL.Query()["path"]
 	if len(ps) == 0 {
-		return nil, badRequest(CodeMissingQuery, "missing query parameter path")
+		return badRequest(CodeMissingQuery, "missing query parameter path")
 	}
-	return ps, nil
+	for _, p := range ps {
+		host, err := s.resolve(p, false)
+		if err != nil {
+			return err
+		}
+		if err := fn(p, host); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -33,37 +45,25 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func (s *Server) handleFilesInfo(w http.ResponseWriter, r *http.Request) error {
-	ps, err := queryPaths(r)
-	if err != nil {
-		return err
-	}
 	names := s.loadIDNames()
-	out := make(map[string]fileInfo, len(ps))
-	for _, p := range ps {
-		host, err := s.resolve(p, false)
-		if err != nil {
-			return err
-		}
+	out := make(map[string]fileInfo)
+	err := s.eachQueryPath(r, func(p, host string) error {
 		fi, err := os.Lstat(host)
 		if err != nil {
 			return s.fsError(err, host)
 		}
 		out[p] = s.makeFileInfo(names, s.clientPath(host), fi)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) handleDeleteFiles(w http.ResponseWriter, r *http.Request) error {
-	ps, err := queryPaths(r)
-	if err != nil {
-		return err
-	}
-	for _, p := range ps {
-		host, err := s.resolve(p, false)
-		if err != nil {
-			return err
-		}
+	return s.eachQueryPath(r, func(_, host string) error {
 		fi, err := os.Lstat(host)
 		if err != nil {
 			return s.fsError(err, host)
@@ -74,8 +74,8 @@ func (s *Server) handleDeleteFiles(w http.ResponseWriter, r *http.Request) error
 		if err := os.Remove(host); err != nil {
 			return s.fsError(err, host)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *Server) handleChmod(w http.ResponseWriter, r *http.Request) error {
@@ -502,23 +502,15 @@ func (s *Server) handleMakeDirs(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleRemoveDirs(w http.ResponseWriter, r *http.Request) error {
-	ps, err := queryPaths(r)
-	if err != nil {
-		return err
-	}
-	for _, p := range ps {
-		host, err := s.resolve(p, false)
-		if err != nil {
-			return err
-		}
+	return s.eachQueryPath(r, func(_, host string) error {
 		if host == s.root || strings.TrimRight(host, "/") == "" {
 			return badRequest(CodeInvalidRequestBody, "refusing to delete the root directory")
 		}
 		if err := os.RemoveAll(host); err != nil {
 			return s.fsError(err, host)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // dropEmptySuffixRanges removes zero-length suffix ranges ("bytes=-0") from a Range header:
