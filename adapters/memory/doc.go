@@ -3,5 +3,5 @@
 // Postgres stores (it passes the same adaptertest suites). Use it in tests and
 // for short-lived programs; everything is gone when the process ends.
 //
-// It imports events and adapters only, never a database driver.
+// It imports events, adapters and adapters/internal only, never a database driver.
 package memory

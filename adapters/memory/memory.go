@@ -5,11 +5,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"slices"
 	"sync"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -103,13 +104,8 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 
 // ApplyBatch implements adapters.ProjectionStore.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if consumer == "" {
-		return fmt.Errorf("apply batch: %w", &events.ValidationError{Field: "consumer", Reason: "is empty"})
-	}
-	for i, e := range es {
-		if err := validateProjected(e); err != nil {
-			return fmt.Errorf("apply batch: entry %d: %w", i, err)
-		}
+	if err := entries.ValidateProjected(consumer, es); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,13 +121,6 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 	}
 	s.offsets[consumer] = offset
 	return nil
-}
-
-func validateProjected(e events.Entry) error {
-	if e.Seq == 0 {
-		return &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"}
-	}
-	return events.Validate(e)
 }
 
 // Offset implements adapters.ProjectionStore.

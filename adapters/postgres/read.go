@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -82,13 +83,9 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 	if err != nil {
 		return nil, err
 	}
-	out := make([]adapters.CheckpointInfo, 0, len(es))
-	for _, e := range es {
-		var p events.CheckpointCreatedPayload
-		if err := e.Decode(&p); err != nil {
-			return nil, fmt.Errorf("postgres: list checkpoints: entry %d: %w", e.Seq, err)
-		}
-		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	out, err := entries.Checkpoints(es)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list checkpoints: %w", err)
 	}
 	return out, nil
 }
@@ -119,29 +116,11 @@ func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOpt
 // details queries the summary table: filters, order and limit all in SQL, on
 // the indexes of the schema.
 func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	var (
-		where = []string{"started_at IS NOT NULL"}
-		a     []any
-	)
-	arg := func(v any) string { a = append(a, v); return "$" + strconv.Itoa(len(a)) }
-	if name != nil {
-		where = append(where, "name = "+arg(*name))
-	}
-	if opts.Status != "" {
-		where = append(where, "status = "+arg(string(opts.Status)))
-	}
-	if opts.Before != 0 {
-		where = append(where, "started_at < "+arg(opts.Before))
-	}
-	if opts.RunID != "" {
-		// run_id is set whenever started_at is (the runId, or the sandbox id).
-		where = append(where, "run_id = "+arg(opts.RunID))
-	}
-	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY started_at DESC, name, sandbox_id`
-	if opts.Limit > 0 {
-		q += ` LIMIT ` + arg(int64(opts.Limit))
-	}
+	var a []any
+	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details` + summary.Query(name, opts, func(v any) string {
+		a = append(a, v)
+		return "$" + strconv.Itoa(len(a))
+	})
 	p, err := s.db(ctx)
 	if err != nil {
 		return nil, s.translate(ctx, op, err)

@@ -3,11 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"github.com/alineo-labs/alineo/adapters/internal/summary"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -117,7 +118,7 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 
 // ApplyBatch implements adapters.ProjectionStore.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := validateProjected(consumer, es); err != nil {
+	if err := entries.ValidateProjected(consumer, es); err != nil {
 		return fmt.Errorf("postgres: apply batch: %w", err)
 	}
 	p, err := s.db(ctx)
@@ -187,23 +188,6 @@ func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64
 		stored[uint64(seq)] = true
 	}
 	return stored, nil
-}
-
-// validateProjected checks a projected batch: a consumer name, and entries
-// that are valid and carry their ledger sequence.
-func validateProjected(consumer string, es []events.Entry) error {
-	if consumer == "" {
-		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
-	}
-	for i, e := range es {
-		if e.Seq == 0 {
-			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
-		}
-		if err := events.Validate(e); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
-		}
-	}
-	return nil
 }
 
 // DeleteSandbox implements adapters.Store.

@@ -17,5 +17,5 @@
 // unique ledger_seq column. Sandbox details are served from the summary table,
 // kept in the transaction of every write, never aggregated over the entries.
 //
-// It imports events, adapters and the driver; never the bus or the SDK.
+// It imports events, adapters (and adapters/internal) and the driver; never the bus or the SDK.
 package sqlite

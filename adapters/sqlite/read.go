@@ -5,9 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -92,13 +93,9 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 	if err != nil {
 		return nil, err
 	}
-	out := make([]adapters.CheckpointInfo, 0, len(es))
-	for _, e := range es {
-		var p events.CheckpointCreatedPayload
-		if err := e.Decode(&p); err != nil {
-			return nil, fmt.Errorf("sqlite: list checkpoints: entry %d: %w", e.Seq, err)
-		}
-		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	out, err := entries.Checkpoints(es)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list checkpoints: %w", err)
 	}
 	return out, nil
 }
@@ -118,28 +115,11 @@ func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOpt
 // details queries the summary table: filters, order and limit all in SQL, on
 // the indexes of detailsSchema.
 func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	var (
-		where = []string{"started_at IS NOT NULL"}
-		a     []any
-	)
-	if name != nil {
-		where, a = append(where, "name = ?"), append(a, *name)
-	}
-	if opts.Status != "" {
-		where, a = append(where, "status = ?"), append(a, string(opts.Status))
-	}
-	if opts.Before != 0 {
-		where, a = append(where, "started_at < ?"), append(a, opts.Before)
-	}
-	if opts.RunID != "" {
-		// run_id is set whenever started_at is (the runId, or the sandbox id).
-		where, a = append(where, "run_id = ?"), append(a, opts.RunID)
-	}
-	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY started_at DESC, name, sandbox_id`
-	if opts.Limit > 0 {
-		q, a = q+` LIMIT ?`, append(a, opts.Limit)
-	}
+	var a []any
+	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details` + summary.Query(name, opts, func(v any) string {
+		a = append(a, v)
+		return "?"
+	})
 	rows, err := s.query(ctx, q, a...)
 	if err != nil {
 		return nil, s.translate(op, err)

@@ -4,10 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"strings"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -141,7 +142,7 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 
 // ApplyBatch implements adapters.ProjectionStore.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := validateProjected(consumer, es); err != nil {
+	if err := entries.ValidateProjected(consumer, es); err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
@@ -172,23 +173,6 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 			ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`, consumer, int64(offset))
 		return err
 	})
-}
-
-// validateProjected checks a projected batch: a consumer name, and entries
-// that are valid and carry their ledger sequence.
-func validateProjected(consumer string, es []events.Entry) error {
-	if consumer == "" {
-		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
-	}
-	for i, e := range es {
-		if e.Seq == 0 {
-			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
-		}
-		if err := events.Validate(e); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
-		}
-	}
-	return nil
 }
 
 // DeleteSandbox implements adapters.Store.

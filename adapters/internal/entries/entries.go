@@ -1,0 +1,46 @@
+// Package entries holds the driver-independent handling of ledger entries that more than one
+// store needs: checking a projected batch and reading checkpoints out of
+// sandbox.checkpoint_created entries. Keeping it once keeps the stores' errors and results
+// alike.
+//
+// It imports adapters and events only.
+package entries
+
+import (
+	"fmt"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
+)
+
+// ValidateProjected checks a batch for adapters.ProjectionStore.ApplyBatch: a consumer name,
+// and entries that are valid and carry their ledger sequence. Its errors wrap an
+// *events.ValidationError (and so events.ErrInvalidEntry); an entry's error names its index.
+func ValidateProjected(consumer string, es []events.Entry) error {
+	if consumer == "" {
+		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+		if err := events.Validate(e); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Checkpoints returns the checkpoints of sandbox.checkpoint_created entries es, in order. A
+// payload that does not decode is an error naming the entry's Seq.
+func Checkpoints(es []events.Entry) ([]adapters.CheckpointInfo, error) {
+	out := make([]adapters.CheckpointInfo, 0, len(es))
+	for _, e := range es {
+		var p events.CheckpointCreatedPayload
+		if err := e.Decode(&p); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Seq, err)
+		}
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: e.Ts})
+	}
+	return out, nil
+}
