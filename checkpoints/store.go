@@ -73,11 +73,42 @@ type AppendInput struct {
 	Writer       Writer
 }
 
+// Validate checks in as every Store's Append does before it looks at the store: a
+// checkpoint that passes Checkpoint.Validate, a well-formed ExpectedHead, and a parent
+// equal to ExpectedHead. It returns an *Error with CodeInvalidEntry, CodeInvalidID or
+// CodeParentMismatch.
+func (in AppendInput) Validate() error {
+	c := in.Checkpoint
+	if c == nil {
+		return errorf(CodeInvalidEntry, "append: nil checkpoint")
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if in.ExpectedHead != "" {
+		if err := ValidateID("expected head", in.ExpectedHead); err != nil {
+			return err
+		}
+	}
+	if c.ParentID != in.ExpectedHead {
+		return errorf(CodeParentMismatch, "checkpoint %q has parent %q, expected head is %q", c.ID, c.ParentID, in.ExpectedHead)
+	}
+	return nil
+}
+
 // DeleteHeadInput is the argument of Store.DeleteHead and Store.DeleteCheckpoint.
 type DeleteHeadInput struct {
 	ThreadID     string
 	CheckpointID string
 	Writer       Writer
+}
+
+// Validate checks the ids of in; it returns an *Error with CodeInvalidID.
+func (in DeleteHeadInput) Validate() error {
+	if err := ValidateID("thread id", in.ThreadID); err != nil {
+		return err
+	}
+	return ValidateID("checkpoint id", in.CheckpointID)
 }
 
 // ForkInput is the argument of Store.ForkFromCheckpoint.
@@ -89,6 +120,21 @@ type ForkInput struct {
 	// CreatedAt of the fork-root; the store's clock when zero.
 	CreatedAt time.Time
 	Writer    Writer
+}
+
+// Validate checks the four ids of in; it returns an *Error with CodeInvalidID.
+func (in ForkInput) Validate() error {
+	for _, f := range []struct{ what, id string }{
+		{"source thread id", in.SourceThreadID},
+		{"source checkpoint id", in.SourceCheckpointID},
+		{"destination thread id", in.DestinationThreadID},
+		{"destination checkpoint id", in.DestinationCheckpointID},
+	} {
+		if err := ValidateID(f.what, f.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BlobRef is one line of ListBlobReferences.

@@ -141,21 +141,10 @@ func (s *Store) insert(c *checkpoints.Checkpoint) {
 
 // Append implements checkpoints.Store.
 func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string, error) {
-	if in.Checkpoint == nil {
-		return "", checkpoints.Errorf(checkpoints.CodeInvalidEntry, "append: nil checkpoint")
-	}
-	c := in.Checkpoint.Clone()
-	if err := c.Validate(); err != nil {
+	if err := in.Validate(); err != nil {
 		return "", err
 	}
-	if in.ExpectedHead != "" {
-		if err := checkpoints.ValidateID("expected head", in.ExpectedHead); err != nil {
-			return "", err
-		}
-	}
-	if c.ParentID != in.ExpectedHead {
-		return "", checkpoints.Errorf(checkpoints.CodeParentMismatch, "checkpoint %q has parent %q, expected head is %q", c.ID, c.ParentID, in.ExpectedHead)
-	}
+	c := in.Checkpoint.Clone()
 	if err := s.lock(ctx); err != nil {
 		return "", err
 	}
@@ -179,10 +168,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 
 // DeleteHead implements checkpoints.Store.
 func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) error {
-	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
-		return err
-	}
-	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+	if err := in.Validate(); err != nil {
 		return err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -234,10 +220,7 @@ func (s *Store) remove(c *checkpoints.Checkpoint) {
 
 // DeleteCheckpoint implements checkpoints.Store.
 func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) error {
-	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
-		return err
-	}
-	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+	if err := in.Validate(); err != nil {
 		return err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -327,15 +310,8 @@ func (s *Store) ListBlobReferences(ctx context.Context) ([]checkpoints.BlobRef, 
 
 // ForkFromCheckpoint implements checkpoints.Store.
 func (s *Store) ForkFromCheckpoint(ctx context.Context, in checkpoints.ForkInput) (*checkpoints.Checkpoint, error) {
-	for _, f := range []struct{ what, id string }{
-		{"source thread id", in.SourceThreadID},
-		{"source checkpoint id", in.SourceCheckpointID},
-		{"destination thread id", in.DestinationThreadID},
-		{"destination checkpoint id", in.DestinationCheckpointID},
-	} {
-		if err := checkpoints.ValidateID(f.what, f.id); err != nil {
-			return nil, err
-		}
+	if err := in.Validate(); err != nil {
+		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

@@ -343,21 +343,10 @@ func insert(ctx context.Context, tx *sql.Tx, c *checkpoints.Checkpoint) error {
 
 // Append implements checkpoints.Store.
 func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string, error) {
-	if in.Checkpoint == nil {
-		return "", checkpoints.Errorf(checkpoints.CodeInvalidEntry, "append: nil checkpoint")
-	}
-	c := in.Checkpoint.Clone()
-	if err := c.Validate(); err != nil {
+	if err := in.Validate(); err != nil {
 		return "", err
 	}
-	if in.ExpectedHead != "" {
-		if err := checkpoints.ValidateID("expected head", in.ExpectedHead); err != nil {
-			return "", err
-		}
-	}
-	if c.ParentID != in.ExpectedHead {
-		return "", checkpoints.Errorf(checkpoints.CodeParentMismatch, "checkpoint %q has parent %q, expected head is %q", c.ID, c.ParentID, in.ExpectedHead)
-	}
+	c := in.Checkpoint.Clone()
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.checkWriter(ctx, tx, c.ThreadID, in.Writer); err != nil {
 			return err
@@ -390,10 +379,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 
 // DeleteHead implements checkpoints.Store.
 func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) error {
-	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
-		return err
-	}
-	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+	if err := in.Validate(); err != nil {
 		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
@@ -445,10 +431,7 @@ func remove(ctx context.Context, tx *sql.Tx, thread, id, parent string, isHead b
 
 // DeleteCheckpoint implements checkpoints.Store.
 func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) error {
-	if err := checkpoints.ValidateID("thread id", in.ThreadID); err != nil {
-		return err
-	}
-	if err := checkpoints.ValidateID("checkpoint id", in.CheckpointID); err != nil {
+	if err := in.Validate(); err != nil {
 		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
@@ -604,15 +587,8 @@ func (s *Store) ListBlobReferences(ctx context.Context) ([]checkpoints.BlobRef, 
 
 // ForkFromCheckpoint implements checkpoints.Store.
 func (s *Store) ForkFromCheckpoint(ctx context.Context, in checkpoints.ForkInput) (*checkpoints.Checkpoint, error) {
-	for _, f := range []struct{ what, id string }{
-		{"source thread id", in.SourceThreadID},
-		{"source checkpoint id", in.SourceCheckpointID},
-		{"destination thread id", in.DestinationThreadID},
-		{"destination checkpoint id", in.DestinationCheckpointID},
-	} {
-		if err := checkpoints.ValidateID(f.what, f.id); err != nil {
-			return nil, err
-		}
+	if err := in.Validate(); err != nil {
+		return nil, err
 	}
 	var out *checkpoints.Checkpoint
 	err := s.write(ctx, func(tx *sql.Tx) error {
