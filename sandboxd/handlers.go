@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -164,42 +165,57 @@ func positiveInt(q string, def int, name string) (int, error) {
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	page, err := positiveInt(q.Get("page"), 1, "page")
+	page, size, err := pageQuery(q)
 	if err != nil {
 		s.writeErr(w, err)
 		return
 	}
-	size, err := positiveInt(q.Get("pageSize"), 20, "pageSize")
-	if err != nil {
-		s.writeErr(w, err)
-		return
-	}
-	size = min(size, 200)
 	meta, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
 		s.writeErr(w, err)
 		return
 	}
-	states := map[State]bool{}
+	items, pg := paginate(s.list(stateQuery[State](q), meta), page, size)
+	writeJSON(w, http.StatusOK, listResponse{Items: items, Pagination: pg})
+}
+
+// pageQuery reads the page (default 1) and pageSize (default 20, at most 200) parameters
+// of a list request.
+func pageQuery(q url.Values) (page, size int, err error) {
+	if page, err = positiveInt(q.Get("page"), 1, "page"); err != nil {
+		return 0, 0, err
+	}
+	if size, err = positiveInt(q.Get("pageSize"), 20, "pageSize"); err != nil {
+		return 0, 0, err
+	}
+	return page, min(size, 200), nil
+}
+
+// stateQuery reads the state filter of a list request: every state parameter, each a
+// comma-separated list. An empty set means every state.
+func stateQuery[S ~string](q url.Values) map[S]bool {
+	states := map[S]bool{}
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			if st = strings.TrimSpace(st); st != "" {
-				states[State(st)] = true
+				states[S(st)] = true
 			}
 		}
 	}
-	all := s.list(states, meta)
+	return states
+}
+
+// paginate returns page (from 1) of all, never nil, and its pagination.
+func paginate[T any](all []T, page, size int) ([]T, Pagination) {
 	total := len(all)
 	pages := (total + size - 1) / size
 	lo := min((page-1)*size, total)
 	hi := min(lo+size, total)
 	items := all[lo:hi]
 	if items == nil {
-		items = []Sandbox{}
+		items = []T{}
 	}
-	writeJSON(w, http.StatusOK, listResponse{Items: items, Pagination: Pagination{
-		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
-	}})
+	return items, Pagination{Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages}
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -283,14 +299,9 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	sb, err := s.get(id)
+	sb, port, err := s.sandboxPort(id, r.PathValue("port"))
 	if err != nil {
 		s.writeErr(w, err)
-		return
-	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		s.writeErr(w, invalid("INVALID_REQUEST", "port", "port must be an integer in 1..65535, got %q", r.PathValue("port")))
 		return
 	}
 	q := r.URL.Query()

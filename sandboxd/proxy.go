@@ -22,6 +22,20 @@ const maxBufferedBody = 1 << 20
 // hop-by-hop ones httputil.ReverseProxy drops.
 var strippedHeaders = []string{"Authorization", "Cookie", APIKeyHeader}
 
+// sandboxPort returns the sandbox named id and the port of a /sandboxes/{id}/…/{port} route: an
+// unknown sandbox is the error of get, a port outside 1..65535 an INVALID_REQUEST.
+func (s *Server) sandboxPort(id, portText string) (*sandbox, int, error) {
+	sb, err := s.get(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 {
+		return nil, 0, invalid("INVALID_REQUEST", "port", "port must be an integer in 1..65535, got %q", portText)
+	}
+	return sb, port, nil
+}
+
 // handleProxy forwards /sandboxes/{id}/proxy/{port}/{rest...} to the sandbox:
 // port 44772 to its execd, port 18080 of a sandbox with a network policy to
 // its egress API, any other port to 127.0.0.1:port (in the sandbox's network
@@ -31,14 +45,9 @@ var strippedHeaders = []string{"Authorization", "Cookie", APIKeyHeader}
 // itself: the proxy adds no credentials.
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	sb, err := s.get(id)
+	sb, port, err := s.sandboxPort(id, r.PathValue("port"))
 	if err != nil {
 		s.writeErr(w, err)
-		return
-	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		s.writeErr(w, invalid("INVALID_REQUEST", "port", "port must be an integer in 1..65535, got %q", r.PathValue("port")))
 		return
 	}
 	sb.mu.Lock()

@@ -93,37 +93,13 @@ func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	page, err := positiveInt(q.Get("page"), 1, "page")
+	page, size, err := pageQuery(q)
 	if err != nil {
 		s.writeErr(w, err)
 		return
 	}
-	size, err := positiveInt(q.Get("pageSize"), 20, "pageSize")
-	if err != nil {
-		s.writeErr(w, err)
-		return
-	}
-	size = min(size, 200)
-	states := map[SnapshotState]bool{}
-	for _, v := range q["state"] {
-		for _, st := range strings.Split(v, ",") {
-			if st = strings.TrimSpace(st); st != "" {
-				states[SnapshotState(st)] = true
-			}
-		}
-	}
-	all := s.listSnapshots(q.Get("sandboxId"), states)
-	total := len(all)
-	pages := (total + size - 1) / size
-	lo := min((page-1)*size, total)
-	hi := min(lo+size, total)
-	items := all[lo:hi]
-	if items == nil {
-		items = []Snapshot{}
-	}
-	writeJSON(w, http.StatusOK, snapshotListResponse{Items: items, Pagination: Pagination{
-		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
-	}})
+	items, pg := paginate(s.listSnapshots(q.Get("sandboxId"), stateQuery[SnapshotState](q)), page, size)
+	writeJSON(w, http.StatusOK, snapshotListResponse{Items: items, Pagination: pg})
 }
 
 func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
