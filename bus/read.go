@@ -51,14 +51,21 @@ type readResult struct {
 	firstSeq uint64         // first stream sequence seen on the subject (any name), 0 if none
 }
 
-// read reads every message on filter, in stream order, until the ordered
-// consumer has nothing pending, keeping the entries of the session named name
-// ("" keeps all). Undecodable messages are skipped (projectors park them). The
-// end is the consumer's own pending count, computed by the stream leader, not
-// a separate last-message lookup that a concurrent delete or expiry can make
-// stale.
+// read reads every message on filter, in stream order, up to the subject's
+// last message as the stream leader reports it when the read starts, keeping
+// the entries of the session named name ("" keeps all). Undecodable messages
+// are skipped (projectors park them).
+//
+// The ordered consumer may sit on a replica that is behind the leader, so its
+// own pending count cannot say when the read is complete; the leader's last
+// sequence can. When nothing arrives for a second the leader is asked again,
+// so messages deleted or expired meanwhile do not hold the read up.
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
+	last, found, err := b.lastSeq(ctx, filter)
+	if err != nil || !found {
+		return res, err
+	}
 	octx, cancel := opCtx(ctx)
 	defer cancel()
 	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
@@ -73,9 +80,6 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
 	}
 	defer msgs.Stop()
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 && ci.Delivered.Stream == 0 {
-		return res, nil
-	}
 	hname := url.PathEscape(name)
 	var lastSeen uint64
 	var in interner
@@ -83,15 +87,16 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		res.entries = make([]events.Entry, 0, ci.NumPending)
 	}
 	for {
-		m, err := msgs.Next(jetstream.NextMaxWait(2 * time.Second))
+		m, err := msgs.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			// Nothing for a while: done if the consumer has nothing left for us.
-			ictx, cancel := opCtx(ctx)
-			ci, ierr := cons.Info(ictx)
-			cancel()
-			if ierr == nil && ci.NumPending == 0 && ci.Delivered.Stream <= lastSeen {
+			now, found, lerr := b.lastSeq(ctx, filter)
+			if lerr != nil {
+				return res, lerr
+			}
+			if !found || now <= lastSeen {
 				return res, nil
 			}
+			last = now
 			continue
 		}
 		if err != nil {
@@ -117,10 +122,24 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 				res.entries = append(res.entries, e)
 			}
 		}
-		if md.NumPending == 0 {
+		if seq >= last {
 			return res, nil
 		}
 	}
+}
+
+// lastSeq asks the stream leader for the sequence of the last message on filter.
+func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) {
+	gctx, cancel := opCtx(ctx)
+	defer cancel()
+	m, err := b.stream.GetLastMsgForSubject(gctx, filter)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("%w: last message on %s: %v", adapters.ErrUnavailable, filter, err)
+	}
+	return m.Sequence, true, nil
 }
 
 // readSession reads one session's entries on filter from the stream and, when
@@ -244,7 +263,9 @@ func (l *Ledger) ListCheckpoints(ctx context.Context, name, sandboxID string) ([
 
 // DeleteSandbox removes the session's messages from the stream (the whole
 // subject when it holds only this session) and, when configured, from the read
-// model. Deleting an unknown session is not an error.
+// model. Deleting an unknown session is not an error. On a replicated stream
+// a replay served by a lagging replica may still see the messages for a
+// moment.
 func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
 	if l.isClosed() {
 		return ErrClosed
