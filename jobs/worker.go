@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	alineo "github.com/alineo-labs/alineo"
+	"github.com/alineo-labs/alineo/adapters"
 )
 
 // Fencer fences the previous writer of a sandbox's ledger: bus.Ledger.
@@ -222,6 +223,10 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	switch {
 	case err == nil:
 		w.finish(jobCtx, m, jm.ID, StateSucceeded, "", attempt)
+	case errors.Is(err, adapters.ErrFenced):
+		// Another worker took the job over (this one missed its lease): the
+		// job and its status are that worker's now; leave both alone.
+		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", jm.ID, "err", err)
 	case errors.Is(err, ErrDrained):
 		w.requeue(jobCtx, m, jm.ID, "drained", 0)
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
