@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -218,10 +220,7 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
+	all := slices.Collect(maps.Values(s.sandboxes))
 	s.mu.Unlock()
 	close(s.stop)
 	var errs []error
@@ -671,18 +670,12 @@ func (s *Server) patchMetadata(id string, patch map[string]*string) (Sandbox, er
 
 // list returns the sandboxes matching the filters, oldest first.
 func (s *Server) list(states map[State]bool, meta map[string]string) []Sandbox {
-	s.mu.Lock()
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
-	s.mu.Unlock()
 	type item struct {
 		v   Sandbox
 		seq int64
 	}
 	var items []item
-	for _, sb := range all {
+	for _, sb := range s.all() {
 		sb.mu.Lock()
 		seq := sb.rec.Seq
 		sb.mu.Unlock()
@@ -731,14 +724,16 @@ func (s *Server) janitor() {
 	}
 }
 
-func (s *Server) sweep(now time.Time) {
+// all returns every sandbox the server knows, in no order, read under s.mu; the
+// caller locks each sandbox itself.
+func (s *Server) all() []*sandbox {
 	s.mu.Lock()
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
-	s.mu.Unlock()
-	for _, sb := range all {
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.sandboxes))
+}
+
+func (s *Server) sweep(now time.Time) {
+	for _, sb := range s.all() {
 		sb.mu.Lock()
 		st, exp, ended, id := sb.rec.Status.State, sb.rec.ExpiresAt, sb.ended, sb.rec.ID
 		sb.mu.Unlock()

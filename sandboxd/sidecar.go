@@ -91,13 +91,7 @@ func (s *Server) ownPort(port int) bool {
 	if port == int(s.apiPort.Load()) {
 		return true
 	}
-	s.mu.Lock()
-	all := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		all = append(all, sb)
-	}
-	s.mu.Unlock()
-	for _, sb := range all {
+	for _, sb := range s.all() {
 		sb.mu.Lock()
 		hit := sb.rec.ExecdPort == port || sb.rec.EgressAPIPort == port
 		p := sb.proc
