@@ -45,7 +45,8 @@ func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
 	return e, nil
 }
 
-func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+// collect runs q on the pool and scans every row with scan; errors are translated as op's.
+func collect[T any](ctx context.Context, s *Store, op string, scan pgx.RowToFunc[T], q string, a ...any) ([]T, error) {
 	p, err := s.db(ctx)
 	if err != nil {
 		return nil, s.translate(ctx, op, err)
@@ -54,8 +55,12 @@ func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.E
 	if err != nil {
 		return nil, s.translate(ctx, op, err)
 	}
-	es, err := pgx.CollectRows(rows, scanEntry)
-	return es, s.translate(ctx, op, err)
+	out, err := pgx.CollectRows(rows, scan)
+	return out, s.translate(ctx, op, err)
+}
+
+func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
 // ReadAll implements adapters.Store.
@@ -121,32 +126,15 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 		a = append(a, v)
 		return "$" + strconv.Itoa(len(a))
 	})
-	p, err := s.db(ctx)
-	if err != nil {
-		return nil, s.translate(ctx, op, err)
-	}
-	rows, err := p.Query(ctx, q, a...)
-	if err != nil {
-		return nil, s.translate(ctx, op, err)
-	}
-	ds, err := pgx.CollectRows(rows, scanDetails)
-	return ds, s.translate(ctx, op, err)
+	return collect(ctx, s, op, scanDetails, q, a...)
 }
 
 // GetSandboxDetails implements adapters.Store.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
-	p, err := s.db(ctx)
-	if err != nil {
-		return nil, s.translate(ctx, "get sandbox details", err)
-	}
-	rows, err := p.Query(ctx, `SELECT `+detailsCols+` FROM alineo_sandbox_details
+	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = $1 AND sandbox_id = $2 AND started_at IS NOT NULL`, name, sandboxID)
-	if err != nil {
-		return nil, s.translate(ctx, "get sandbox details", err)
-	}
-	ds, err := pgx.CollectRows(rows, scanDetails)
 	if err != nil || len(ds) == 0 {
-		return nil, s.translate(ctx, "get sandbox details", err)
+		return nil, err
 	}
 	return &ds[0], nil
 }
@@ -160,16 +148,7 @@ func scanEnv(row pgx.CollectableRow) (adapters.EnvironmentRecord, error) {
 }
 
 func (s *Store) environments(ctx context.Context, op, q string, a ...any) ([]adapters.EnvironmentRecord, error) {
-	p, err := s.db(ctx)
-	if err != nil {
-		return nil, s.translate(ctx, op, err)
-	}
-	rows, err := p.Query(ctx, q, a...)
-	if err != nil {
-		return nil, s.translate(ctx, op, err)
-	}
-	recs, err := pgx.CollectRows(rows, scanEnv)
-	return recs, s.translate(ctx, op, err)
+	return collect(ctx, s, op, scanEnv, q, a...)
 }
 
 // GetEnvironment implements adapters.Store.

@@ -48,24 +48,30 @@ func scanEntry(rows *sql.Rows) (events.Entry, error) {
 	return e, nil
 }
 
-func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+// collect runs q on the reader pool and scans every row with scan; errors are translated as
+// op's. It returns nil when no row matches.
+func collect[T any](ctx context.Context, s *Store, op string, scan func(*sql.Rows) (T, error), q string, a ...any) ([]T, error) {
 	rows, err := s.query(ctx, q, a...)
 	if err != nil {
 		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
-	var out []events.Entry
+	var out []T
 	for rows.Next() {
-		e, err := scanEntry(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, s.translate(op, err)
 		}
-		out = append(out, e)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.translate(op, err)
 	}
 	return out, nil
+}
+
+func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.Entry, error) {
+	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
 // ReadAll implements adapters.Store.
@@ -120,63 +126,39 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 		a = append(a, v)
 		return "?"
 	})
-	rows, err := s.query(ctx, q, a...)
-	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	defer rows.Close()
-	var out []adapters.SandboxDetails
-	for rows.Next() {
-		var d adapters.SandboxDetails
-		if err := rows.Scan(&d.Name, &d.SandboxID, &d.Status, &d.StartedAt, &d.CompletedAt, &d.ExecCount, &d.RunID); err != nil {
-			return nil, s.translate(op, err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return collect(ctx, s, op, scanDetails, q, a...)
+}
+
+func scanDetails(rows *sql.Rows) (adapters.SandboxDetails, error) {
+	var d adapters.SandboxDetails
+	err := rows.Scan(&d.Name, &d.SandboxID, &d.Status, &d.StartedAt, &d.CompletedAt, &d.ExecCount, &d.RunID)
+	return d, err
 }
 
 // GetSandboxDetails implements adapters.Store.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
-	rows, err := s.query(ctx, `SELECT `+detailsCols+` FROM alineo_sandbox_details
+	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL`, name, sandboxID)
-	if err != nil {
-		return nil, s.translate("get sandbox details", err)
+	if err != nil || len(ds) == 0 {
+		return nil, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		return nil, s.translate("get sandbox details", rows.Err())
-	}
-	var d adapters.SandboxDetails
-	if err := rows.Scan(&d.Name, &d.SandboxID, &d.Status, &d.StartedAt, &d.CompletedAt, &d.ExecCount, &d.RunID); err != nil {
-		return nil, s.translate("get sandbox details", err)
-	}
-	return &d, nil
+	return &ds[0], nil
 }
 
 const envCols = `name, snapshot_id, image, built_at, COALESCE(fingerprint, '')`
 
 func (s *Store) environments(ctx context.Context, op, q string, a ...any) ([]adapters.EnvironmentRecord, error) {
-	rows, err := s.query(ctx, q, a...)
-	if err != nil {
-		return nil, s.translate(op, err)
+	recs, err := collect(ctx, s, op, scanEnv, q, a...)
+	if recs == nil && err == nil {
+		recs = []adapters.EnvironmentRecord{} // listed as [], not null
 	}
-	defer rows.Close()
-	out := []adapters.EnvironmentRecord{}
-	for rows.Next() {
-		var rec adapters.EnvironmentRecord
-		if err := rows.Scan(&rec.Name, &rec.SnapshotID, &rec.Image, &rec.BuiltAt, &rec.Fingerprint); err != nil {
-			return nil, s.translate(op, err)
-		}
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return recs, err
+}
+
+func scanEnv(rows *sql.Rows) (adapters.EnvironmentRecord, error) {
+	var rec adapters.EnvironmentRecord
+	err := rows.Scan(&rec.Name, &rec.SnapshotID, &rec.Image, &rec.BuiltAt, &rec.Fingerprint)
+	return rec, err
 }
 
 // GetEnvironment implements adapters.Store.
