@@ -260,10 +260,13 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 		ack, err = l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(prev))
 		cancel()
 		var ae *jetstream.APIError
-		// 10164: on a replicated stream another publish checking this subject
-		// (a writer's data publish) is in flight; try again shortly.
-		if err == nil || !errors.As(err, &ae) || ae.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
-			attempt >= 50 || ctx.Err() != nil {
+		// Try again shortly on 10164 (on a replicated stream another publish
+		// checking this subject is in flight) and while a new stream has no
+		// leader yet. A retried fence that was in fact stored makes the next
+		// attempt fail with 10071; claim and Takeover then find their own fence.
+		retry := errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+			errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+		if err == nil || !retry || attempt >= 50 || ctx.Err() != nil {
 			break
 		}
 		select {

@@ -152,19 +152,41 @@ func (c *Cluster) Restart(i int) {
 
 func (c *Cluster) waitMeta() {
 	c.t.Helper()
-	Eventually(c.t, 20*time.Second, func() error {
+	Eventually(c.t, 30*time.Second, func() error {
 		for i, s := range c.nodes {
 			if s == nil {
 				continue
 			}
-			if !s.JetStreamIsClustered() || s.JetStreamIsCurrent() == false {
+			if !s.JetStreamIsClustered() || !s.JetStreamIsCurrent() {
 				return fmt.Errorf("node %d: jetstream not current", i)
 			}
 		}
 		for _, s := range c.nodes {
-			if s != nil && s.JetStreamIsLeader() {
-				return nil
+			if s == nil || !s.JetStreamIsLeader() {
+				continue
 			}
+			// The leader must see every other running node online, or R3
+			// placement fails with "no suitable peers".
+			jsz, err := s.Jsz(nil)
+			if err != nil || jsz.Meta == nil {
+				return fmt.Errorf("meta leader info: %v", err)
+			}
+			want := 0
+			for _, o := range c.nodes {
+				if o != nil && o != s {
+					want++
+				}
+			}
+			online := 0
+			for _, p := range jsz.Meta.Replicas {
+				if p.Current && !p.Offline {
+					online++
+				}
+			}
+			if online < want {
+				return fmt.Errorf("meta leader sees %d of %d peers online", online, want)
+			}
+			return nil
 		}
 		return fmt.Errorf("no jetstream meta leader yet")
 	})
