@@ -339,16 +339,24 @@ type runCommandRequest struct {
 	Envs       map[string]string `json:"envs"`
 }
 
+// validateRun checks the command and timeout (milliseconds) of a /command or session run.
+func validateRun(command string, timeoutMS int64) error {
+	if strings.TrimSpace(command) == "" {
+		return badRequest(CodeInvalidRequestBody, "command is required")
+	}
+	if timeoutMS < 0 {
+		return badRequest(CodeInvalidRequestBody, "timeout must be >= 0 milliseconds, got %d", timeoutMS)
+	}
+	return nil
+}
+
 func (s *Server) handleRunCommand(w http.ResponseWriter, r *http.Request) error {
 	var req runCommandRequest
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Command) == "" {
-		return badRequest(CodeInvalidRequestBody, "command is required")
-	}
-	if req.Timeout < 0 {
-		return badRequest(CodeInvalidRequestBody, "timeout must be >= 0 milliseconds, got %d", req.Timeout)
+	if err := validateRun(req.Command, req.Timeout); err != nil {
+		return err
 	}
 	spec, err := s.shellSpec(req.Command, req.Cwd, req.Envs)
 	if err != nil {

@@ -180,11 +180,8 @@ func (s *Server) handleRunInSession(w http.ResponseWriter, r *http.Request) erro
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Command) == "" {
-		return badRequest(CodeInvalidRequestBody, "command is required")
-	}
-	if req.Timeout < 0 {
-		return badRequest(CodeInvalidRequestBody, "timeout must be >= 0 milliseconds, got %d", req.Timeout)
+	if err := validateRun(req.Command, req.Timeout); err != nil {
+		return err
 	}
 	return s.runInSession(w, r, ss, req.Command, req.Cwd, time.Duration(req.Timeout)*time.Millisecond)
 }
