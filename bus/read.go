@@ -66,26 +66,35 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 	if err != nil || !found {
 		return res, err
 	}
-	octx, cancel := opCtx(ctx)
-	defer cancel()
-	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return res, fmt.Errorf("%w: ordered consumer on %s: %v", adapters.ErrUnavailable, filter, err)
+	open := func(from uint64) (jetstream.Consumer, jetstream.MessagesContext, error) {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+		if from > 1 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+		}
+		octx, cancel := opCtx(ctx)
+		defer cancel()
+		cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: ordered consumer on %s: %v", adapters.ErrUnavailable, filter, err)
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+		}
+		return cons, msgs, nil
 	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	cons, msgs, err := open(1)
 	if err != nil {
-		return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+		return res, err
 	}
-	defer msgs.Stop()
+	defer func() { msgs.Stop() }()
 	hname := url.PathEscape(name)
 	var lastSeen uint64
 	var in interner
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending < 1<<20 {
 		res.entries = make([]events.Entry, 0, ci.NumPending)
 	}
+	stalls := 0
 	for {
 		m, err := msgs.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
@@ -97,8 +106,18 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 				return res, nil
 			}
 			last = now
+			if stalls++; stalls >= 3 {
+				// Messages exist past what we have, yet none arrive: start a
+				// new consumer after the last one received.
+				msgs.Stop()
+				if _, msgs, err = open(lastSeen + 1); err != nil {
+					return res, err
+				}
+				stalls = 0
+			}
 			continue
 		}
+		stalls = 0
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
