@@ -74,16 +74,6 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := c.sem.acquire(ctx); err != nil {
-		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			c.sem.release()
-		}
-	}
 	res := opts.Resources.withDefaults()
 	runID := opts.RunID
 	if runID == "" {
@@ -98,16 +88,50 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	if len(entry) == 0 {
 		entry = DefaultEntrypoint
 	}
-	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
+	req := opensandbox.CreateSandboxRequest{
 		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
 		ResourceLimits: res.limits(), Timeout: opts.Timeout,
 		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
-	})
-	if err != nil {
-		release()
-		return nil, &SandboxError{Op: "create", Err: err}
 	}
-	sb, err := c.open(ctx, created.ID, opts, res, runID)
+	return c.launch(ctx, "create", req, spawnOptions{
+		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell,
+		payload:      events.SandboxCreatedPayload{Resources: res.limits(), RunID: runID},
+		recordPolicy: opts.NetworkPolicy,
+	})
+}
+
+// spawnOptions describe the handle of a sandbox being created (launch), and for
+// spawn the snapshot it is created from.
+type spawnOptions struct {
+	snapshotID string
+	name       func(id string) string // the session name, given the new id
+	resources  Resources
+	runID      string
+	payload    events.SandboxCreatedPayload // SandboxID is filled in
+	replay     *replayCache
+	shell      string
+	// policy and credentialProxy restore a resumed session's network state.
+	policy          *NetworkPolicy
+	credentialProxy bool
+	// recordPolicy, when set, has its rules recorded as egress.rule_added after
+	// sandbox.created (a new sandbox's policy; a restored one is not re-recorded).
+	recordPolicy *NetworkPolicy
+}
+
+// launch creates the sandbox req describes and opens its handle: it takes a
+// concurrency slot, creates the sandbox, waits for Running and execd, records
+// sandbox.created and returns the handle; on failure it deletes what it created
+// and frees the slot. op names the create in its *SandboxError.
+func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSandboxRequest, o spawnOptions) (*Sandbox, error) {
+	if err := c.sem.acquire(ctx); err != nil {
+		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
+	}
+	created, err := c.os.CreateSandbox(ctx, req)
+	if err != nil {
+		c.sem.release()
+		return nil, &SandboxError{Op: op, Err: err}
+	}
+	sb, err := c.open(ctx, created.ID, o)
 	if err != nil {
 		// Delete what was created, even if ctx is what failed.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
@@ -116,15 +140,16 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 			err = errors.Join(err, &SandboxError{SandboxID: created.ID, Op: "delete after failed creation", Err: derr})
 		}
 		cancel()
-		release()
+		c.sem.release()
 		return nil, err
 	}
 	sb.release = sync.OnceFunc(c.sem.release)
 	return sb, nil
 }
 
-// open waits for a created sandbox and builds its handle.
-func (c *Client) open(ctx context.Context, id string, opts SandboxOptions, res Resources, runID string) (*Sandbox, error) {
+// open waits for a created sandbox, builds its handle and records sandbox.created
+// (and the rules of o.recordPolicy).
+func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox, error) {
 	if err := c.waitRunning(ctx, id); err != nil {
 		return nil, err
 	}
@@ -132,26 +157,29 @@ func (c *Client) open(ctx context.Context, id string, opts SandboxOptions, res R
 	if err != nil {
 		return nil, &ExecConnectionError{SandboxID: id, Err: err}
 	}
-	name := opts.Name
-	if name == "" {
-		name = "sandbox-" + id[:min(8, len(id))]
-	}
-	sb := &Sandbox{
-		c: c, id: id, name: name, runID: runID, resources: res, shell: opts.Shell,
-		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
-	}
-	payload := events.SandboxCreatedPayload{SandboxID: id, Resources: res.limits(), RunID: runID}
-	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, payload); err != nil {
+	sb := c.handle(id, o.name(id), o.runID, o.resources, o.shell, ex)
+	sb.replay = o.replay
+	o.payload.SandboxID = id
+	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, o.payload); err != nil {
 		ex.Close()
 		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
 	}
-	if opts.NetworkPolicy != nil {
-		if err := sb.recordRules(ctx, events.EgressRuleAdded, opts.NetworkPolicy.Egress); err != nil {
+	if o.recordPolicy != nil {
+		if err := sb.recordRules(ctx, events.EgressRuleAdded, o.recordPolicy.Egress); err != nil {
 			ex.Close()
 			return nil, err
 		}
 	}
 	return sb, nil
+}
+
+// handle returns a new handle on sandbox id, recorded under name; release is
+// left for the caller to set.
+func (c *Client) handle(id, name, runID string, res Resources, shell string, ex *opensandbox.Execd) *Sandbox {
+	return &Sandbox{
+		c: c, id: id, name: name, runID: runID, resources: res, shell: shell,
+		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
+	}
 }
 
 // waitRunning waits until the sandbox is Running, for at most runningTimeout.

@@ -61,9 +61,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID, name string, opts Conne
 		res = opts.Resources.withDefaults()
 	}
 	name = defaultName(name, "sandbox-")(sandboxID)
-	return &Sandbox{
-		c: c, id: sandboxID, name: name, runID: runID, resources: res, shell: opts.Shell,
-		ledger: newLedger(c.store, name, sandboxID), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
-		release: sync.OnceFunc(c.sem.release),
-	}, nil
+	sb := c.handle(sandboxID, name, runID, res, opts.Shell, ex)
+	sb.release = sync.OnceFunc(c.sem.release)
+	return sb, nil
 }

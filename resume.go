@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
@@ -148,73 +147,14 @@ func defaultName(name, prefix string) func(id string) string {
 	}
 }
 
-// spawnOptions describe a sandbox created from a snapshot.
-type spawnOptions struct {
-	snapshotID string
-	name       func(id string) string // the session name, given the new id
-	resources  Resources
-	runID      string
-	env        map[string]string
-	payload    events.SandboxCreatedPayload // SandboxID is filled in
-	replay     *replayCache
-	shell      string
-	// policy and credentialProxy restore a resumed session's network state.
-	policy          *NetworkPolicy
-	credentialProxy bool
-}
-
-// spawn creates a sandbox from a snapshot as Client.Sandbox creates one from an
-// image: it takes a concurrency slot, waits for Running and execd, records
-// sandbox.created and returns the handle; on failure it deletes what it
-// created and frees the slot.
+// spawn creates a sandbox from the snapshot o.snapshotID, as Client.Sandbox
+// creates one from an image (see launch).
 func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
-	if err := c.sem.acquire(ctx); err != nil {
-		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
-	}
-	created, err := c.os.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
-		SnapshotID: o.snapshotID, Env: o.env, Metadata: map[string]string{"runId": o.runID},
+	return c.launch(ctx, "create from snapshot "+o.snapshotID, opensandbox.CreateSandboxRequest{
+		SnapshotID: o.snapshotID, Metadata: map[string]string{"runId": o.runID},
 		ResourceLimits: o.resources.limits(),
 		NetworkPolicy:  o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
-	})
-	if err != nil {
-		c.sem.release()
-		return nil, &SandboxError{Op: "create from snapshot " + o.snapshotID, Err: err}
-	}
-	sb, err := c.openSpawned(ctx, created.ID, o)
-	if err != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		if derr := c.os.DeleteSandbox(dctx, created.ID); derr != nil && !errors.Is(derr, opensandbox.ErrNotFound) {
-			c.log.Warn("delete sandbox after failed creation", "sandbox", created.ID, "err", derr)
-			err = errors.Join(err, &SandboxError{SandboxID: created.ID, Op: "delete after failed creation", Err: derr})
-		}
-		cancel()
-		c.sem.release()
-		return nil, err
-	}
-	sb.release = sync.OnceFunc(c.sem.release)
-	return sb, nil
-}
-
-func (c *Client) openSpawned(ctx context.Context, id string, o spawnOptions) (*Sandbox, error) {
-	if err := c.waitRunning(ctx, id); err != nil {
-		return nil, err
-	}
-	ex, err := c.os.Execd(ctx, id)
-	if err != nil {
-		return nil, &ExecConnectionError{SandboxID: id, Err: err}
-	}
-	name := o.name(id)
-	sb := &Sandbox{
-		c: c, id: id, name: name, runID: o.runID, resources: o.resources, shell: o.shell,
-		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
-		replay: o.replay,
-	}
-	o.payload.SandboxID = id
-	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, o.payload); err != nil {
-		ex.Close()
-		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
-	}
-	return sb, nil
+	}, o)
 }
 
 // inheritedRunID returns the runId of the one session of sandboxID, or a new
