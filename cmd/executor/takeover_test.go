@@ -172,7 +172,7 @@ const takeoverJob = `{"name":"takeover","image":"ubuntu:22.04","steps":[
 	{"exec":{"command":"echo one"}},
 	{"exec":{"command":"echo two > /root/two"}},
 	{"checkpoint":{"tag":"mid"}},
-	{"exec":{"command":"sleep 2; echo three"}},
+	{"exec":{"command":"sleep 4; echo three"}},
 	{"exec":{"command":"cat /root/two"}}]}`
 
 // TestTakeoverAfterSIGKILL: a worker process is killed mid-job, after the
@@ -190,7 +190,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	})
 	// Kill it while step 4 (the sleep) runs.
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if f.execStarts(t)["sleep 2; echo three"] == 0 {
+		if f.execStarts(t)["sleep 4; echo three"] == 0 {
 			return fmt.Errorf("step 4 not started")
 		}
 		return nil
@@ -210,7 +210,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 		t.Errorf("status = %+v, want attempt 2 by w2", st)
 	}
 	counts := f.execStarts(t)
-	for cmd, want := range map[string]int{"echo one": 1, "echo two > /root/two": 1, "sleep 2; echo three": 2, "cat /root/two": 1} {
+	for cmd, want := range map[string]int{"echo one": 1, "echo two > /root/two": 1, "sleep 4; echo three": 2, "cat /root/two": 1} {
 		if got := counts[cmd]; got != want {
 			t.Errorf("%q started live %d times, want %d (all: %v)", cmd, got, want, counts)
 		}
@@ -227,12 +227,12 @@ func TestSIGTERMDrains(t *testing.T) {
 	f := newFleetEnv(t, 5*time.Second)
 	id := f.submit(t, `{"name":"drain","image":"ubuntu:22.04","steps":[
 		{"exec":{"command":"echo a"}},
-		{"exec":{"command":"sleep 1; echo b"}},
+		{"exec":{"command":"sleep 3; echo b"}},
 		{"exec":{"command":"echo c"}},
 		{"exec":{"command":"echo d"}}]}`)
 	w1 := startWorker(t, f.natsURL, f.sandboxURL, "--id", "w1", "--ack-wait", "5s")
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if f.execStarts(t)["sleep 1; echo b"] == 0 {
+		if f.execStarts(t)["sleep 3; echo b"] == 0 {
 			return fmt.Errorf("step 2 not started")
 		}
 		return nil
@@ -260,7 +260,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		return nil
 	})
 	counts := f.execStarts(t)
-	for _, cmd := range []string{"echo a", "sleep 1; echo b", "echo c", "echo d"} {
+	for _, cmd := range []string{"echo a", "sleep 3; echo b", "echo c", "echo d"} {
 		if got := counts[cmd]; got != 1 {
 			t.Errorf("%q started live %d times, want exactly 1 (all: %v)", cmd, got, counts)
 		}
@@ -274,12 +274,12 @@ func TestTakeoverWithoutCheckpoint(t *testing.T) {
 	f := newFleetEnv(t, 2*time.Second)
 	id := f.submit(t, `{"name":"restart","image":"ubuntu:22.04","steps":[
 		{"exec":{"command":"echo first"}},
-		{"exec":{"command":"sleep 1; echo second"}},
+		{"exec":{"command":"sleep 3; echo second"}},
 		{"exec":{"command":"echo third"}}]}`)
 	w1 := startWorker(t, f.natsURL, f.sandboxURL, "--id", "w1", "--ack-wait", "2s")
 	var first jobs.Status
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if f.execStarts(t)["sleep 1; echo second"] == 0 {
+		if f.execStarts(t)["sleep 3; echo second"] == 0 {
 			return fmt.Errorf("step 2 not started")
 		}
 		var err error
