@@ -106,13 +106,18 @@ func BenchmarkListSandboxes100k(b *testing.B) {
 // writer publishes 10k events/s for 1 s; the delivery latency of every event
 // at every subscriber (receipt time minus the entry's Ts), against the
 // baseline of one direct bus subscriber seeing the same events.
+//
+// On two shared cores 100 × 10k events/s (1M deliveries/s) saturates the
+// machine, so the same run also measures 1k events/s, a load it sustains.
 func BenchmarkSSEFanout(b *testing.B) {
-	const (
-		subscribers = 100
-		rate        = 10_000
-		duration    = time.Second
-		total       = int(rate * duration / time.Second)
-	)
+	for _, rate := range []int{10_000, 1_000} {
+		b.Run(fmt.Sprintf("subs=100/rate=%d", rate), func(b *testing.B) { benchFanout(b, 100, rate) })
+	}
+}
+
+func benchFanout(b *testing.B, subscribers, rate int) {
+	const duration = time.Second
+	total := rate * int(duration/time.Second)
 	e := newEnv(b, token)
 	for range b.N {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -176,17 +181,18 @@ func BenchmarkSSEFanout(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		const tick = 10 * time.Millisecond
-		perTick := rate * int(tick) / int(time.Second)
+		perTick := max(1, rate*int(tick)/int(time.Second))
 		for sent := 0; sent < total; {
-			batch := make([]events.Entry, 0, perTick)
+			// Append hands each entry to the async-publish window without
+			// waiting for its ack, so the offered load is the target rate.
 			for range perTick {
-				batch = append(batch, events.New(time.Now().UnixMilli(), "fan", "fan", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte("x"))))
-			}
-			if err := e.ledger.AppendBatch(ctx, batch); err != nil {
-				b.Fatal(err)
+				en := events.New(time.Now().UnixMilli(), "fan", "fan", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte("x")))
+				if err := e.ledger.Append(ctx, en); err != nil {
+					b.Fatal(err)
+				}
 			}
 			sent += perTick
-			if d := time.Until(start.Add(time.Duration(sent) * time.Second / rate)); d > 0 {
+			if d := time.Until(start.Add(time.Duration(sent) * time.Second / time.Duration(rate))); d > 0 {
 				time.Sleep(d)
 			}
 		}
