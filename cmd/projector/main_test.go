@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -188,4 +189,40 @@ func TestRunBadArguments(t *testing.T) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
 		}
 	}
+}
+
+// TestRunPostgres projects into Postgres selected by DATABASE_URL.
+func TestRunPostgres(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	url := testenv.NATS(t)
+	publish(t, url, "sbpg", 2)
+	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": url}
+	getenv := func(k string) string { return env[k] }
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, []string{"--metrics", "", "--progress", "0"}, getenv, out) }()
+	testenv.Eventually(t, 20*time.Second, func() error {
+		vout := &syncBuffer{}
+		if err := run(context.Background(), []string{"verify"}, getenv, vout); err != nil {
+			return err
+		}
+		if !strings.Contains(vout.String(), "verified postgres: equal to a rebuild of 5 entries") {
+			return fmt.Errorf("verify: %s", vout)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "-> postgres") {
+		t.Errorf("output = %q, want the postgres store named", out)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopPostgres()
+	os.Exit(code)
 }
