@@ -105,15 +105,6 @@ type Credentials struct{ sb *Sandbox }
 // *SandboxError.
 func (s *Sandbox) Credentials() *Credentials { return &Credentials{sb: s} }
 
-func (s *Sandbox) checkOpen() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	return nil
-}
-
 // Set stores value under name with the broker, bound by binding (replacing an
 // earlier credential of that name), and records credential.bound {name,
 // binding, source}. From now on the value is redacted from what the handle
@@ -130,7 +121,7 @@ func (c *Credentials) Set(ctx context.Context, name, value string, binding Crede
 	if err := validateBinding("binding", binding); err != nil {
 		return err
 	}
-	if string(source) == value || strings.Contains(string(source), value) {
+	if strings.Contains(string(source), value) {
 		return &OptionError{Field: "source", Reason: "holds the value; it is recorded and must only say where the value came from"}
 	}
 	if err := s.checkOpen(); err != nil {
@@ -188,14 +179,9 @@ func (c *Credentials) Patch(ctx context.Context, name string, p CredentialPatch)
 		binding, ok = *p.Binding, true
 	}
 	if !ok { // set through another handle: ask the broker
-		bs, err := s.c.broker.List(ctx, s.id)
-		if err != nil {
-			return &SandboxError{SandboxID: s.id, Op: "list credentials", Err: err}
-		}
-		for _, b := range bs {
-			if b.Name == name {
-				binding = b.Binding
-			}
+		var err error
+		if binding, _, err = s.brokerBinding(ctx, name); err != nil {
+			return err
 		}
 	}
 	s.creds.setBinding(name, binding, source)
@@ -220,17 +206,9 @@ func (c *Credentials) Remove(ctx context.Context, name string) error {
 	}
 	binding, _, ok := s.creds.binding(name)
 	if !ok {
-		bs, err := s.c.broker.List(ctx, s.id)
-		if err != nil {
-			return &SandboxError{SandboxID: s.id, Op: "list credentials", Err: err}
-		}
-		for _, b := range bs {
-			if b.Name == name {
-				binding, ok = b.Binding, true
-			}
-		}
-		if !ok {
-			return nil
+		var err error
+		if binding, ok, err = s.brokerBinding(ctx, name); err != nil || !ok {
+			return err
 		}
 	}
 	if err := s.c.broker.Remove(ctx, s.id, name); err != nil {
@@ -242,6 +220,21 @@ func (c *Credentials) Remove(ctx context.Context, name string) error {
 		return &SandboxError{SandboxID: s.id, Op: "record credential.revoked", Err: err}
 	}
 	return nil
+}
+
+// brokerBinding returns the binding the broker holds for credential name, and
+// whether it holds one: for a credential bound through another handle.
+func (s *Sandbox) brokerBinding(ctx context.Context, name string) (CredentialBinding, bool, error) {
+	bs, err := s.c.broker.List(ctx, s.id)
+	if err != nil {
+		return CredentialBinding{}, false, &SandboxError{SandboxID: s.id, Op: "list credentials", Err: err}
+	}
+	for _, b := range bs {
+		if b.Name == name {
+			return b.Binding, true, nil
+		}
+	}
+	return CredentialBinding{}, false, nil
 }
 
 // ListBindings returns the sandbox's bound credentials, without values,
@@ -374,13 +367,7 @@ func (s *Sandbox) restoreCredentials(ctx context.Context, r *resumeCredentials) 
 // force (from the server, default action included) when the session has one,
 // and the credentials bound through this handle, with their values.
 func (s *Sandbox) forkCredentials(ctx context.Context) (*resumeCredentials, error) {
-	r := &resumeCredentials{}
-	s.creds.mu.Lock()
-	for name, b := range s.creds.bindings {
-		r.creds = append(r.creds, resumedCredential{name: name, value: s.creds.current[name], binding: b.binding, source: b.source})
-	}
-	s.creds.mu.Unlock()
-	slices.SortFunc(r.creds, func(a, b resumedCredential) int { return strings.Compare(a.name, b.name) })
+	r := &resumeCredentials{creds: s.creds.bound()}
 	es, err := s.c.store.ReadAll(ctx, s.name, s.id)
 	if err != nil {
 		return nil, &SandboxError{SandboxID: s.id, Op: "read egress rules", Err: err}

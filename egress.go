@@ -86,11 +86,8 @@ func (s *Sandbox) Egress() *Egress { return &Egress{sb: s} }
 
 func (g *Egress) client(ctx context.Context) (*opensandbox.Egress, error) {
 	s := g.sb
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+	if err := s.checkOpen(); err != nil {
+		return nil, err
 	}
 	eg, err := s.c.os.Egress(ctx, s.id)
 	if err != nil {

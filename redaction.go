@@ -2,7 +2,9 @@ package alineo
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -16,9 +18,11 @@ import (
 type credState struct {
 	red atomic.Pointer[redact.Redactor] // nil: nothing to redact
 
-	mu       sync.Mutex
-	values   map[string]string // redaction name → value
-	current  map[string]string // credential name → its current value
+	mu sync.Mutex
+	// values maps a redaction name to its value: a credential's name to its
+	// current value, "<name>#<n>" to a value it no longer has ('#' is not
+	// allowed in credential names, so the two never meet).
+	values   map[string]string
 	bindings map[string]boundState
 	retired  int // numbers the names of values no longer current
 }
@@ -34,15 +38,27 @@ func (c *credState) addValue(name, value string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.values == nil {
-		c.values, c.current = map[string]string{}, map[string]string{}
+		c.values = map[string]string{}
 	}
-	if old, ok := c.current[name]; ok && old != value {
+	if old, ok := c.values[name]; ok && old != value {
 		c.retired++
 		c.values[name+"#"+strconv.Itoa(c.retired)] = old
 	}
-	c.current[name] = value
 	c.values[name] = value
 	c.red.Store(redact.New(c.values))
+}
+
+// bound returns the credentials with a binding in force, with their current
+// values, ordered by name.
+func (c *credState) bound() []resumedCredential {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]resumedCredential, 0, len(c.bindings))
+	for name, b := range c.bindings {
+		out = append(out, resumedCredential{name: name, value: c.values[name], binding: b.binding, source: b.source})
+	}
+	slices.SortFunc(out, func(a, b resumedCredential) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 func (c *credState) setBinding(name string, b CredentialBinding, source CredentialSource) {

@@ -68,6 +68,16 @@ func (s *Sandbox) execd() (*opensandbox.Execd, error) {
 	return nil, &ExecConnectionError{SandboxID: s.id, Err: errors.New("execd not resolved; call Resume after Pause")}
 }
 
+// checkOpen returns ErrClosed once Close was called.
+func (s *Sandbox) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // fileExecd returns the execd client for a file or metrics operation.
 func (s *Sandbox) fileExecd(ctx context.Context) (*opensandbox.Execd, error) {
 	if err := ctx.Err(); err != nil {
