@@ -63,7 +63,7 @@ func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
 // with a non-zero code. exec.completed is already in the ledger when it is returned.
 type CommandError struct {
 	ExitCode  int
-	Command   string // the command or code as the caller passed it
+	Command   string // the command or code, bound credential values redacted
 	SandboxID string
 	Stdout    string
 	Stderr    string

@@ -49,7 +49,7 @@ type Exec struct {
 	chain  *chain // links the exec's ledger rows
 	step   int
 	kind   events.ExecKind
-	text   string // the command or code, as the caller passed it
+	text   string // the command or code as recorded: bound credential values redacted
 	strict bool
 	out    *output
 	red    *outputRedaction // redacts bound credential values; nil for none
