@@ -135,13 +135,13 @@ func (l *ledger) writeBatch(batch []pendingEntry) {
 		}
 		live = append(live, p)
 	}
+	if len(live) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
 	defer cancel()
 	if len(live) == 1 {
 		l.finish(live[0], l.store.Append(ctx, live[0].e))
-		return
-	}
-	if len(live) == 0 {
 		return
 	}
 	es := make([]events.Entry, len(live))

@@ -76,6 +76,11 @@ func (r Resources) limits() map[string]string {
 	return m
 }
 
+// resourcesFromLimits is the inverse of limits, for a recorded sandbox.created.
+func resourcesFromLimits(m map[string]string) Resources {
+	return Resources{CPU: m["cpu"], Memory: m["memory"], GPU: m["gpu"]}
+}
+
 // DefaultEntrypoint keeps a sandbox alive when SandboxOptions.Entrypoint is empty.
 var DefaultEntrypoint = []string{"tail", "-f", "/dev/null"}
 

@@ -219,7 +219,7 @@ func buildResumePoint(ctx context.Context, store adapters.Store, name, sandboxID
 				rp.runID = p.RunID
 			}
 			if rp.resources == (Resources{}) && len(p.Resources) > 0 {
-				rp.resources = Resources{CPU: p.Resources["cpu"], Memory: p.Resources["memory"], GPU: p.Resources["gpu"]}
+				rp.resources = resourcesFromLimits(p.Resources)
 			}
 		}
 		if !ok || p.ResumedFrom == "" {
