@@ -107,22 +107,27 @@ func hasBinding(st *opensandbox.VaultState, name string) bool {
 	return false
 }
 
+// putBinding returns the change that stores bind in the vault st: a replace
+// when st has a binding of that name, else an add.
+func putBinding(st *opensandbox.VaultState, bind opensandbox.CredentialBinding) *opensandbox.BindingChanges {
+	if hasBinding(st, bind.Name) {
+		return &opensandbox.BindingChanges{Replace: []opensandbox.CredentialBinding{bind}}
+	}
+	return &opensandbox.BindingChanges{Add: []opensandbox.CredentialBinding{bind}}
+}
+
 // Set implements CredentialBroker.
 func (b *OpenSandboxBroker) Set(ctx context.Context, sandboxID, name, value string, binding CredentialBinding) error {
 	cred := opensandbox.Credential{Name: name, Source: opensandbox.CredentialSource{Type: "inline", Value: value}}
 	bind := vaultBinding(name, binding)
 	return b.update(ctx, sandboxID, func(st *opensandbox.VaultState) (*opensandbox.VaultPatch, error) {
-		p := &opensandbox.VaultPatch{Credentials: &opensandbox.CredentialChanges{}, Bindings: &opensandbox.BindingChanges{}}
+		p := &opensandbox.VaultPatch{Credentials: &opensandbox.CredentialChanges{}}
 		if hasCredential(st, name) {
 			p.Credentials.Replace = []opensandbox.Credential{cred}
 		} else {
 			p.Credentials.Add = []opensandbox.Credential{cred}
 		}
-		if hasBinding(st, name) {
-			p.Bindings.Replace = []opensandbox.CredentialBinding{bind}
-		} else {
-			p.Bindings.Add = []opensandbox.CredentialBinding{bind}
-		}
+		p.Bindings = putBinding(st, bind)
 		return p, nil
 	}, func() ([]opensandbox.Credential, []opensandbox.CredentialBinding, error) {
 		return []opensandbox.Credential{cred}, []opensandbox.CredentialBinding{bind}, nil
@@ -142,13 +147,7 @@ func (b *OpenSandboxBroker) Patch(ctx context.Context, sandboxID, name string, p
 				{Name: name, Source: opensandbox.CredentialSource{Type: "inline", Value: *p.Value}}}}
 		}
 		if p.Binding != nil {
-			bind := vaultBinding(name, *p.Binding)
-			vp.Bindings = &opensandbox.BindingChanges{}
-			if hasBinding(st, name) {
-				vp.Bindings.Replace = []opensandbox.CredentialBinding{bind}
-			} else {
-				vp.Bindings.Add = []opensandbox.CredentialBinding{bind}
-			}
+			vp.Bindings = putBinding(st, vaultBinding(name, *p.Binding))
 		}
 		if vp.Credentials == nil && vp.Bindings == nil {
 			return nil, nil
