@@ -14,6 +14,15 @@
 // tail's request. /healthz and /metrics are open (scrapers and probes carry no
 // token). With no Token everything is open.
 //
+// # Live stream
+//
+// /v1/events/stream sends each ledger entry as one SSE event whose id is its
+// ledger sequence. Streams that start live (no Last-Event-ID, no from) share
+// one bus subscription per filter, encoded once per event; each has a bounded
+// queue (Config.StreamBuffer), and one that falls that far behind gets
+// "event: error" and is closed, to resume with Last-Event-ID. A stream that
+// resumes replays its own subscription from that sequence, exactly.
+//
 // # Errors
 //
 // Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a

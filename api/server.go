@@ -22,10 +22,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultPageSize   = 100
-	MaxPageSize       = 1000
-	DefaultHeartbeat  = 15 * time.Second
-	DefaultMaxStreams = 1024
+	DefaultPageSize     = 100
+	MaxPageSize         = 1000
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultMaxStreams   = 1024
+	DefaultStreamBuffer = 4096
 	// TokenCookie is the cookie the dashboard carries the token in.
 	TokenCookie  = "alineo_token"
 	maxBodyBytes = jobs.MaxSpecBytes
@@ -50,6 +51,10 @@ type Config struct {
 	// MaxStreams bounds concurrent SSE streams; beyond it the answer is 503.
 	// Default 1024.
 	MaxStreams int
+	// StreamBuffer bounds the events queued for one live stream of a shared
+	// feed; a stream further behind is cut off and resumes with
+	// Last-Event-ID. Default 4096.
+	StreamBuffer int
 	// Logger, default discard.
 	Logger *slog.Logger
 }
@@ -60,6 +65,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	streams chan struct{} // one slot per open SSE stream
+	hub     hub
 	m       *metrics
 }
 
@@ -76,6 +82,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.StreamBuffer <= 0 {
+		cfg.StreamBuffer = DefaultStreamBuffer
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()

@@ -80,14 +80,42 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	seq, err := s.cfg.Bus.Subscribe(ctx, f)
-	if err != nil {
-		if errors.Is(err, events.ErrInvalidSubject) {
-			writeError(w, badRequest("", err.Error()))
+	var frames <-chan frame
+	if f.FromSeq == 0 {
+		// Live from now: share one bus subscription per filter.
+		ch, leave, err := s.hub.join(s, f)
+		if err != nil {
+			s.subscribeError(w, err)
 			return
 		}
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
-		return
+		defer leave()
+		frames = ch
+	} else {
+		// A resume replays this stream's own history, exactly.
+		seq, err := s.cfg.Bus.Subscribe(ctx, f)
+		if err != nil {
+			s.subscribeError(w, err)
+			return
+		}
+		ch := make(chan frame, 64)
+		go func() {
+			defer close(ch)
+			for e, err := range seq {
+				fr := frame{err: err}
+				if err == nil {
+					fr.data = appendEvent(nil, e)
+				}
+				select {
+				case ch <- fr:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		frames = ch
 	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -104,30 +132,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
 
-	// The subscription is read by its own goroutine into a bounded channel so
-	// heartbeats go out while no event comes; a slow client blocks the reader,
-	// which stops pulling (flow control), never buffering without bound.
-	type item struct {
-		e   events.Entry
-		err error
-	}
-	ch := make(chan item, 64)
-	go func() {
-		defer close(ch)
-		for e, err := range seq {
-			select {
-			case ch <- item{e, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
-	var buf []byte
 	for {
 		select {
 		case <-ctx.Done():
@@ -139,49 +145,54 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			if err := rc.Flush(); err != nil {
 				return
 			}
-		case it, ok := <-ch:
-			// Write every event already queued before flushing, so a burst
+		case fr, ok := <-frames:
+			// Write every frame already queued before flushing, so a burst
 			// costs one flush.
-			buf = buf[:0]
-			var failed error
 			count := 0
 			for ok {
-				if it.err != nil {
-					failed = it.err
-					break
+				if fr.err != nil {
+					s.m.dropped.Inc()
+					fmt.Fprintf(w, "event: error\ndata: %s\n\n", jsonString(fr.err.Error()))
+					_ = rc.Flush()
+					return
 				}
-				buf = appendEvent(buf, it.e)
+				if _, err := w.Write(fr.data); err != nil {
+					s.m.dropped.Inc()
+					return
+				}
 				count++
-				if len(buf) > 64<<10 {
+				if count >= 256 {
 					break
 				}
 				select {
-				case it, ok = <-ch:
+				case fr, ok = <-frames:
 				default:
 					ok = false
 				}
 			}
-			if len(buf) > 0 {
-				if _, err := w.Write(buf); err != nil {
-					s.m.dropped.Inc()
-					return
-				}
-			}
-			if failed != nil {
+			if count == 0 {
+				// The feed ended: this stream fell too far behind a shared
+				// feed, or the server is stopping. The client resumes with
+				// Last-Event-ID, on a replay of its own.
 				s.m.dropped.Inc()
-				fmt.Fprintf(w, "event: error\ndata: %s\n\n", jsonString(failed.Error()))
+				fmt.Fprint(w, "event: error\ndata: \"stream ended; reconnect with Last-Event-ID\"\n\n")
 				_ = rc.Flush()
 				return
 			}
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			if count == 0 { // the channel closed: the subscription ended
-				return
-			}
 			s.m.streamed.Add(float64(count))
 		}
 	}
+}
+
+func (s *Server) subscribeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, events.ErrInvalidSubject) {
+		writeError(w, badRequest("", err.Error()))
+		return
+	}
+	writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
 }
 
 // appendEvent appends one SSE event: the entry's ledger sequence as its id and
