@@ -229,7 +229,7 @@ func (t *transport) send(ctx context.Context, r request) (*http.Response, error)
 	if r.json != nil {
 		b, err := json.Marshal(r.json)
 		if err != nil {
-			return nil, fmt.Errorf("%w: encode %s %s body: %v", ErrInvalidRequest, r.method, r.path, err)
+			return nil, fmt.Errorf("%w: encode %s %s body: %w", ErrInvalidRequest, r.method, r.path, err)
 		}
 		payload = b
 	}
@@ -255,7 +255,7 @@ func (t *transport) send(ctx context.Context, r request) (*http.Response, error)
 		}
 		req, err := http.NewRequestWithContext(ctx, r.method, target, body)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s: %v", ErrInvalidRequest, r.method, r.path, err)
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrInvalidRequest, r.method, r.path, err)
 		}
 		for k, vs := range t.headers {
 			req.Header[k] = vs

@@ -127,7 +127,7 @@ func (e *Execd) UploadFiles(ctx context.Context, files ...Upload) error {
 		}{f.Path, f.Permission.wire()}
 		b, err := json.Marshal(meta)
 		if err != nil {
-			return fmt.Errorf("%w: upload %s: %v", ErrInvalidRequest, f.Path, err)
+			return fmt.Errorf("%w: upload %s: %w", ErrInvalidRequest, f.Path, err)
 		}
 		metas[i] = b
 	}

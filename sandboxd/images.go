@@ -48,7 +48,7 @@ func (s *Server) resolveImage(ctx context.Context, name string) (rootfs, error) 
 	if src, ok := s.cfg.Images[name]; ok {
 		st, err := os.Stat(src)
 		if err != nil {
-			return rootfs{}, fmt.Errorf("%w: image %q: %v", ErrImage, name, err)
+			return rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
 		}
 		if st.IsDir() {
 			return rootfs{Lower: src, Source: "dir " + src}, nil
@@ -78,7 +78,7 @@ func (s *Server) prepareImages(ctx context.Context) error {
 	for name, src := range s.cfg.Images {
 		st, err := os.Stat(src)
 		if err != nil {
-			return fmt.Errorf("%w: image %q: %v", ErrImage, name, err)
+			return fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
 		}
 		if st.IsDir() {
 			continue
@@ -140,7 +140,7 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			err = os.Chmod(filepath.Join(skel, "tmp"), 0o1777)
 		}
 		if err != nil {
-			s.hostErr = fmt.Errorf("%w: host fallback root: %v", ErrImage, err)
+			s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 			return
 		}
 		s.host = rootfs{Lower: skel, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
@@ -159,39 +159,39 @@ func ImportImage(ctx context.Context, dataDir, name, tarPath string) error {
 	}
 	f, err := os.Open(tarPath)
 	if err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	defer f.Close()
 	var r io.Reader = f
 	if strings.HasSuffix(tarPath, ".gz") || strings.HasSuffix(tarPath, ".tgz") {
 		gz, err := gzip.NewReader(f)
 		if err != nil {
-			return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+			return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 		}
 		defer gz.Close()
 		r = gz
 	}
 	imagesDir := filepath.Join(dataDir, "images")
 	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	tmp, err := os.MkdirTemp(imagesDir, ".import-")
 	if err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	if err := extractTar(ctx, tar.NewReader(r), tmp); err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	dst := filepath.Join(imagesDir, imageDirName(name))
 	if err := os.RemoveAll(dst); err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
-		return fmt.Errorf("%w: import %s: %v", ErrImage, name, err)
+		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	return nil
 }

@@ -194,7 +194,7 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		ctlW.Close()
 		stR.Close()
 		if !s.cfg.NoIsolation {
-			return nil, fmt.Errorf("%w: start sandbox init: %v", ErrIsolationUnavailable, err)
+			return nil, fmt.Errorf("%w: start sandbox init: %w", ErrIsolationUnavailable, err)
 		}
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}

@@ -103,7 +103,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	if path != Memory {
 		if path, err = filepath.Abs(path); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
 	return &Store{path: path, cfg: cfg, initSem: make(chan struct{}, 1)}, nil

@@ -130,7 +130,7 @@ func (p *Proxy) decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty
 		case errors.As(err, &te):
 			return fmt.Errorf("%w: field %q must be %s", errBadBody, te.Field, te.Type)
 		default:
-			return fmt.Errorf("%w: %v", errBadBody, err)
+			return fmt.Errorf("%w: %w", errBadBody, err)
 		}
 	}
 	if dec.More() {
