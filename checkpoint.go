@@ -28,11 +28,8 @@ type CheckpointInfo = adapters.CheckpointInfo
 // taken or recorded; *ClientError 408 when the snapshot was not Ready within
 // two minutes, 500 when it failed.
 func (s *Sandbox) Checkpoint(ctx context.Context, name string) (string, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return "", ErrClosed
+	if err := s.checkOpen(); err != nil {
+		return "", err
 	}
 	snap, err := s.c.snapshot(ctx, s.id, name)
 	if err != nil {

@@ -200,12 +200,9 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 // Paused, then cancels the streams of running execs and records
 // sandbox.paused. Exec and file operations fail with ErrPaused until Resume.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	if err := s.checkOpen(); err != nil {
+		return err
 	}
-	s.mu.Unlock()
 	if err := s.c.os.PauseSandbox(ctx, s.id); err != nil {
 		return &SandboxError{SandboxID: s.id, Op: "pause", Err: err}
 	}
@@ -232,12 +229,9 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 // Resume resumes a paused sandbox, waits until it is Running and execd answers,
 // and records sandbox.resumed.
 func (s *Sandbox) Resume(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	if err := s.checkOpen(); err != nil {
+		return err
 	}
-	s.mu.Unlock()
 	if err := s.c.os.ResumeSandbox(ctx, s.id); err != nil {
 		return &SandboxError{SandboxID: s.id, Op: "resume", Err: err}
 	}
