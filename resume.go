@@ -89,15 +89,13 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 		}
 		return name, nil
 	}
-	all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{})
+	ds, err := c.sessionsOf(ctx, sandboxID)
 	if err != nil {
 		return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
 	}
-	var names []string
-	for _, d := range all {
-		if d.SandboxID == sandboxID {
-			names = append(names, d.Name)
-		}
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
 	}
 	switch len(names) {
 	case 0:
@@ -161,17 +159,25 @@ func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
 // one when there is no such session, or several.
 func (c *Client) inheritedRunID(ctx context.Context, sandboxID string) string {
 	if sandboxID != "" {
-		if all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{}); err == nil {
-			var runIDs []string
-			for _, d := range all {
-				if d.SandboxID == sandboxID {
-					runIDs = append(runIDs, d.RunID)
-				}
-			}
-			if len(runIDs) == 1 {
-				return runIDs[0]
-			}
+		if ds, err := c.sessionsOf(ctx, sandboxID); err == nil && len(ds) == 1 {
+			return ds[0].RunID
 		}
 	}
 	return newUUID()
+}
+
+// sessionsOf returns the details of every session whose sandbox id is
+// sandboxID (sessions are keyed by name and sandbox id, so there may be several).
+func (c *Client) sessionsOf(ctx context.Context, sandboxID string) ([]SandboxDetails, error) {
+	all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []SandboxDetails
+	for _, d := range all {
+		if d.SandboxID == sandboxID {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
