@@ -47,7 +47,8 @@ func (e *ReplayDivergedError) Error() string {
 // Unwrap returns ErrReplayDiverged.
 func (e *ReplayDivergedError) Unwrap() error { return ErrReplayDiverged }
 
-// OptionError reports a bad option passed to New, Client.Sandbox, Exec or ExecCode.
+// OptionError reports a bad option or argument passed to the SDK: New,
+// Client.Sandbox, Exec, ExecCode, Resume, Connect, Credentials, Egress and the rest.
 // It wraps ErrInvalidOptions.
 type OptionError struct {
 	Field  string // e.g. "BaseURL", "Adapter", "Timeout"
