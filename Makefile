@@ -23,8 +23,11 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
 
+# The SDK tour (a sandbox, a streamed command, a file, the ledger), then the fleet:
+# a job with a checkpoint, its executor killed mid-job, a second one taking over.
 demo:
 	$(GO) run ./cmd/demo
+	$(GO) run ./cmd/executor demo
 
 clean:
 	rm -rf .alineo alineo.db alineo.db-wal alineo.db-shm bin
