@@ -211,10 +211,7 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 	defer outR.Close()
 	defer errR.Close()
 	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			return apiErr(http.StatusServiceUnavailable, CodeUnavailable, err, "execd is shutting down")
-		}
-		return runtimeError(err, "%v", err)
+		return startError(err)
 	}
 	if timeout > 0 {
 		c.killAfter(timeout)
@@ -339,6 +336,15 @@ type runCommandRequest struct {
 	Envs       map[string]string `json:"envs"`
 }
 
+// startError is the API error of a command that could not be started: 503 while execd
+// shuts down, else a runtime error.
+func startError(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return apiErr(http.StatusServiceUnavailable, CodeUnavailable, err, "execd is shutting down")
+	}
+	return runtimeError(err, "%v", err)
+}
+
 // validateRun checks the command and timeout (milliseconds) of a /command or session run.
 func validateRun(command string, timeoutMS int64) error {
 	if strings.TrimSpace(command) == "" {
@@ -385,10 +391,7 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, spec procSpec,
 	logf.Close()
 	if err != nil {
 		_ = os.Remove(c.logPath)
-		if errors.Is(err, ErrClosed) {
-			return apiErr(http.StatusServiceUnavailable, CodeUnavailable, err, "execd is shutting down")
-		}
-		return runtimeError(err, "%v", err)
+		return startError(err)
 	}
 	if timeout > 0 {
 		c.killAfter(timeout)
