@@ -36,6 +36,10 @@ const (
 	fdEgress    = 7 // unix socket: init → server, the egress proxy listener
 )
 
+// execdTmp is the $TMPDIR of the execd of an isolated sandbox: a tmpfs, kept
+// out of the overlay that snapshots capture.
+const execdTmp = "/dev/shm"
+
 // File descriptors handed to the execd child.
 const (
 	fdExecdListener = 3
@@ -190,6 +194,15 @@ func runInit() int {
 	execd := exec.Command("/proc/self/exe")
 	execd.Args = []string{"sandboxd-execd"}
 	execd.Env = append([]string{initEnv + "=execd"}, cfg.Env...)
+	if cfg.Isolated {
+		// execd keeps background command logs and session state in a
+		// directory under $TMPDIR. /tmp is part of the snapshotted root, so
+		// that state goes to the tmpfs /dev/shm instead: it is the running
+		// execd's own, and a snapshot must neither copy a command's output to
+		// disk nor restore a dead execd's files into a new sandbox. Only
+		// execd's own environment changes; commands get cfg.Env.
+		execd.Env = append(execd.Env, "TMPDIR="+execdTmp)
+	}
 	execd.Dir = root
 	execd.ExtraFiles = []*os.File{lnf, cr}
 	execd.Stdout, execd.Stderr = logf, logf
@@ -349,8 +362,10 @@ func setupRoot(cfg *initConfig) error {
 		data                string
 	}{
 		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"tmpfs", "tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
 		{"tmpfs", "dev", "tmpfs", unix.MS_NOSUID, "mode=755"},
+	}
+	if err := rootTmp(merged); err != nil {
+		return err
 	}
 	for _, m := range mounts {
 		t := filepath.Join(merged, m.target)
@@ -402,6 +417,32 @@ func setupRoot(cfg *initConfig) error {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// rootTmp makes /tmp of the sandbox's root a world-writable sticky directory
+// of its overlay, as in a container: what a job writes there lands in the
+// private upper layer, so snapshots capture it and restore it. An image's
+// /tmp that is not a directory (a symlink, say) is left as the image made it;
+// it is never followed, since the root is not pivoted into yet.
+func rootTmp(merged string) error {
+	t := filepath.Join(merged, "tmp")
+	fi, err := os.Lstat(t)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(t, 0o755); err != nil {
+			return fmt.Errorf("create /tmp: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("stat /tmp: %w", err)
+	case !fi.IsDir():
+		return nil
+	case fi.Mode()&(os.ModePerm|os.ModeSticky) == 0o777|os.ModeSticky:
+		return nil // already right: no copy-up into the upper layer
+	}
+	if err := os.Chmod(t, 0o777|os.ModeSticky); err != nil { // Mkdir is subject to the umask
+		return fmt.Errorf("chmod /tmp: %w", err)
+	}
+	return nil
 }
 
 func overlay(lower, upper, work, target string) error {
