@@ -479,3 +479,66 @@ func TestSnapshotServerCrash(t *testing.T) {
 	}
 	wantStatus(t, call(t, "DELETE", base2+"/v1/snapshots/"+snap.ID, nil), http.StatusNoContent)
 }
+
+// TestSnapshotTmp checks that /tmp is part of a sandbox's snapshotted root
+// (as in a container) while execd's own files are not: a file written to /tmp
+// before a snapshot is in every sandbox made from it, those sandboxes do not
+// see each other's later /tmp writes, and the output of a background command
+// (kept by execd under /dev/shm) is neither in the upper layer on the host
+// nor restored.
+func TestSnapshotTmp(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	src := create(t, base, nil)
+	waitState(t, base, src, sandboxd.StateRunning)
+	su, stok := execdEndpoint(t, base, src, false)
+	const mounts = `stat -c %a /tmp; awk '$2=="/tmp"' /proc/mounts | wc -l; awk '$2=="/dev/shm"{print $3}' /proc/mounts`
+	if got, want := sh(t, su, stok, mounts), "1777\n0\ntmpfs"; got != want {
+		t.Errorf("/tmp mode, mounts on /tmp, /dev/shm type = %q, want %q", got, want)
+	}
+	sh(t, su, stok, "echo kept > /tmp/job.out && mkdir /tmp/d && echo deep > /tmp/d/f")
+	r := call(t, "POST", su+"/command", map[string]any{"command": "echo bg-output-marker", "background": true}, sandboxd.ExecdTokenHeader, stok)
+	wantStatus(t, r, http.StatusOK)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		lines, _ := run(t, su, stok, "cat /dev/shm/execd-*/*.log 2>/dev/null")
+		if !strings.Contains(strings.Join(lines, "\n"), "bg-output-marker") {
+			return fmt.Errorf("background log in /dev/shm = %q, want the marker", lines)
+		}
+		return nil
+	})
+	upperTmp := func(id string) string {
+		return filepath.Join(s.DataDir(), "sandboxes", id, "layers", "upper", "tmp")
+	}
+	if b, err := os.ReadFile(filepath.Join(upperTmp(src), "job.out")); err != nil || string(b) != "kept\n" {
+		t.Errorf("source upper layer /tmp/job.out = %q, %v; want kept", b, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(upperTmp(src), "execd-*")); len(m) != 0 {
+		t.Errorf("execd state in the source's upper layer: %q", m)
+	}
+
+	snap := snapshot(t, base, src, "")
+	waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+	sh(t, su, stok, "echo late > /tmp/late") // after the snapshot: in no child
+	a, au, atok := fromSnapshot(t, base, snap.ID)
+	b, bu, btok := fromSnapshot(t, base, snap.ID)
+	const check = `cat /tmp/job.out /tmp/d/f; stat -c %a /tmp; ls -A /tmp; grep -rl bg-output-marker /tmp /dev/shm 2>/dev/null; true`
+	for _, c := range []struct{ id, u, tok string }{{a, au, atok}, {b, bu, btok}} {
+		if got, want := sh(t, c.u, c.tok, check), "kept\ndeep\n1777\nd\njob.out"; got != want {
+			t.Errorf("sandbox %s from the snapshot: /tmp\n got %q\nwant %q", c.id, got, want)
+		}
+		if got, want := sh(t, c.u, c.tok, mounts), "1777\n0\ntmpfs"; got != want {
+			t.Errorf("sandbox %s: /tmp mode, mounts on /tmp, /dev/shm type = %q, want %q", c.id, got, want)
+		}
+		if m, _ := filepath.Glob(filepath.Join(upperTmp(c.id), "execd-*")); len(m) != 0 {
+			t.Errorf("execd state restored into sandbox %s: %q", c.id, m)
+		}
+	}
+
+	// Sandboxes from one snapshot keep private /tmp directories.
+	sh(t, au, atok, "echo mine > /tmp/a-only && echo changed > /tmp/job.out")
+	if got, want := sh(t, bu, btok, "cat /tmp/job.out; ls -A /tmp"), "kept\nd\njob.out"; got != want {
+		t.Errorf("sandbox b after a wrote /tmp = %q, want %q", got, want)
+	}
+	if got, want := sh(t, su, stok, "cat /tmp/job.out; ls -A /tmp"), "kept\nd\njob.out\nlate"; got != want {
+		t.Errorf("source after a wrote /tmp = %q, want %q", got, want)
+	}
+}
