@@ -50,6 +50,31 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("sandbox b sees a's /tmp: %q (exit %d)", lines, code)
 		}
 	})
+	t.Run("tmp in the host fallback", func(t *testing.T) {
+		// /tmp is a sticky, world-writable directory of the sandbox's own
+		// upper layer (the host fallback's skeleton is the read-only lower
+		// layer): an unprivileged user writes there, the file is not in the
+		// host's /tmp, and another user cannot remove it.
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			t.Skip("no setpriv in the host fallback image")
+		}
+		name := "alineo-sandboxd-tmp-" + b
+		const nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+		lines, code := run(t, bu, btok, "stat -c %a /tmp && "+nobody+"sh -c 'echo n > /tmp/"+name+"' && stat -c %u /tmp/"+name+
+			" && { setpriv --reuid=65533 --regid=65533 --clear-groups rm -f /tmp/"+name+" 2>/dev/null || echo sticky; }")
+		if got, want := strings.Join(lines, " "), "1777 65534 sticky"; code != 0 || got != want {
+			t.Fatalf("unprivileged write to /tmp: %q exit %d, want %q", got, code, want)
+		}
+		if _, err := os.Stat(filepath.Join(os.TempDir(), name)); err == nil {
+			t.Error("a write to the sandbox's /tmp reached the host's /tmp")
+		}
+		if _, err := os.Stat(filepath.Join(s.DataDir(), "sandboxes", b, "layers", "upper", "tmp", name)); err != nil {
+			t.Errorf("the sandbox's /tmp file is not in its upper layer: %v", err)
+		}
+		if lines, _ := run(t, au, atok, "ls /tmp/"+name+" 2>/dev/null"); len(lines) != 0 {
+			t.Errorf("sandbox a sees b's /tmp file: %q", lines)
+		}
+	})
 	t.Run("processes", func(t *testing.T) {
 		const ps = `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done`
 		la, _ := run(t, au, atok, ps)
