@@ -16,13 +16,16 @@ const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branc
 
 const insertOne = insertCols + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// insertProjected skips an entry whose ledger sequence is stored already.
-const insertProjected = insertOne + ` ON CONFLICT (ledger_seq) DO NOTHING`
-
 // chunk is the number of rows of one multi-row INSERT of AppendBatch.
 const chunk = 100
 
 var insertChunk = insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, chunk), ", ")
+
+// onConflictSeq makes ApplyBatch's INSERTs skip a row whose ledger sequence is
+// stored already (a safety net: ApplyBatch leaves those rows out).
+const onConflictSeq = ` ON CONFLICT (ledger_seq) DO NOTHING`
+
+var insertChunkProjected = insertChunk + onConflictSeq
 
 // upsertDetails folds a delta into a session's summary row.
 const upsertDetails = `
@@ -140,39 +143,116 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	})
 }
 
-// ApplyBatch implements adapters.ProjectionStore.
+// ApplyBatch implements adapters.ProjectionStore. It looks up which of the
+// batch's ledger sequences are stored already (one index range scan, inside
+// the immediate transaction, so the answer holds until commit), then inserts
+// the others with prepared multi-row INSERTs.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := entries.ValidateProjected(consumer, es); err != nil {
+	if err := checkProjected(ctx, consumer, es); err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
+		fresh, err := unstored(ctx, tx, es)
+		if err != nil {
+			return err
+		}
 		var d summary.Deltas
-		if len(es) > 0 {
-			stmt, err := tx.PrepareContext(ctx, insertProjected)
+		a := make([]any, 0, 9*min(chunk, len(fresh)))
+		if len(fresh) >= chunk {
+			stmt, err := tx.PrepareContext(ctx, insertChunkProjected)
 			if err != nil {
 				return err
 			}
 			defer stmt.Close()
-			a := make([]any, 0, 9)
-			for _, e := range es {
-				res, err := stmt.ExecContext(ctx, args(a[:0], e, e.Seq)...)
-				if err != nil {
-					return err
-				}
-				if n, err := res.RowsAffected(); err != nil {
-					return err
-				} else if n == 1 {
+			for len(fresh) >= chunk {
+				a = a[:0]
+				for _, e := range fresh[:chunk] {
+					a = args(a, e, e.Seq)
 					d.Add(e)
 				}
+				if _, err := stmt.ExecContext(ctx, a...); err != nil {
+					return err
+				}
+				fresh = fresh[chunk:]
+			}
+		}
+		if len(fresh) > 0 {
+			a = a[:0]
+			for _, e := range fresh {
+				a = args(a, e, e.Seq)
+				d.Add(e)
+			}
+			q := insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, len(fresh)), ", ") + onConflictSeq
+			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
+				return err
 			}
 		}
 		if err := applyDetails(ctx, tx, &d); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES (?, ?)
+		_, err = tx.ExecContext(ctx, `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES (?, ?)
 			ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`, consumer, int64(offset))
 		return err
 	})
+}
+
+// checkProjected is entries.ValidateProjected, except that it does not
+// validate again entries the caller marked with adapters.WithValidatedEntries.
+func checkProjected(ctx context.Context, consumer string, es []events.Entry) error {
+	if !adapters.EntriesValidated(ctx) {
+		return entries.ValidateProjected(consumer, es)
+	}
+	if err := entries.ValidateProjected(consumer, nil); err != nil {
+		return err
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+	}
+	return nil
+}
+
+// unstored returns the entries of es whose ledger sequence is not stored yet,
+// each sequence once, in order. It returns es itself in the usual case (in
+// order, none stored).
+func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entry, error) {
+	if len(es) == 0 {
+		return es, nil
+	}
+	lo, hi, ascending := es[0].Seq, es[0].Seq, true
+	for i := 1; i < len(es); i++ {
+		seq := es[i].Seq
+		ascending = ascending && seq > es[i-1].Seq
+		lo, hi = min(lo, seq), max(hi, seq)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT ledger_seq FROM alineo_events WHERE ledger_seq BETWEEN ? AND ?`, int64(lo), int64(hi))
+	if err != nil {
+		return nil, err
+	}
+	skip := make(map[uint64]bool)
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		skip[uint64(seq)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(skip) == 0 && ascending {
+		return es, nil
+	}
+	fresh := make([]events.Entry, 0, len(es))
+	for _, e := range es {
+		if !skip[e.Seq] {
+			skip[e.Seq] = true // a repeat within the batch is skipped too
+			fresh = append(fresh, e)
+		}
+	}
+	return fresh, nil
 }
 
 // DeleteSandbox implements adapters.Store.
