@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
@@ -116,9 +118,14 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	return s.translate(ctx, "append batch", err)
 }
 
-// ApplyBatch implements adapters.ProjectionStore.
+// ApplyBatch implements adapters.ProjectionStore. It looks up which of the
+// batch's ledger sequences are stored already, copies the others in with COPY
+// and sets the details and the offset, in one transaction. Should another
+// writer store one of the sequences between the lookup and the COPY (a unique
+// violation), it applies the batch again with one INSERT ... ON CONFLICT DO
+// NOTHING, which skips whatever is stored by then.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := entries.ValidateProjected(consumer, es); err != nil {
+	if err := checkProjected(ctx, consumer, es); err != nil {
 		return fmt.Errorf("postgres: apply batch: %w", err)
 	}
 	p, err := s.db(ctx)
@@ -127,24 +134,105 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 	}
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		var d summary.Deltas
-		if len(es) > 0 {
-			stored, err := insertArrays(ctx, tx, es)
-			if err != nil {
+		fresh, err := unstored(ctx, tx, es)
+		if err != nil {
+			return err
+		}
+		if len(fresh) > 0 {
+			src := pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
+				d.Add(fresh[i])
+				return row(fresh[i], fresh[i].Seq), nil
+			})
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
 				return err
 			}
-			for _, e := range es {
-				if stored[e.Seq] {
-					delete(stored, e.Seq) // a repeat within the batch was skipped
-					d.Add(e)
+		}
+		return finishApply(ctx, tx, &d, consumer, offset)
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a concurrent writer
+		err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			var d summary.Deltas
+			if len(es) > 0 {
+				stored, err := insertArrays(ctx, tx, es)
+				if err != nil {
+					return err
+				}
+				for _, e := range es {
+					if stored[e.Seq] {
+						delete(stored, e.Seq) // a repeat within the batch was skipped
+						d.Add(e)
+					}
 				}
 			}
-		}
-		b := &pgx.Batch{}
-		queueDetails(b, &d)
-		b.Queue(upsertOffset, consumer, int64(offset))
-		return tx.SendBatch(ctx, b).Close()
-	})
+			return finishApply(ctx, tx, &d, consumer, offset)
+		})
+	}
 	return s.translate(ctx, "apply batch", err)
+}
+
+// finishApply folds d into the details and sets consumer's offset, in one
+// round trip.
+func finishApply(ctx context.Context, tx pgx.Tx, d *summary.Deltas, consumer string, offset uint64) error {
+	b := &pgx.Batch{}
+	queueDetails(b, d)
+	b.Queue(upsertOffset, consumer, int64(offset))
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// checkProjected is entries.ValidateProjected, except that it does not
+// validate again entries the caller marked with adapters.WithValidatedEntries.
+func checkProjected(ctx context.Context, consumer string, es []events.Entry) error {
+	if !adapters.EntriesValidated(ctx) {
+		return entries.ValidateProjected(consumer, es)
+	}
+	if err := entries.ValidateProjected(consumer, nil); err != nil {
+		return err
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+	}
+	return nil
+}
+
+// unstored returns the entries of es whose ledger sequence is not stored yet,
+// each sequence once, in order. It returns es itself in the usual case (in
+// order, none stored).
+func unstored(ctx context.Context, tx pgx.Tx, es []events.Entry) ([]events.Entry, error) {
+	if len(es) == 0 {
+		return es, nil
+	}
+	lo, hi, ascending := es[0].Seq, es[0].Seq, true
+	for i := 1; i < len(es); i++ {
+		seq := es[i].Seq
+		ascending = ascending && seq > es[i-1].Seq
+		lo, hi = min(lo, seq), max(hi, seq)
+	}
+	rows, err := tx.Query(ctx, `SELECT ledger_seq FROM alineo_events WHERE ledger_seq BETWEEN $1 AND $2`, int64(lo), int64(hi))
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	if len(got) == 0 && ascending {
+		return es, nil
+	}
+	skip := make(map[uint64]bool, len(got))
+	for _, seq := range got {
+		skip[uint64(seq)] = true
+	}
+	fresh := make([]events.Entry, 0, len(es))
+	for _, e := range es {
+		if !skip[e.Seq] {
+			skip[e.Seq] = true // a repeat within the batch is skipped too
+			fresh = append(fresh, e)
+		}
+	}
+	return fresh, nil
 }
 
 // insertArrays inserts projected entries in one statement and returns the
