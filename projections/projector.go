@@ -353,10 +353,13 @@ func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext,
 // transaction (retried with backoff until it succeeds or ctx is done), and
 // acknowledges each batch after its commit.
 func (p *Projector) committer(ctx context.Context, offset uint64, in <-chan *batch) error {
+	// Decode validated every entry (an invalid message is parked instead):
+	// the store need not parse the payloads again.
+	applyCtx := adapters.WithValidatedEntries(ctx)
 	for b := range in {
 		if b.lastSeq > offset {
 			if err := p.retry(ctx, "apply", func() error {
-				return p.Store.ApplyBatch(ctx, p.Consumer, b.es, b.lastSeq)
+				return p.Store.ApplyBatch(applyCtx, p.Consumer, b.es, b.lastSeq)
 			}); err != nil {
 				for range in { // let collect finish
 				}
