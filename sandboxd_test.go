@@ -470,45 +470,45 @@ func TestFileOperations(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		must(sb.CreateDirectory(ctx, "/work/src"))
+		must(sb.CreateDirectory(ctx, "/workspace/src"))
 		content := []byte("hello\x00\xff world\n")
-		must(sb.WriteFile(ctx, "/work/src/a.ts", content))
-		got, err := sb.ReadFile(ctx, "/work/src/a.ts")
+		must(sb.WriteFile(ctx, "/workspace/src/a.ts", content))
+		got, err := sb.ReadFile(ctx, "/workspace/src/a.ts")
 		must(err)
 		if !bytes.Equal(got, content) {
 			t.Fatalf("ReadFile = %q, want %q", got, content)
 		}
-		fi, err := sb.GetFileInfo(ctx, "/work/src/a.ts")
+		fi, err := sb.GetFileInfo(ctx, "/workspace/src/a.ts")
 		must(err)
 		if fi.Type != "file" || fi.Size != int64(len(content)) {
 			t.Fatalf("GetFileInfo = %+v", fi)
 		}
-		must(sb.WriteFile(ctx, "/work/src/b.txt", []byte("old old")))
+		must(sb.WriteFile(ctx, "/workspace/src/b.txt", []byte("old old")))
 		found, err := sb.SearchFiles(ctx, "*.ts", "/work")
 		must(err)
-		if !slices.Equal(found, []string{"/work/src/a.ts"}) {
+		if !slices.Equal(found, []string{"/workspace/src/a.ts"}) {
 			t.Fatalf("SearchFiles = %q", found)
 		}
-		must(sb.ReplaceInFiles(ctx, alineo.Replacement{Path: "/work/src/b.txt", Old: "old", New: "new"}))
-		if got, _ := sb.ReadFile(ctx, "/work/src/b.txt"); string(got) != "new new" {
+		must(sb.ReplaceInFiles(ctx, alineo.Replacement{Path: "/workspace/src/b.txt", Old: "old", New: "new"}))
+		if got, _ := sb.ReadFile(ctx, "/workspace/src/b.txt"); string(got) != "new new" {
 			t.Fatalf("after ReplaceInFiles: %q", got)
 		}
-		must(sb.MoveFile(ctx, "/work/src/b.txt", "/work/src/c.txt"))
-		list, err := sb.ListDirectory(ctx, "/work/src")
+		must(sb.MoveFile(ctx, "/workspace/src/b.txt", "/workspace/src/c.txt"))
+		list, err := sb.ListDirectory(ctx, "/workspace/src")
 		must(err)
 		var names []string
 		for _, fi := range list {
 			names = append(names, fi.Path)
 		}
-		if !slices.Equal(names, []string{"/work/src/a.ts", "/work/src/c.txt"}) {
+		if !slices.Equal(names, []string{"/workspace/src/a.ts", "/workspace/src/c.txt"}) {
 			t.Fatalf("ListDirectory = %q", names)
 		}
-		must(sb.Transfer(ctx, "/work/src/a.ts", other))
-		if got, err := other.ReadFile(ctx, "/work/src/a.ts"); err != nil || !bytes.Equal(got, content) {
+		must(sb.Transfer(ctx, "/workspace/src/a.ts", other))
+		if got, err := other.ReadFile(ctx, "/workspace/src/a.ts"); err != nil || !bytes.Equal(got, content) {
 			t.Fatalf("transferred file = %q, %v", got, err)
 		}
-		must(sb.DeleteFile(ctx, "/work/src/a.ts"))
-		if _, err := sb.GetFileInfo(ctx, "/work/src/a.ts"); !errors.Is(err, opensandbox.ErrNotFound) {
+		must(sb.DeleteFile(ctx, "/workspace/src/a.ts"))
+		if _, err := sb.GetFileInfo(ctx, "/workspace/src/a.ts"); !errors.Is(err, opensandbox.ErrNotFound) {
 			t.Fatalf("GetFileInfo after delete = %v, want ErrNotFound", err)
 		}
 		var apiErr *alineo.APIError

@@ -14,8 +14,8 @@
 //	  "resources": {"cpu": "1", "memory": "512Mi"},
 //	  "env": {"CI": "1"},
 //	  "steps": [
-//	    {"writeFile": {"path": "/work/hello.sh", "content": "echo hello"}},
-//	    {"exec": {"command": "sh /work/hello.sh", "timeout": "30s"}},
+//	    {"writeFile": {"path": "/workspace/hello.sh", "content": "echo hello"}},
+//	    {"exec": {"command": "sh /workspace/hello.sh", "timeout": "30s"}},
 //	    {"checkpoint": {"tag": "after-setup"}},
 //	    {"exec": {"command": "false", "strict": false}},
 //	    {"execCode": {"code": "print(1)", "language": "python"}}
