@@ -407,3 +407,78 @@ func (d *decoder) skipString() bool {
 	}
 	return false
 }
+
+// fieldKind is the JSON type a payload field must have.
+type fieldKind uint8
+
+const (
+	kindString fieldKind = iota + 1
+	kindInt
+)
+
+// payloadFields lists, for the events whose payloads the ledger carries most,
+// the fields of the payload type that payloadFits checks without
+// encoding/json. Names are the exact JSON names; a field missing here (a
+// map, base64 bytes) sends the payload to events.Validate.
+var payloadFields = map[events.Event]map[string]fieldKind{
+	events.ExecOutput:    {"seq": kindInt, "type": kindString, "text": kindString},
+	events.ExecStarted:   {"seq": kindInt, "kind": kindString, "cmd": kindString, "code": kindString, "fingerprint": kindString},
+	events.ExecCompleted: {"seq": kindInt, "exitCode": kindInt},
+	events.SandboxCreated: {"sandboxId": kindString, "runId": kindString, "resumedFrom": kindString, "snapshotId": kindString,
+		"forkedFrom": kindString, "fromSnapshot": kindString, "fromEnvironment": kindString},
+	events.CheckpointCreated: {"snapshotId": kindString, "name": kindString},
+}
+
+// payloadFits reports whether json.Unmarshal of payload into ev's payload
+// type surely succeeds: payload is an object whose keys are all exact field
+// names of payloadFields[ev], each with a value of the field's kind (an
+// integer in range for int, a string for string). false means "not known",
+// not "invalid": the caller then runs events.Validate. payload must already
+// be valid JSON (json.Valid), as every decoded entry's payload is.
+func payloadFits(ev events.Event, payload []byte) bool {
+	fields := payloadFields[ev]
+	if fields == nil {
+		return false
+	}
+	d := decoder{b: payload}
+	d.ws()
+	if !d.eat('{') {
+		return false
+	}
+	d.ws()
+	if d.eat('}') {
+		return d.end()
+	}
+	for {
+		d.ws()
+		key, ok := d.strBytes()
+		if !ok {
+			return false
+		}
+		d.ws()
+		if !d.eat(':') {
+			return false
+		}
+		d.ws()
+		switch fields[string(key)] {
+		case kindInt:
+			if _, ok := d.int(strconv.IntSize); !ok {
+				return false
+			}
+		case kindString:
+			if d.i >= len(d.b) || d.b[d.i] != '"' || !d.skipString() {
+				return false
+			}
+		default:
+			return false
+		}
+		d.ws()
+		if d.eat(',') {
+			continue
+		}
+		if d.eat('}') {
+			return d.end()
+		}
+		return false
+	}
+}

@@ -25,6 +25,26 @@ import (
 // events.Validate). Errors wrap events.ErrInvalidEntry.
 func DecodeMsg(data []byte, seq uint64) (events.Entry, error) { return decodeMsg(data, seq, nil) }
 
+// DecodeValidMsg is DecodeMsg followed by events.Validate, with the same
+// results and errors, except that the payloads of the common events are
+// checked as they are decoded instead of being parsed again by
+// encoding/json. It is the projector's decoder: what it accepts may be
+// stored without validating it again. Errors wrap events.ErrInvalidEntry.
+func DecodeValidMsg(data []byte, seq uint64) (events.Entry, error) {
+	e, err := decodeMsg(data, seq, nil)
+	if err != nil {
+		return events.Entry{}, err
+	}
+	check := e
+	if payloadFits(e.Event, e.Payload) {
+		check.Payload = nil // the rest of Validate still runs
+	}
+	if err := events.Validate(check); err != nil {
+		return events.Entry{}, err
+	}
+	return e, nil
+}
+
 func decodeMsg(data []byte, seq uint64, in *interner) (events.Entry, error) {
 	e, ok := decodeEntryWith(data, in)
 	if !ok {
