@@ -38,10 +38,11 @@
 //  1. reads its configuration from a pipe the server writes after it has placed
 //     the process in the sandbox's cgroups;
 //  2. mounts an overlay root: the image root filesystem read-only below, a
-//     private upper layer under DataDir/sandboxes/<id>/layers above; a private tmpfs
-//     on /tmp; a minimal /dev (null, zero, full, random, urandom, tty, a private
-//     devpts); its own /proc; then pivot_root into it and detaches the old
-//     root;
+//     private upper layer under DataDir/sandboxes/<id>/layers above, with /tmp
+//     a mode-1777 directory of the overlay (so snapshots capture it); a private
+//     tmpfs on /dev/shm; a minimal /dev (null, zero, full, random, urandom, tty,
+//     a private devpts); its own /proc; then pivot_root into it and detaches
+//     the old root;
 //  3. starts execd in a child process (re-executed the same way) on a
 //     127.0.0.1:0 listener it opened itself (or, in a network namespace of
 //     its own, the one the server passed), and reports the port to the server;
