@@ -39,8 +39,9 @@ type Projector struct {
 	Consumer string
 	// BatchSize bounds the messages per transaction. Default 1000.
 	BatchSize int
-	// BatchWait bounds how long a batch waits to fill once it has a message.
-	// Default 50 ms.
+	// BatchWait bounds how long a batch waits to fill once it has a message;
+	// a batch that reaches the end of the stream (nothing more pending) is
+	// committed without waiting. Default 50 ms.
 	BatchWait time.Duration
 	// MaxBackoff caps the wait between retries while the store or the stream
 	// is failing. Default 5 s.
@@ -267,7 +268,7 @@ func (p *Projector) read(msgs jetstream.MessagesContext, out chan<- delivery, qu
 }
 
 // collect reads deliveries into batches bounded by BatchSize and BatchWait
-// and hands them to the committer, until ctx is done or the subscription
+// (or ended by catching up with the stream) and hands them to the committer, until ctx is done or the subscription
 // fails or has a gap (the batch before a gap is handed off first).
 func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext, offset uint64, commits chan<- *batch) error {
 	in := make(chan delivery, p.BatchSize)
@@ -341,7 +342,8 @@ func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext,
 				b.es = append(b.es, d.e)
 			}
 		} // else a redelivery of a message already handed off
-		if b.msgs >= p.BatchSize {
+		// Full, or caught up with the stream: waiting would not fill it.
+		if b.msgs >= p.BatchSize || d.md.NumPending == 0 && len(in) == 0 {
 			if err := handOff(); err != nil {
 				return err
 			}
