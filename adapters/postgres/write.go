@@ -118,12 +118,13 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	return s.translate(ctx, "append batch", err)
 }
 
-// ApplyBatch implements adapters.ProjectionStore. It looks up which of the
-// batch's ledger sequences are stored already, copies the others in with COPY
-// and sets the details and the offset, in one transaction. Should another
-// writer store one of the sequences between the lookup and the COPY (a unique
-// violation), it applies the batch again with one INSERT ... ON CONFLICT DO
-// NOTHING, which skips whatever is stored by then.
+// ApplyBatch implements adapters.ProjectionStore. A batch normally holds
+// only sequences not stored yet (the offset is stored with the rows), so it
+// copies the entries in with COPY and sets the details and the offset, in
+// one transaction. When a sequence is stored already (a unique violation: a
+// redelivery, or another consumer projecting into the same tables), or the
+// batch repeats one, it applies the batch with one INSERT ... ON CONFLICT DO
+// NOTHING instead, which skips the stored rows.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 	if err := checkProjected(ctx, consumer, es); err != nil {
 		return fmt.Errorf("postgres: apply batch: %w", err)
@@ -132,43 +133,53 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 	if err != nil {
 		return s.translate(ctx, "apply batch", err)
 	}
-	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		var d summary.Deltas
-		fresh, err := unstored(ctx, tx, es)
-		if err != nil {
-			return err
-		}
-		if len(fresh) > 0 {
-			src := pgx.CopyFromSlice(len(fresh), func(i int) ([]any, error) {
-				d.Add(fresh[i])
-				return row(fresh[i], fresh[i].Seq), nil
-			})
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
-				return err
-			}
-		}
-		return finishApply(ctx, tx, &d, consumer, offset)
-	})
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: a concurrent writer
+	if ascending(es) {
 		err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 			var d summary.Deltas
 			if len(es) > 0 {
-				stored, err := insertArrays(ctx, tx, es)
-				if err != nil {
+				src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) {
+					d.Add(es[i])
+					return row(es[i], es[i].Seq), nil
+				})
+				if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
 					return err
-				}
-				for _, e := range es {
-					if stored[e.Seq] {
-						delete(stored, e.Seq) // a repeat within the batch was skipped
-						d.Add(e)
-					}
 				}
 			}
 			return finishApply(ctx, tx, &d, consumer, offset)
 		})
+		if !errors.As(err, &pe) || pe.Code != "23505" { // not a unique_violation
+			return s.translate(ctx, "apply batch", err)
+		}
 	}
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		var d summary.Deltas
+		if len(es) > 0 {
+			stored, err := insertArrays(ctx, tx, es)
+			if err != nil {
+				return err
+			}
+			for _, e := range es {
+				if stored[e.Seq] {
+					delete(stored, e.Seq) // a repeat within the batch was skipped
+					d.Add(e)
+				}
+			}
+		}
+		return finishApply(ctx, tx, &d, consumer, offset)
+	})
 	return s.translate(ctx, "apply batch", err)
+}
+
+// ascending reports whether the sequences of es strictly increase (no
+// repeats), as a projector's batches do.
+func ascending(es []events.Entry) bool {
+	for i := 1; i < len(es); i++ {
+		if es[i].Seq <= es[i-1].Seq {
+			return false
+		}
+	}
+	return true
 }
 
 // finishApply folds d into the details and sets consumer's offset, in one
@@ -195,44 +206,6 @@ func checkProjected(ctx context.Context, consumer string, es []events.Entry) err
 		}
 	}
 	return nil
-}
-
-// unstored returns the entries of es whose ledger sequence is not stored yet,
-// each sequence once, in order. It returns es itself in the usual case (in
-// order, none stored).
-func unstored(ctx context.Context, tx pgx.Tx, es []events.Entry) ([]events.Entry, error) {
-	if len(es) == 0 {
-		return es, nil
-	}
-	lo, hi, ascending := es[0].Seq, es[0].Seq, true
-	for i := 1; i < len(es); i++ {
-		seq := es[i].Seq
-		ascending = ascending && seq > es[i-1].Seq
-		lo, hi = min(lo, seq), max(hi, seq)
-	}
-	rows, err := tx.Query(ctx, `SELECT ledger_seq FROM alineo_events WHERE ledger_seq BETWEEN $1 AND $2`, int64(lo), int64(hi))
-	if err != nil {
-		return nil, err
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, err
-	}
-	if len(got) == 0 && ascending {
-		return es, nil
-	}
-	skip := make(map[uint64]bool, len(got))
-	for _, seq := range got {
-		skip[uint64(seq)] = true
-	}
-	fresh := make([]events.Entry, 0, len(es))
-	for _, e := range es {
-		if !skip[e.Seq] {
-			skip[e.Seq] = true // a repeat within the batch is skipped too
-			fresh = append(fresh, e)
-		}
-	}
-	return fresh, nil
 }
 
 // insertArrays inserts projected entries in one statement and returns the
