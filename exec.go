@@ -8,6 +8,7 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
@@ -22,6 +23,13 @@ const (
 	maxInFlight = 2
 	// maxGroup bounds the bytes merged into one exec.output entry.
 	maxGroup = 256 << 10
+	// outputLinger is how long the recorder waits, with no other group of the
+	// exec in flight, for the event after a group before writing the group: if
+	// the stream ends meanwhile, the last group and exec.completed are written
+	// in one transaction; if more output of the same stream comes, it joins the
+	// group. Short commands end within it (the exit follows their output by a
+	// fraction of a millisecond), saving a ledger write on the critical path.
+	outputLinger = time.Millisecond
 )
 
 // ExecResult is the whole result of a command.
@@ -283,6 +291,10 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 		return append(dst, rawBytes(ev)...)
 	}
 	var emitErr error
+	var completed <-chan error
+	var res opensandbox.Result
+	var streamErr error
+	var linger *time.Timer
 	var next *opensandbox.Event // read ahead while grouping, not yet recorded
 	more := true                // evc is open
 	stopped := false            // left before the end of the stream
@@ -306,21 +318,52 @@ record:
 		}
 		s := streamOf(ev)
 		data := bytesOf(nil, ev)
+		lingered := false
 	group:
 		for more && len(data) < maxGroup {
+			var nx opensandbox.Event
+			var ok bool
 			select {
-			case nx, ok := <-evc:
-				if !ok {
-					more = false
-					break group
-				}
-				if streamOf(nx) != s {
-					next = &nx
-					break group
-				}
-				data = bytesOf(data, nx)
+			case nx, ok = <-evc:
 			default:
+				if lingered || len(inFlight) > 1 {
+					break group
+				}
+				lingered = true
+				if linger == nil {
+					linger = time.NewTimer(outputLinger)
+					defer linger.Stop()
+				} else {
+					linger.Reset(outputLinger)
+				}
+				select {
+				case nx, ok = <-evc:
+					linger.Stop()
+				case <-linger.C:
+					break group
+				case <-pctx.Done():
+					linger.Stop()
+					break group
+				}
+			}
+			if !ok {
+				more = false
 				break group
+			}
+			if streamOf(nx) != s {
+				next = &nx
+				break group
+			}
+			data = bytesOf(data, nx)
+		}
+		if !more && next == nil && e.red == nil {
+			// The stream ended right after this group: write it together
+			// with exec.completed, if the stream ended well.
+			if completed, emitErr = e.emitLast(pctx, stream, &res, &streamErr, queue, s, data); completed != nil || emitErr != nil {
+				if emitErr != nil {
+					<-inFlight
+				}
+				break
 			}
 		}
 		if e.red != nil {
@@ -341,13 +384,10 @@ record:
 	// When the stream ended (evc is closed), exec.completed is queued right
 	// behind the last output group, so both are written together; being in
 	// the exec's chain, it is not written if an output row failed.
-	var completed <-chan error
-	var res opensandbox.Result
-	var streamErr error
-	if !more && !stopped && emitErr == nil {
+	if !more && !stopped && emitErr == nil && completed == nil {
 		emitErr = e.flushRedacted(pctx, inFlight, queue)
 	}
-	if !more && !stopped && emitErr == nil {
+	if !more && !stopped && emitErr == nil && completed == nil {
 		streamErr = stream.Err()
 		var ok bool
 		if res, ok = stream.Result(); streamErr == nil && !ok {
@@ -397,4 +437,32 @@ record:
 		return
 	}
 	e.out.finish(nil)
+}
+
+// emitLast queues the exec's last output group (stream s, data) and
+// exec.completed together, once the stream has ended after it, and queues the
+// group for the publisher. It returns the completed entry's result channel, or
+// nil and a nil error when the stream did not end well (the stream's error is
+// then in *streamErr, and the caller records the group alone). Its error is the
+// ledger's (ctx ended while queueing).
+func (e *Exec) emitLast(ctx context.Context, stream *opensandbox.Stream, res *opensandbox.Result, streamErr *error,
+	queue chan<- pendingChunk, s events.Stream, data []byte) (<-chan error, error) {
+	*streamErr = stream.Err()
+	var ok bool
+	if *res, ok = stream.Result(); *streamErr == nil && !ok {
+		*streamErr = opensandbox.ErrStreamTruncated
+	}
+	if *streamErr != nil {
+		return nil, nil
+	}
+	var done [2]<-chan error
+	err := e.sb.ledger.emitMany(ctx, e.chain, done[:],
+		emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)},
+		emission{ev: events.ExecCompleted, step: e.step, payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode}})
+	if err != nil {
+		return nil, err
+	}
+	// queue has room for every group in flight: this never blocks.
+	queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done[0]}
+	return done[1], nil
 }

@@ -66,31 +66,58 @@ func (l *ledger) emit(ctx context.Context, ev events.Event, step int, payload an
 // emitChained is emit for an entry of chain c (nil for none): it is not written
 // if an earlier entry of c failed.
 func (l *ledger) emitChained(ctx context.Context, c *chain, ev events.Event, step int, payload any) (<-chan error, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	var done [1]<-chan error
+	if err := l.emitMany(ctx, c, done[:], emission{ev: ev, step: step, payload: payload}); err != nil {
+		return nil, err
 	}
-	done := make(chan error, 1)
+	return done[0], nil
+}
+
+// emission is one event for emitMany.
+type emission struct {
+	ev      events.Event
+	step    int
+	payload any
+}
+
+// emitMany is emitChained for several events at once: they are queued together,
+// in order, so the writer takes them into one batch (one transaction) unless the
+// batch is full. done[i] receives the result of es[i]'s write. Either all are
+// queued or none (the error is then ctx's).
+func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
+	for i := range es {
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			for range i {
+				<-l.slots
+			}
+			return ctx.Err()
+		}
+	}
 	l.mu.Lock()
 	ts := l.now().UnixMilli()
 	if ts < l.lastTs {
 		ts = l.lastTs
 	}
 	l.lastTs = ts
-	var e events.Entry
-	if raw, ok := payload.(json.RawMessage); ok { // already encoded
-		e = events.Entry{Ts: ts, Name: l.name, SandboxID: l.sandboxID, StepIndex: step, Event: ev, Payload: raw}
-	} else {
-		e = events.New(ts, l.name, l.sandboxID, step, ev, payload)
+	for i, em := range es {
+		var e events.Entry
+		if raw, ok := em.payload.(json.RawMessage); ok { // already encoded
+			e = events.Entry{Ts: ts, Name: l.name, SandboxID: l.sandboxID, StepIndex: em.step, Event: em.ev, Payload: raw}
+		} else {
+			e = events.New(ts, l.name, l.sandboxID, em.step, em.ev, em.payload)
+		}
+		ch := make(chan error, 1)
+		done[i] = ch
+		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})
 	}
-	l.queue = append(l.queue, pendingEntry{e: e, done: done, chain: c})
 	if !l.running {
 		l.running = true
 		go l.drain()
 	}
 	l.mu.Unlock()
-	return done, nil
+	return nil
 }
 
 // write emits an event and waits for it to be written. The write itself does not
