@@ -221,12 +221,11 @@ func (p *Projector) session(ctx context.Context) error {
 
 // batch is a run of consecutive deliveries, committed as one transaction.
 type batch struct {
-	es       []events.Entry
-	msgs     int
-	last     jetstream.Msg
-	lastSeq  uint64 // stream sequence of last
-	pending  uint64 // messages left in the stream after last
-	deadline time.Time
+	es      []events.Entry
+	msgs    int
+	last    jetstream.Msg
+	lastSeq uint64 // stream sequence of last
+	pending uint64 // messages left in the stream after last
 }
 
 // errDeliveryGap ends a consumer session when a delivery was skipped or
