@@ -225,3 +225,77 @@ func TestLedgerChainStopsAfterAFailure(t *testing.T) {
 		t.Fatalf("stored steps %v, want %v: step 3 follows a failed write of its chain", steps, want)
 	}
 }
+
+func TestLedgerEmitManyIsOneBatch(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name     string
+		failStep int // the step whose write fails, 0 for none
+		want     []error
+		stored   int
+		batches  int
+	}{
+		{name: "both written together", want: []error{nil, nil}, stored: 2, batches: 1},
+		{name: "first fails, second not written", failStep: 1, want: []error{boom, boom}, stored: 0},
+		{name: "second fails alone", failStep: 2, want: []error{nil, boom}, stored: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeStore{before: func(e events.Entry) error {
+				if e.StepIndex == tt.failStep {
+					return boom
+				}
+				return nil
+			}}
+			l := newLedger(st, "many", "sb-1")
+			var done [2]<-chan error
+			err := l.emitMany(context.Background(), &chain{}, done[:],
+				emission{ev: events.ExecOutput, step: 1, payload: events.ExecOutputPayload{Seq: 1, Type: events.Stdout, Text: "hi\n"}},
+				emission{ev: events.ExecCompleted, step: 2, payload: events.ExecCompletedPayload{Seq: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range done {
+				if got := <-d; !errors.Is(got, tt.want[i]) || (got == nil) != (tt.want[i] == nil) {
+					t.Errorf("entry %d = %v, want %v", i, got, tt.want[i])
+				}
+			}
+			if got := len(st.all()); got != tt.stored {
+				t.Errorf("stored %d entries, want %d", got, tt.stored)
+			}
+			st.mu.Lock()
+			batches := st.batches
+			st.mu.Unlock()
+			if tt.batches > 0 && batches != tt.batches {
+				t.Errorf("AppendBatch called %d times, want %d", batches, tt.batches)
+			}
+		})
+	}
+}
+
+func TestLedgerEmitManyCancelledQueuesNothing(t *testing.T) {
+	st := &fakeStore{}
+	l := newLedger(st, "many", "sb-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Fill all slots but one, so the second emission cannot get one.
+	for range ledgerQueueMax - 1 {
+		l.slots <- struct{}{}
+	}
+	var done [2]<-chan error
+	err := l.emitMany(ctx, nil, done[:],
+		emission{ev: events.ExecCompleted, step: 1, payload: events.ExecCompletedPayload{Seq: 1}},
+		emission{ev: events.ExecCompleted, step: 2, payload: events.ExecCompletedPayload{Seq: 2}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("emitMany = %v, want context.Canceled", err)
+	}
+	if got := len(l.slots); got != ledgerQueueMax-1 {
+		t.Errorf("%d slots taken after the failed emitMany, want %d (its own released)", got, ledgerQueueMax-1)
+	}
+	l.mu.Lock()
+	queued := len(l.queue)
+	l.mu.Unlock()
+	if queued != 0 {
+		t.Errorf("%d entries queued, want 0", queued)
+	}
+}
