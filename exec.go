@@ -295,6 +295,8 @@ func (e *Exec) run(ctx context.Context, started <-chan error, open func(context.
 	var res opensandbox.Result
 	var streamErr error
 	var linger *time.Timer
+	var lastOut <-chan error    // the write of last, queued with exec.completed
+	var last *chunk             // the last group, published by this goroutine with the end
 	var next *opensandbox.Event // read ahead while grouping, not yet recorded
 	more := true                // evc is open
 	stopped := false            // left before the end of the stream
@@ -359,9 +361,10 @@ record:
 		if !more && next == nil && e.red == nil {
 			// The stream ended right after this group: write it together
 			// with exec.completed, if the stream ended well.
-			if completed, emitErr = e.emitLast(pctx, stream, &res, &streamErr, queue, s, data); completed != nil || emitErr != nil {
-				if emitErr != nil {
-					<-inFlight
+			if lastOut, completed, emitErr = e.emitLast(pctx, stream, &res, &streamErr, s, data); completed != nil || emitErr != nil {
+				<-inFlight // published by this goroutine, at the end
+				if emitErr == nil {
+					last = &chunk{stream: s, data: data}
 				}
 				break
 			}
@@ -400,6 +403,11 @@ record:
 	}
 	close(queue)
 	perr := <-published
+	if perr == nil && lastOut != nil {
+		if err := <-lastOut; err != nil {
+			perr = &SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d output", e.step), Err: err}
+		}
+	}
 	// Stop the stream reader, if it still runs, and wait for it.
 	if perr != nil || emitErr != nil {
 		pcancel(errors.Join(perr, emitErr))
@@ -427,42 +435,51 @@ record:
 		e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: streamErr})
 		return
 	}
+	// end publishes the last group, if it is still held here (it is
+	// recorded), and ends the output with err, waking the readers once.
+	end := func(err error) {
+		if last == nil {
+			e.out.finish(err)
+			return
+		}
+		if e.out.publishLast(pctx, *last, err) != nil {
+			e.fail(&ExecConnectionError{SandboxID: sb.id, Step: e.step, Err: context.Cause(pctx)})
+		}
+	}
 	if err := <-completed; err != nil {
-		e.fail(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d completed", e.step), Err: err})
+		end(&SandboxError{SandboxID: sb.id, Op: fmt.Sprintf("record exec %d completed", e.step), Err: err})
 		return
 	}
 	e.exitCode = res.ExitCode
 	if e.strict && res.ExitCode != 0 {
-		e.out.finish(&CommandError{ExitCode: res.ExitCode, Command: e.text, SandboxID: sb.id})
+		end(&CommandError{ExitCode: res.ExitCode, Command: e.text, SandboxID: sb.id})
 		return
 	}
-	e.out.finish(nil)
+	end(nil)
 }
 
 // emitLast queues the exec's last output group (stream s, data) and
-// exec.completed together, once the stream has ended after it, and queues the
-// group for the publisher. It returns the completed entry's result channel, or
-// nil and a nil error when the stream did not end well (the stream's error is
-// then in *streamErr, and the caller records the group alone). Its error is the
+// exec.completed together, once the stream has ended after it, so they are
+// written in one batch. It returns the results of both writes; nil channels and
+// a nil error when the stream did not end well (the stream's error is then in
+// *streamErr, and the caller records the group alone). Its error is the
 // ledger's (ctx ended while queueing).
 func (e *Exec) emitLast(ctx context.Context, stream *opensandbox.Stream, res *opensandbox.Result, streamErr *error,
-	queue chan<- pendingChunk, s events.Stream, data []byte) (<-chan error, error) {
+	s events.Stream, data []byte) (out, completed <-chan error, err error) {
 	*streamErr = stream.Err()
 	var ok bool
 	if *res, ok = stream.Result(); *streamErr == nil && !ok {
 		*streamErr = opensandbox.ErrStreamTruncated
 	}
 	if *streamErr != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var done [2]<-chan error
-	err := e.sb.ledger.emitMany(ctx, e.chain, done[:],
+	err = e.sb.ledger.emitMany(ctx, e.chain, done[:],
 		emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)},
 		emission{ev: events.ExecCompleted, step: e.step, payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// queue has room for every group in flight: this never blocks.
-	queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done[0]}
-	return done[1], nil
+	return done[0], done[1], nil
 }

@@ -72,6 +72,17 @@ func (o *output) dropLocked() {
 // publish appends c for the readers. With the window full it waits for the
 // slowest attached reader, or until ctx ends (then it returns ctx.Err()).
 func (o *output) publish(ctx context.Context, c chunk) error {
+	return o.publishThen(ctx, c, false, nil)
+}
+
+// publishLast is publish of the last chunk followed by finish(err), waking the
+// readers once. If ctx ends first, nothing is published or finished and it
+// returns ctx.Err().
+func (o *output) publishLast(ctx context.Context, c chunk, err error) error {
+	return o.publishThen(ctx, c, true, err)
+}
+
+func (o *output) publishThen(ctx context.Context, c chunk, last bool, err error) error {
 	o.mu.Lock()
 	for {
 		o.dropLocked()
@@ -90,6 +101,9 @@ func (o *output) publish(ctx context.Context, c chunk) error {
 	o.chunks = append(o.chunks, c)
 	o.size += len(c.data)
 	o.dropLocked()
+	if last && !o.done {
+		o.done, o.err = true, err
+	}
 	o.broadcastLocked()
 	o.mu.Unlock()
 	return nil
