@@ -134,3 +134,75 @@ func TestOutputEarlyStop(t *testing.T) {
 		t.Fatalf("%d readers still attached after an early stop", len(o.readers))
 	}
 }
+
+func TestOutputPublishLast(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{name: "success", err: nil},
+		{name: "exec error", err: boom},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOutput(outputWindow, nil)
+			if err := o.publish(context.Background(), chunk{stream: events.Stdout, data: []byte("a")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.publishLast(context.Background(), chunk{stream: events.Stderr, data: []byte("b")}, tt.err); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			err := o.each(func(c chunk) bool {
+				got = append(got, string(c.stream)+":"+string(c.data))
+				return true
+			})
+			if want := []string{"stdout:a", "stderr:b"}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("chunks = %v, want %v", got, want)
+			}
+			if err != tt.err {
+				t.Errorf("each err = %v, want %v", err, tt.err)
+			}
+			if err := o.result(); err != tt.err {
+				t.Errorf("result = %v, want %v", err, tt.err)
+			}
+		})
+	}
+}
+
+func TestOutputPublishLastCancelledLeavesOutputOpen(t *testing.T) {
+	o := newOutput(1, nil) // window of one byte
+	// A reader that stops in its first chunk keeps the window full.
+	started := make(chan struct{})
+	release := make(chan struct{})
+	go o.each(func(chunk) bool { close(started); <-release; return false })
+	defer close(release)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if len(o.readers) != 1 {
+			return fmt.Errorf("%d readers attached, want 1", len(o.readers))
+		}
+		return nil
+	})
+	for _, s := range []string{"a", "x"} {
+		if err := o.publish(context.Background(), chunk{stream: events.Stdout, data: []byte(s)}); err != nil {
+			t.Fatal(err)
+		}
+		if s == "a" {
+			<-started
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := o.publishLast(ctx, chunk{stream: events.Stdout, data: []byte("b")}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publishLast = %v, want context.DeadlineExceeded", err)
+	}
+	o.mu.Lock()
+	done, n := o.done, o.base+len(o.chunks)
+	o.mu.Unlock()
+	if done || n != 2 {
+		t.Fatalf("after a cancelled publishLast: done %v, %d chunks; want false, 2", done, n)
+	}
+}
