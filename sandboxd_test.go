@@ -484,7 +484,7 @@ func TestFileOperations(t *testing.T) {
 			t.Fatalf("GetFileInfo = %+v", fi)
 		}
 		must(sb.WriteFile(ctx, "/workspace/src/b.txt", []byte("old old")))
-		found, err := sb.SearchFiles(ctx, "*.ts", "/work")
+		found, err := sb.SearchFiles(ctx, "*.ts", "/workspace")
 		must(err)
 		if !slices.Equal(found, []string{"/workspace/src/a.ts"}) {
 			t.Fatalf("SearchFiles = %q", found)
