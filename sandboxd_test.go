@@ -515,8 +515,8 @@ func TestFileOperations(t *testing.T) {
 		if _, err := sb.ReadFile(ctx, "/nope"); !errors.As(err, &apiErr) || apiErr.Status != 404 {
 			t.Fatalf("ReadFile of a missing file = %v, want *APIError 404", err)
 		}
-		must(sb.DeleteDirectory(ctx, "/work"))
-		if _, err := sb.ListDirectory(ctx, "/work"); err == nil {
+		must(sb.DeleteDirectory(ctx, "/workspace"))
+		if _, err := sb.ListDirectory(ctx, "/workspace"); err == nil {
 			t.Fatal("ListDirectory after DeleteDirectory succeeded")
 		}
 		for _, en := range e.rows(t, sb) {
