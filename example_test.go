@@ -255,10 +255,10 @@ func ExampleSandbox_WriteFile() {
 	ctx := context.Background()
 	sb := newSandbox(ctx, newClient())
 	defer sb.Close(ctx)
-	if err := sb.WriteFile(ctx, "/work/hello.txt", []byte("hello\n")); err != nil {
+	if err := sb.WriteFile(ctx, "/workspace/hello.txt", []byte("hello\n")); err != nil {
 		log.Fatal(err)
 	}
-	res, _ := sb.Exec(ctx, "cat /work/hello.txt").Wait()
+	res, _ := sb.Exec(ctx, "cat /workspace/hello.txt").Wait()
 	fmt.Print(res.Stdout)
 	// Output: hello
 }
@@ -309,10 +309,10 @@ func ExampleSandbox_CreateDirectory() {
 	ctx := context.Background()
 	sb := newSandbox(ctx, newClient())
 	defer sb.Close(ctx)
-	if err := sb.CreateDirectory(ctx, "/work/a/b"); err != nil {
+	if err := sb.CreateDirectory(ctx, "/workspace/a/b"); err != nil {
 		log.Fatal(err)
 	}
-	fi, _ := sb.GetFileInfo(ctx, "/work/a/b")
+	fi, _ := sb.GetFileInfo(ctx, "/workspace/a/b")
 	fmt.Println(fi.Type, fi.Mode)
 	// Output: directory -rwxr-xr-x
 }
@@ -321,11 +321,11 @@ func ExampleSandbox_DeleteDirectory() {
 	ctx := context.Background()
 	sb := newSandbox(ctx, newClient())
 	defer sb.Close(ctx)
-	_ = sb.WriteFile(ctx, "/work/a/b/c.txt", []byte("x"))
-	if err := sb.DeleteDirectory(ctx, "/work/a"); err != nil {
+	_ = sb.WriteFile(ctx, "/workspace/a/b/c.txt", []byte("x"))
+	if err := sb.DeleteDirectory(ctx, "/workspace/a"); err != nil {
 		log.Fatal(err)
 	}
-	res, _ := sb.Exec(ctx, "test -e /work/a && echo exists || echo gone").Wait()
+	res, _ := sb.Exec(ctx, "test -e /workspace/a && echo exists || echo gone").Wait()
 	fmt.Print(res.Stdout)
 	// Output: gone
 }

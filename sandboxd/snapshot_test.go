@@ -127,9 +127,9 @@ func TestSnapshotRestore(t *testing.T) {
 	su, stok := execdEndpoint(t, base, src, false)
 	// /srv is in the lower layer and /etc/debian_version in a host directory's
 	// (where the host has one): both deletions are whiteouts.
-	sh(t, su, stok, `mkdir -p /root/work/deep && echo one > /root/work/a.txt && echo deep > /root/work/deep/b.txt &&
-		chmod 0750 /root/work/deep && ln -s a.txt /root/work/link && echo edited >> /etc/hosts && rmdir /srv &&
-		rm -f /etc/debian_version && echo gone > /root/work/gone.txt && rm /root/work/gone.txt &&
+	sh(t, su, stok, `mkdir -p /root/proj/deep && echo one > /root/proj/a.txt && echo deep > /root/proj/deep/b.txt &&
+		chmod 0750 /root/proj/deep && ln -s a.txt /root/proj/link && echo edited >> /etc/hosts && rmdir /srv &&
+		rm -f /etc/debian_version && echo gone > /root/proj/gone.txt && rm /root/proj/gone.txt &&
 		{ rm -rf /etc/ssl && mkdir /etc/ssl && echo mine > /etc/ssl/only; } 2>&1`)
 	hosts := sh(t, su, stok, "cat /etc/hosts")
 
@@ -148,8 +148,8 @@ func TestSnapshotRestore(t *testing.T) {
 	if got.SnapshotID != snap.ID || got.Image != nil || strings.Join(got.Entrypoint, " ") != "tail -f /dev/null" {
 		t.Errorf("sandbox from snapshot = snapshotId %q image %+v entrypoint %q, want %q, none, the default", got.SnapshotID, got.Image, got.Entrypoint, snap.ID)
 	}
-	const check = `cat /root/work/a.txt /root/work/deep/b.txt; readlink /root/work/link; stat -c %a /root/work/deep;
-		test -e /srv && echo srv-present; test -e /etc/debian_version && echo debian-present; test -e /root/work/gone.txt && echo gone-present;
+	const check = `cat /root/proj/a.txt /root/proj/deep/b.txt; readlink /root/proj/link; stat -c %a /root/proj/deep;
+		test -e /srv && echo srv-present; test -e /etc/debian_version && echo debian-present; test -e /root/proj/gone.txt && echo gone-present;
 		ls /etc/ssl`
 	want := "one\ndeep\na.txt\n750\nonly"
 	for _, c := range []struct{ name, u, tok string }{{"a", au, atok}, {"b", bu, btok}} {
@@ -162,15 +162,15 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 
 	// The children diverge from each other and from the source.
-	sh(t, au, atok, "echo from-a > /root/work/a.txt && echo only-a > /root/work/new.txt")
-	sh(t, bu, btok, "echo from-b > /root/work/a.txt && rm -r /root/work/deep")
-	if got, want := sh(t, au, atok, "cat /root/work/a.txt /root/work/new.txt /root/work/deep/b.txt"), "from-a\nonly-a\ndeep"; got != want {
+	sh(t, au, atok, "echo from-a > /root/proj/a.txt && echo only-a > /root/proj/new.txt")
+	sh(t, bu, btok, "echo from-b > /root/proj/a.txt && rm -r /root/proj/deep")
+	if got, want := sh(t, au, atok, "cat /root/proj/a.txt /root/proj/new.txt /root/proj/deep/b.txt"), "from-a\nonly-a\ndeep"; got != want {
 		t.Errorf("sandbox a = %q, want %q", got, want)
 	}
-	if got, want := sh(t, bu, btok, "cat /root/work/a.txt; test -e /root/work/new.txt && echo new; test -e /root/work/deep || echo no-deep"), "from-b\nno-deep"; got != want {
+	if got, want := sh(t, bu, btok, "cat /root/proj/a.txt; test -e /root/proj/new.txt && echo new; test -e /root/proj/deep || echo no-deep"), "from-b\nno-deep"; got != want {
 		t.Errorf("sandbox b = %q, want %q", got, want)
 	}
-	if got, want := sh(t, su, stok, "cat /root/work/a.txt /root/work/deep/b.txt; test -e /root/work/new.txt && echo new; true"), "one\ndeep"; got != want {
+	if got, want := sh(t, su, stok, "cat /root/proj/a.txt /root/proj/deep/b.txt; test -e /root/proj/new.txt && echo new; true"), "one\ndeep"; got != want {
 		t.Errorf("source after the children wrote = %q, want %q", got, want)
 	}
 
@@ -179,7 +179,7 @@ func TestSnapshotRestore(t *testing.T) {
 	snapA := snapshot(t, base, a, "")
 	waitSnapshot(t, base, snapA.ID, sandboxd.SnapshotReady)
 	_, gu, gtok := fromSnapshot(t, base, snapA.ID)
-	if got, want := sh(t, gu, gtok, "cat /root/work/a.txt /root/work/new.txt"), "from-a\nonly-a"; got != want {
+	if got, want := sh(t, gu, gtok, "cat /root/proj/a.txt /root/proj/new.txt"), "from-a\nonly-a"; got != want {
 		t.Errorf("grandchild = %q, want %q", got, want)
 	}
 	// Snapshots outlive their sandbox.

@@ -100,18 +100,18 @@ func TestCommandValidation(t *testing.T) {
 
 func TestCommandCwdAndEnvs(t *testing.T) {
 	e := newEnv(t, execd.Config{Env: []string{"PATH=" + os.Getenv("PATH"), "BASE=base", "OVER=old"}})
-	if err := os.MkdirAll(filepath.Join(e.root, "work", "dir"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(e.root, "proj", "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	res := e.stream("/command", map[string]any{
 		"command": `touch here; echo "$BASE $OVER $EXTRA"`,
-		"cwd":     "/work/../work/dir",
+		"cwd":     "/proj/../proj/dir",
 		"envs":    map[string]string{"OVER": "new", "EXTRA": "x y"},
 	})
 	if got, want := strings.Join(res.stdout, "|"), "base new x y"; got != want {
 		t.Fatalf("stdout = %q, want %q", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(e.root, "work", "dir", "here")); err != nil {
+	if _, err := os.Stat(filepath.Join(e.root, "proj", "dir", "here")); err != nil {
 		t.Fatalf("command did not run in cwd under Root: %v", err)
 	}
 	// Without cwd, commands run in Root.
