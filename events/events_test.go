@@ -268,3 +268,23 @@ func FuzzParseSubject(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOutputFastPath checks that Validate's fast check of exec.output payloads
+// gives the verdict of a full decode into ExecOutputPayload.
+func FuzzOutputFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"seq":1,"type":"stdout","text":"hi\n"}`, `{"seq":1,"type":"stdout","text":null}`,
+		`{"seq":1,"type":"stdout","text":5}`, `{"seq":1,"text":"\u00e9","data":"/w=="}`,
+		`{"seq":1,"data":"!!"}`, `{"seq":1.5}`, `{"Seq":1,"TEXT":"x"}`, `{"text":["a"]}`, `[]`, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		e := events.Entry{Ts: 1, Name: "n", SandboxID: "s", StepIndex: 1, Event: events.ExecOutput, Payload: payload}
+		var p events.ExecOutputPayload
+		want := json.Unmarshal(payload, &p) == nil
+		if got := events.Validate(e) == nil; got != want {
+			t.Fatalf("payload %q: Validate ok = %v, full decode ok = %v", payload, got, want)
+		}
+	})
+}
