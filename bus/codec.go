@@ -432,9 +432,13 @@ var payloadFields = map[events.Event]map[string]fieldKind{
 // validate is events.Validate with the same results, faster for the common
 // payloads: one json.Valid pass and payloadFits instead of a full
 // json.Unmarshal. Every Append validates this way.
-func validate(e events.Entry) error {
+func validate(e events.Entry) error { return validateFitting(e, false) }
+
+// validateFitting is validate for an entry whose payload is known to be valid
+// JSON when validJSON is set (a decoded message's is), sparing the json.Valid pass.
+func validateFitting(e events.Entry, validJSON bool) error {
 	check := e
-	if e.Payload != nil && json.Valid(e.Payload) && payloadFits(e.Event, e.Payload) {
+	if e.Payload != nil && (validJSON || json.Valid(e.Payload)) && payloadFits(e.Event, e.Payload) {
 		check.Payload = nil // the rest of Validate still runs
 	}
 	return events.Validate(check)

@@ -35,11 +35,7 @@ func DecodeValidMsg(data []byte, seq uint64) (events.Entry, error) {
 	if err != nil {
 		return events.Entry{}, err
 	}
-	check := e
-	if payloadFits(e.Event, e.Payload) {
-		check.Payload = nil // the rest of Validate still runs
-	}
-	if err := events.Validate(check); err != nil {
+	if err := validateFitting(e, true); err != nil {
 		return events.Entry{}, err
 	}
 	return e, nil
