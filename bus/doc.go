@@ -28,6 +28,13 @@
 // leader elections with the same message id; sandboxes proceed in parallel.
 // Fence messages carry Nats-TTL: never so retention by age never removes them.
 //
+// A first Append claims the sandbox without waiting: the fence goes into the
+// async-publish window like an entry and the sandbox's appends queue behind
+// it (bounded by the window size) until its acknowledgement gives the epoch,
+// so starting a new sandbox does not drain the pipeline. A refused claim drops
+// what was queued and fails the writer with ErrFenced, at the next Append or
+// at the barrier, until a Takeover.
+//
 // Release drops a sandbox's writer state (a long-running executor writes
 // many sandboxes); the same Ledger re-claims its own fence under a new epoch.
 //

@@ -67,6 +67,13 @@ type Ledger struct {
 	mu      sync.Mutex
 	writers map[string]*writer
 	closed  bool
+
+	// Claims in flight: each has a goroutine waiting for its fence's
+	// acknowledgement. done ends them at Close; bg bounds their publishes.
+	claims sync.WaitGroup
+	done   chan struct{}
+	bg     context.Context
+	stopBg context.CancelFunc
 }
 
 type writer struct {
@@ -77,18 +84,40 @@ type writer struct {
 	mu       sync.Mutex
 	epoch    atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
 	counter  uint64
-	released bool // dropped from Ledger.writers by Release; guarded by mu
-	// Header values of the current epoch, guarded by mu.
-	epochStr  string // "<sandbox>.<epoch>." (message id prefix)
-	fenceSeq  string // the epoch in decimal
-	fenceSubj string
+	released bool   // dropped from Ledger.writers by Release; guarded by mu
+	epochStr string // "<sandbox>.<epoch>." (message id prefix), guarded by mu
 
-	inflight atomic.Int64 // published, not yet acknowledged or failed
+	// Header values of the current epoch and name, shared by every message
+	// (the client never modifies a published message's header). Guarded by mu.
+	hdrFenceSeq, hdrFenceSubj []string
+	name                      string
+	hdrName                   []string
+
+	// claim is the fence publish in flight, nil when none; queue holds, in
+	// order, the appends made while it is (they count in inflight). Guarded by mu.
+	claim *claim
+	queue []pendingMsg
+
+	inflight atomic.Int64 // appended, not yet acknowledged or failed
 
 	// smu guards err and changed; ack handlers take it briefly.
 	smu     sync.Mutex
 	err     error         // sticky: once set every later call returns it
 	changed chan struct{} // closed (and replaced) when inflight hits 0 or err is set
+}
+
+// claim is an asynchronous claim of a sandbox: its fence message is
+// published into the async window like any append, so claiming a new sandbox
+// does not drain the pipeline. epoch and err are set before done is closed.
+type claim struct {
+	done  chan struct{}
+	epoch uint64
+	err   error
+}
+
+type pendingMsg struct {
+	subj, name string
+	data       []byte
 }
 
 func (w *writer) failure() error {
@@ -150,7 +179,9 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 		b: b, cfg: cfg, log: cfg.Logger,
 		serial:  b.cfg.Replicas > 1 || b.stream.CachedInfo().Config.Replicas > 1,
 		writers: make(map[string]*writer),
+		done:    make(chan struct{}),
 	}
+	l.bg, l.stopBg = context.WithCancel(context.Background())
 	js, err := jetstream.New(b.nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
@@ -191,6 +222,9 @@ func cutLast(s string) (before, after string, ok bool) {
 
 // onAck runs on the client's reply goroutine: it must not block.
 func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+	if m.Header.Get(jetstream.MsgIDHeader) == "" {
+		return // a fence: not an entry (its claim goroutine takes the ack)
+	}
 	l.noteSeq(ack.Sequence)
 	w, _ := l.msgWriter(m)
 	if w == nil {
@@ -245,14 +279,19 @@ type fenceBody struct {
 	Prev   uint64 `json:"prev,omitempty"`
 }
 
-// publishFence publishes a fence for sandboxID expecting the fence subject's
-// last sequence to be prev, and returns the new epoch.
-func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64) (uint64, error) {
+func (l *Ledger) fenceMsg(sandboxID string, prev uint64) *nats.Msg {
 	body, _ := json.Marshal(fenceBody{Writer: l.cfg.WriterID, At: time.Now().UnixMilli(), Prev: prev})
 	m := nats.NewMsg(l.fenceSubject(sandboxID))
 	m.Data = body
 	m.Header.Set(headerWriter, l.cfg.WriterID)
 	m.Header.Set(natsTTLHeader, natsTTLNever)
+	return m
+}
+
+// publishFence publishes a fence for sandboxID expecting the fence subject's
+// last sequence to be prev, and returns the new epoch.
+func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64) (uint64, error) {
+	m := l.fenceMsg(sandboxID, prev)
 	var ack *jetstream.PubAck
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -283,21 +322,17 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 	return ack.Sequence, nil
 }
 
-// claim makes w's ledger this writer's, if nobody holds it, or if the
-// current fence is this writer's own (a sandbox it released earlier): then it
-// fences again, so message ids restart under a new epoch. Called with w.mu held.
+// claim makes w's ledger this writer's synchronously (replicated streams),
+// if nobody holds it, or if the current fence is this writer's own (a sandbox
+// it released earlier): then it fences again, so message ids restart under a
+// new epoch. Called with w.mu held.
 func (l *Ledger) claim(ctx context.Context, w *writer) error {
 	if w.epoch.Load() != 0 {
 		return nil
 	}
 	epoch, err := l.publishFence(ctx, w.id, 0)
 	if errors.Is(err, ErrFenced) {
-		gctx, cancel := opCtx(ctx)
-		last, gerr := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(w.id))
-		cancel()
-		if gerr == nil && last.Header.Get(headerWriter) == l.cfg.WriterID {
-			epoch, err = l.publishFence(ctx, w.id, last.Sequence)
-		}
+		epoch, err = l.reclaim(ctx, w.id, err)
 	}
 	if err != nil {
 		// Not sticky: a Takeover may follow.
@@ -307,12 +342,123 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 	return nil
 }
 
+// reclaim runs after a claim found sandboxID's fence subject taken (fenced,
+// the claim's error): if the fence is this writer's own, it fences again on
+// top of it; otherwise another writer holds the sandbox.
+func (l *Ledger) reclaim(ctx context.Context, sandboxID string, fenced error) (uint64, error) {
+	gctx, cancel := opCtx(ctx)
+	last, err := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(sandboxID))
+	cancel()
+	if err != nil || last.Header.Get(headerWriter) != l.cfg.WriterID {
+		return 0, fenced
+	}
+	return l.publishFence(ctx, sandboxID, last.Sequence)
+}
+
+// startClaimLocked publishes w's fence into the async window and returns at
+// once; appends queue behind it until a goroutine sees its acknowledgement.
+// When the window is full it claims synchronously instead. Called with w.mu held.
+func (l *Ledger) startClaimLocked(ctx context.Context, w *writer) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.claims.Add(1)
+	l.mu.Unlock()
+	paf, err := l.js.PublishMsgAsync(l.fenceMsg(w.id, 0), jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil {
+		l.claims.Done()
+		return l.claim(ctx, w)
+	}
+	c := &claim{done: make(chan struct{})}
+	w.claim = c
+	go func() {
+		defer l.claims.Done()
+		select {
+		case ack := <-paf.Ok():
+			c.epoch = ack.Sequence
+		case err := <-paf.Err():
+			if isWrongLastSeq(err) {
+				c.err = &FencedError{SandboxID: w.id, Err: err}
+			} else {
+				c.err = fmt.Errorf("%w: publish fence for %s: %v", adapters.ErrUnavailable, w.id, err)
+			}
+		case <-l.done:
+			c.err = ErrClosed
+		}
+		close(c.done)
+		w.mu.Lock()
+		l.finishClaimLocked(w)
+		w.mu.Unlock()
+	}()
+	return nil
+}
+
+// finishClaimLocked completes w's resolved claim, if it has one: on success
+// it sets the epoch and publishes the queued appends in order; on failure
+// (after a re-claim of its own fence) the queue is dropped and the error is
+// w's sticky error until a Takeover. Called with w.mu held.
+func (l *Ledger) finishClaimLocked(w *writer) {
+	c := w.claim
+	if c == nil {
+		return
+	}
+	select {
+	case <-c.done:
+	default:
+		return // still in flight
+	}
+	w.claim = nil
+	queue := w.queue
+	w.queue = nil
+	epoch, err := c.epoch, c.err
+	if errors.Is(err, ErrFenced) {
+		epoch, err = l.reclaim(l.bg, w.id, err)
+	}
+	if err == nil {
+		w.setEpoch(l, epoch)
+		for i, p := range queue {
+			if err = l.sendLocked(l.bg, w, p.subj, p.name, p.data); err != nil {
+				queue = queue[i+1:]
+				break
+			}
+		}
+		if err == nil {
+			return
+		}
+	}
+	w.smu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.inflight.Add(-int64(len(queue)))
+	w.notifyLocked()
+	w.smu.Unlock()
+}
+
+// awaitClaimLocked waits for w's claim, if any, and completes it. Called with
+// w.mu held: the claim's resolution does not need it.
+func (l *Ledger) awaitClaimLocked(ctx context.Context, w *writer) error {
+	if w.claim == nil {
+		return nil
+	}
+	select {
+	case <-w.claim.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	l.finishClaimLocked(w)
+	return nil
+}
+
 // setEpoch records a new epoch and restarts message numbering. Called with w.mu held.
 func (w *writer) setEpoch(l *Ledger, epoch uint64) {
 	w.epoch.Store(epoch)
 	w.counter = 0
 	e := strconv.FormatUint(epoch, 10)
-	w.epochStr, w.fenceSeq, w.fenceSubj = w.id+"."+e+".", e, l.fenceSubject(w.id)
+	w.epochStr = w.id + "." + e + "."
+	w.hdrFenceSeq, w.hdrFenceSubj = []string{e}, []string{l.fenceSubject(w.id)}
 }
 
 // Release waits for sandboxID's publishes (like Sync) and then forgets the
@@ -328,6 +474,9 @@ func (l *Ledger) Release(ctx context.Context, sandboxID string) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err := l.awaitClaimLocked(ctx, w); err != nil {
+		return err
+	}
 	err := w.wait(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -369,6 +518,9 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 		return 0, err
 	}
 	defer w.mu.Unlock()
+	if err := l.awaitClaimLocked(ctx, w); err != nil {
+		return 0, err
+	}
 	_ = w.wait(ctx) // settle our own publishes; their outcome no longer matters
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
@@ -412,10 +564,11 @@ func (l *Ledger) Epoch(sandboxID string) uint64 {
 }
 
 // Append publishes e on its sandbox's subject. It returns once the message is
-// in the async-publish window (blocking while the window is full); Sync
-// returns once it is acknowledged. Errors: ErrInvalidEntry (nothing
-// published), ErrFenced (another writer owns the sandbox), ErrUnavailable (a
-// publish failed; sticky for the sandbox), ErrClosed. Safe for concurrent
+// in the async-publish window, or queued behind the sandbox's claim (blocking
+// while either is full); Sync returns once it is acknowledged. Errors:
+// ErrInvalidEntry (nothing published), ErrFenced (another writer owns the
+// sandbox; a refused claim may show only at Sync), ErrUnavailable (a publish
+// failed; sticky for the sandbox), ErrClosed. Safe for concurrent
 // use; appends from one goroutine are stored in the order made.
 func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 	if err := ctx.Err(); err != nil {
@@ -486,25 +639,66 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	return nil
 }
 
+// publishLocked publishes one entry of w: at once when w holds its sandbox,
+// behind the fence when a claim is in flight (starting one if w holds
+// nothing). Called with w.mu held.
 func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string, data []byte) error {
 	if err := w.failure(); err != nil {
 		return err
 	}
-	if err := l.claim(ctx, w); err != nil {
-		return err
+	if l.serial {
+		if err := l.claim(ctx, w); err != nil {
+			return err
+		}
+		return l.publishSync(ctx, w, l.msgLocked(w, subj, name, data))
+	}
+	if w.claim != nil {
+		l.finishClaimLocked(w) // if resolved meanwhile
+		if err := w.failure(); err != nil {
+			return err
+		}
+	}
+	if w.claim == nil && w.epoch.Load() == 0 {
+		if err := l.startClaimLocked(ctx, w); err != nil {
+			return err
+		}
+	}
+	if w.claim != nil && len(w.queue) >= l.cfg.MaxPending {
+		// The queue is as long as the window: wait for the fence.
+		if err := l.awaitClaimLocked(ctx, w); err != nil {
+			return err
+		}
+		if err := w.failure(); err != nil {
+			return err
+		}
+	}
+	w.inflight.Add(1)
+	if w.claim != nil {
+		w.queue = append(w.queue, pendingMsg{subj, name, data})
+		return nil
+	}
+	return l.sendLocked(ctx, w, subj, name, data)
+}
+
+// msgLocked builds the message of one entry under w's epoch. Called with w.mu held.
+func (l *Ledger) msgLocked(w *writer, subj, name string, data []byte) *nats.Msg {
+	if name != w.name || w.hdrName == nil {
+		w.name, w.hdrName = name, []string{url.PathEscape(name)}
 	}
 	w.counter++
 	// Headers set directly: publish options would allocate per message.
-	m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{
-		HeaderName:                 {url.PathEscape(name)},
+	return &nats.Msg{Subject: subj, Data: data, Header: nats.Header{
+		HeaderName:                 w.hdrName,
 		jetstream.MsgIDHeader:      {w.epochStr + strconv.FormatUint(w.counter, 10)},
-		natsExpectedSubjSeq:        {w.fenceSeq},
-		natsExpectedSubjSeqSubject: {w.fenceSubj},
+		natsExpectedSubjSeq:        w.hdrFenceSeq,
+		natsExpectedSubjSeqSubject: w.hdrFenceSubj,
 	}}
-	if l.serial {
-		return l.publishSync(ctx, w, m)
-	}
-	w.inflight.Add(1)
+}
+
+// sendLocked publishes one entry of w into the async window, already counted
+// in w.inflight; on failure it uncounts it. Called with w.mu held, w claimed.
+func (l *Ledger) sendLocked(ctx context.Context, w *writer, subj, name string, data []byte) error {
+	m := l.msgLocked(w, subj, name, data)
 	for {
 		_, err := l.js.PublishMsgAsync(m)
 		if err == nil {
@@ -641,8 +835,14 @@ func (l *Ledger) Close() error {
 	defer cancel()
 	err := l.Flush(ctx)
 	l.mu.Lock()
+	first := !l.closed
 	l.closed = true
 	l.mu.Unlock()
+	if first {
+		close(l.done)
+		l.stopBg()
+	}
+	l.claims.Wait()
 	l.js.CleanupPublisher()
 	if err != nil && !errors.Is(err, ErrFenced) {
 		return fmt.Errorf("close ledger: %w", err)

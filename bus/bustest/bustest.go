@@ -61,6 +61,7 @@ func Run(t *testing.T, open OpenFunc) {
 	t.Run("InvalidEntry", func(t *testing.T) { testInvalid(t, open) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, open) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
+	t.Run("ClaimsInFlight", func(t *testing.T) { testClaims(t, open) })
 	t.Run("MessageIDDedupe", func(t *testing.T) { testDedupe(t, open) })
 	t.Run("Barrier", func(t *testing.T) { testBarrier(t, open) })
 	t.Run("SubscribeFromSeq", func(t *testing.T) { testSubscribe(t, open) })
@@ -230,9 +231,16 @@ func testFencing(t *testing.T, open OpenFunc) {
 	if err := a.Sync(ctx, id); err != nil {
 		t.Fatalf("Sync a: %v", err)
 	}
-	// A second writer cannot just start writing.
-	if err := c.Append(ctx, es[4]); !errors.Is(err, adapters.ErrFenced) {
-		t.Fatalf("second writer Append = %v, want ErrFenced", err)
+	// A second writer cannot just start writing: its claim fails, at Append
+	// or, when the claim was still in flight, at the barrier; nothing is stored.
+	if err := appendOrSync(ctx, c, es[4]); !errors.Is(err, adapters.ErrFenced) {
+		t.Fatalf("second writer Append/Sync = %v, want ErrFenced", err)
+	}
+	if err := c.Append(ctx, es[5]); !errors.Is(err, adapters.ErrFenced) {
+		t.Fatalf("second writer's next Append = %v, want ErrFenced (sticky until Takeover)", err)
+	}
+	if got, err := c.ReadAll(ctx, "n", id); err != nil || len(got) != 4 {
+		t.Fatalf("after the refused writer: %d entries, %v; want the first writer's 4", len(got), err)
 	}
 	epoch, err := c.Takeover(ctx, id)
 	if err != nil {
@@ -242,10 +250,7 @@ func testFencing(t *testing.T, open OpenFunc) {
 		t.Fatalf("takeover epoch %d not after old epoch %d", epoch, a.Epoch(id))
 	}
 	// The stale writer's next publish is rejected by the stream.
-	errA := a.Append(ctx, es[4])
-	if errA == nil {
-		errA = a.Sync(ctx, id)
-	}
+	errA := appendOrSync(ctx, a, es[4])
 	var fe *bus.FencedError
 	if !errors.Is(errA, adapters.ErrFenced) || !errors.As(errA, &fe) || fe.SandboxID != id {
 		t.Fatalf("stale writer = %v, want *FencedError for %s", errA, id)
@@ -312,6 +317,15 @@ func testFencing(t *testing.T, open OpenFunc) {
 	}
 }
 
+// appendOrSync appends e and, when Append accepted it, waits for the barrier:
+// a publish's (or a claim's) failure shows at one or the other.
+func appendOrSync(ctx context.Context, l *bus.Ledger, e events.Entry) error {
+	if err := l.Append(ctx, e); err != nil {
+		return err
+	}
+	return l.Sync(ctx, e.SandboxID)
+}
+
 func testRelease(t *testing.T, open OpenFunc) {
 	b := open(t, bus.Config{})
 	a := newLedger(t, b, bus.LedgerConfig{WriterID: "a"})
@@ -320,7 +334,13 @@ func testRelease(t *testing.T, open OpenFunc) {
 	id := ID("release")
 	es := Entries("n", id, 2, 2)
 	appendAll(t, a, es[:3])
+	if err := a.Sync(ctx, id); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
 	old := a.Epoch(id)
+	if old == 0 {
+		t.Fatal("Epoch after Sync = 0, want the claim's fence sequence")
+	}
 	if err := a.Release(ctx, id); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -328,11 +348,14 @@ func testRelease(t *testing.T, open OpenFunc) {
 		t.Fatalf("Epoch after Release = %d, want 0", got)
 	}
 	// Another writer is still fenced out by a's fence.
-	if err := c.Append(ctx, es[3]); !errors.Is(err, adapters.ErrFenced) {
+	if err := appendOrSync(ctx, c, es[3]); !errors.Is(err, adapters.ErrFenced) {
 		t.Fatalf("other writer after Release = %v, want ErrFenced", err)
 	}
 	// a claims it again under a new epoch, so message ids never repeat.
 	appendAll(t, a, es[3:])
+	if err := a.Sync(ctx, id); err != nil {
+		t.Fatalf("Sync after re-claim: %v", err)
+	}
 	if got := a.Epoch(id); got <= old {
 		t.Fatalf("epoch after re-claim = %d, want > %d", got, old)
 	}
@@ -342,6 +365,100 @@ func testRelease(t *testing.T, open OpenFunc) {
 	}
 	if err := Same(es, got); err != nil {
 		t.Fatalf("after release and re-claim: %v", err)
+	}
+}
+
+// testClaims appends to many new sandboxes at once through a small window,
+// so claims are in flight with appends queued behind them, some sandboxes
+// held by another writer: every claimed sandbox holds exactly its entries in
+// order after its fence; a refused claim stores nothing of what was queued.
+func testClaims(t *testing.T, open OpenFunc) {
+	b := open(t, bus.Config{})
+	a := newLedger(t, b, bus.LedgerConfig{WriterID: "a", MaxPending: 8})
+	c := newLedger(t, b, bus.LedgerConfig{WriterID: "c", MaxPending: 8})
+	ctx := ctxT(t)
+	const sandboxes = 12
+	var ids []string
+	var all [][]events.Entry
+	for i := range sandboxes {
+		id := ID(fmt.Sprintf("claim%d", i))
+		ids = append(ids, id)
+		all = append(all, Entries("n", id, 3, 4)) // 1 + 3×6 + 2 = 21 entries
+	}
+	// c holds every third sandbox first.
+	for i := 0; i < sandboxes; i += 3 {
+		appendAll(t, c, all[i][:1])
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("Flush c: %v", err)
+	}
+	// a appends round-robin: each new sandbox's claim is in flight while a
+	// moves on, and a's appends to it queue behind the fence.
+	refused := make([]error, sandboxes)
+	for j := range len(all[0]) {
+		for i, es := range all {
+			if i%3 == 0 && j == 0 {
+				continue // c wrote it
+			}
+			if refused[i] != nil {
+				continue
+			}
+			if err := a.Append(ctx, es[j]); err != nil {
+				if !errors.Is(err, adapters.ErrFenced) {
+					t.Fatalf("Append %s #%d: %v", ids[i], j, err)
+				}
+				refused[i] = err
+			}
+		}
+	}
+	if err := a.Flush(ctx); err != nil && !errors.Is(err, adapters.ErrFenced) {
+		t.Fatalf("Flush a = %v, want nil or the refused claims' ErrFenced", err)
+	}
+	for i, id := range ids {
+		got, err := a.ReadAll(ctx, "n", id)
+		if err != nil {
+			t.Fatalf("ReadAll %s: %v", id, err)
+		}
+		if i%3 == 0 {
+			if err := a.Sync(ctx, id); refused[i] == nil && !errors.Is(err, adapters.ErrFenced) {
+				t.Errorf("%s held by c: a's Append accepted and Sync = %v, want ErrFenced", id, err)
+			}
+			if err := Same(all[i][:1], got); err != nil {
+				t.Errorf("%s held by c: %v (a's queued appends must not be stored)", id, err)
+			}
+			continue
+		}
+		if err := a.Sync(ctx, id); err != nil {
+			t.Errorf("Sync %s: %v", id, err)
+		}
+		if err := Same(all[i], got); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+		if epoch := a.Epoch(id); epoch == 0 || len(got) > 0 && epoch >= got[0].Seq {
+			t.Errorf("%s: epoch %d, want the fence's sequence, before the first entry's", id, epoch)
+		}
+	}
+	// Close with a claim in flight flushes it, and ends the claim's goroutine.
+	d, err := bus.NewLedger(b, bus.LedgerConfig{WriterID: "d"})
+	if err != nil {
+		t.Fatalf("NewLedger: %v", err)
+	}
+	id := ID("closing")
+	es := Entries("n", id, 1, 2)
+	for _, e := range es {
+		if err := d.Append(ctx, e); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close with a claim in flight: %v", err)
+	}
+	if err := d.Append(ctx, es[0]); !errors.Is(err, bus.ErrClosed) {
+		t.Fatalf("Append after Close = %v, want ErrClosed", err)
+	}
+	got, err := a.ReadAll(ctx, "n", id)
+	if err != nil || Same(es, got) != nil {
+		t.Fatalf("after Close: %d entries, %v; want the %d appended", len(got), err, len(es))
 	}
 }
 
