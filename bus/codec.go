@@ -408,6 +408,51 @@ func (d *decoder) skipString() bool {
 	return false
 }
 
+// validString moves past a JSON string and reports whether it is well-formed:
+// no control characters, and escapes only \" \\ \/ \b \f \n \r \t or \u
+// with four hex digits. (Like encoding/json, it does not require valid UTF-8.)
+func (d *decoder) validString() bool {
+	if !d.eat('"') {
+		return false
+	}
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			if d.i+1 >= len(d.b) {
+				return false
+			}
+			switch d.b[d.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				d.i += 2
+			case 'u':
+				if d.i+6 > len(d.b) || !isHex4(d.b[d.i+2:d.i+6]) {
+					return false
+				}
+				d.i += 6
+			default:
+				return false
+			}
+		default:
+			d.i++
+		}
+	}
+	return false
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
 // fieldKind is the JSON type a payload field must have.
 type fieldKind uint8
 
@@ -430,26 +475,21 @@ var payloadFields = map[events.Event]map[string]fieldKind{
 }
 
 // validate is events.Validate with the same results, faster for the common
-// payloads: one json.Valid pass and payloadFits instead of a full
-// json.Unmarshal. Every Append validates this way.
-func validate(e events.Entry) error { return validateFitting(e, false) }
-
-// validateFitting is validate for an entry whose payload is known to be valid
-// JSON when validJSON is set (a decoded message's is), sparing the json.Valid pass.
-func validateFitting(e events.Entry, validJSON bool) error {
+// payloads: payloadFits, one strict pass, instead of a full json.Unmarshal.
+// Every Append and DecodeValidMsg validate this way.
+func validate(e events.Entry) error {
 	check := e
-	if e.Payload != nil && (validJSON || json.Valid(e.Payload)) && payloadFits(e.Event, e.Payload) {
+	if e.Payload != nil && payloadFits(e.Event, e.Payload) {
 		check.Payload = nil // the rest of Validate still runs
 	}
 	return events.Validate(check)
 }
 
-// payloadFits reports whether json.Unmarshal of payload into ev's payload
-// type surely succeeds: payload is an object whose keys are all exact field
-// names of payloadFields[ev], each with a value of the field's kind (an
-// integer in range for int, a string for string). false means "not known",
-// not "invalid": the caller then runs events.Validate. payload must already
-// be valid JSON (json.Valid), as every decoded entry's payload is.
+// payloadFits reports whether payload is valid JSON that json.Unmarshal
+// surely decodes into ev's payload type: an object whose keys are all exact
+// field names of payloadFields[ev], each with a value of the field's kind (an
+// integer in range for int, a well-formed string for string). false means
+// "not known", not "invalid": the caller then runs events.Validate.
 func payloadFits(ev events.Event, payload []byte) bool {
 	fields := payloadFields[ev]
 	if fields == nil {
@@ -481,7 +521,7 @@ func payloadFits(ev events.Event, payload []byte) bool {
 				return false
 			}
 		case kindString:
-			if d.i >= len(d.b) || d.b[d.i] != '"' || !d.skipString() {
+			if !d.validString() {
 				return false
 			}
 		default:

@@ -35,7 +35,7 @@ func DecodeValidMsg(data []byte, seq uint64) (events.Entry, error) {
 	if err != nil {
 		return events.Entry{}, err
 	}
-	if err := validateFitting(e, true); err != nil {
+	if err := validate(e); err != nil {
 		return events.Entry{}, err
 	}
 	return e, nil
