@@ -7,8 +7,9 @@
 //
 // An entry of sandbox <id> is published on alineo.ledger.<id>.<event>
 // (events.Subject), its session name in the Alineo-Name header and a
-// deterministic Nats-Msg-Id (<id>.<epoch>.<n>), so a retried publish is stored
-// once within the stream's duplicate window.
+// deterministic Nats-Msg-Id, <epoch>.<n> (the writer's epoch, below, is a
+// stream sequence and so unique in the stream), so a retried publish is
+// stored once within the stream's duplicate window.
 //
 // # One writer per sandbox: fences
 //

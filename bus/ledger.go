@@ -62,6 +62,8 @@ type Ledger struct {
 	log    *slog.Logger
 	serial bool // one publish in flight per sandbox (replicated streams)
 
+	subjectPrefix string // "<SubjectPrefix>."
+
 	lastSeq atomic.Uint64 // highest acknowledged ledger sequence
 
 	mu      sync.Mutex
@@ -85,7 +87,7 @@ type writer struct {
 	epoch    atomic.Uint64 // sequence of this writer's fence message; 0 until claimed; written under mu
 	counter  uint64
 	released bool   // dropped from Ledger.writers by Release; guarded by mu
-	epochStr string // "<sandbox>.<epoch>." (message id prefix), guarded by mu
+	epochStr string // "<epoch>." (message id prefix), guarded by mu
 
 	// Header values of the current epoch and name, shared by every message
 	// (the client never modifies a published message's header). Guarded by mu.
@@ -180,6 +182,8 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 		serial:  b.cfg.Replicas > 1 || b.stream.CachedInfo().Config.Replicas > 1,
 		writers: make(map[string]*writer),
 		done:    make(chan struct{}),
+
+		subjectPrefix: b.cfg.SubjectPrefix + ".",
 	}
 	l.bg, l.stopBg = context.WithCancel(context.Background())
 	js, err := jetstream.New(b.nc,
@@ -194,30 +198,24 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 	return l, nil
 }
 
-// msgWriter finds the writer and epoch of a published message from its id.
+// msgWriter finds the writer of a published message from its subject, and
+// its epoch from its message id (<epoch>.<n>). nil for a fence.
 func (l *Ledger) msgWriter(m *nats.Msg) (*writer, uint64) {
 	id := m.Header.Get(jetstream.MsgIDHeader)
-	rest, _, ok := cutLast(id)
+	epochStr, _, ok := strings.Cut(id, ".")
 	if !ok {
 		return nil, 0
 	}
-	sandboxID, epochStr, ok := cutLast(rest)
+	rest, ok := strings.CutPrefix(m.Subject, l.subjectPrefix)
 	if !ok {
 		return nil, 0
 	}
+	sandboxID, _, _ := strings.Cut(rest, ".")
 	epoch, _ := strconv.ParseUint(epochStr, 10, 64)
 	l.mu.Lock()
 	w := l.writers[sandboxID]
 	l.mu.Unlock()
 	return w, epoch
-}
-
-func cutLast(s string) (before, after string, ok bool) {
-	i := strings.LastIndexByte(s, '.')
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+1:], true
 }
 
 // onAck runs on the client's reply goroutine: it must not block.
@@ -457,7 +455,7 @@ func (w *writer) setEpoch(l *Ledger, epoch uint64) {
 	w.epoch.Store(epoch)
 	w.counter = 0
 	e := strconv.FormatUint(epoch, 10)
-	w.epochStr = w.id + "." + e + "."
+	w.epochStr = e + "."
 	w.hdrFenceSeq, w.hdrFenceSubj = []string{e}, []string{l.fenceSubject(w.id)}
 }
 
