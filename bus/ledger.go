@@ -573,7 +573,7 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 		return err
 	}
 	e.Seq = 0
-	if err := validate(e); err != nil {
+	if err := events.Validate(e); err != nil {
 		return err
 	}
 	data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
@@ -604,7 +604,7 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	msgs := make([]msg, 0, len(es))
 	for _, e := range es {
 		e.Seq = 0
-		if err := validate(e); err != nil {
+		if err := events.Validate(e); err != nil {
 			return err
 		}
 		data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)

@@ -25,17 +25,16 @@ import (
 // events.Validate). Errors wrap events.ErrInvalidEntry.
 func DecodeMsg(data []byte, seq uint64) (events.Entry, error) { return decodeMsg(data, seq, nil) }
 
-// DecodeValidMsg is DecodeMsg followed by events.Validate, with the same
-// results and errors, except that the payloads of the common events are
-// checked as they are decoded instead of being parsed again by
-// encoding/json. It is the projector's decoder: what it accepts may be
-// stored without validating it again. Errors wrap events.ErrInvalidEntry.
+// DecodeValidMsg is DecodeMsg followed by events.Validate (whose fast path
+// checks the common payloads without encoding/json). It is the projector's
+// decoder: what it accepts may be stored without validating it again. Errors
+// wrap events.ErrInvalidEntry.
 func DecodeValidMsg(data []byte, seq uint64) (events.Entry, error) {
 	e, err := decodeMsg(data, seq, nil)
 	if err != nil {
 		return events.Entry{}, err
 	}
-	if err := validate(e); err != nil {
+	if err := events.Validate(e); err != nil {
 		return events.Entry{}, err
 	}
 	return e, nil

@@ -269,22 +269,36 @@ func FuzzParseSubject(f *testing.F) {
 	})
 }
 
-// FuzzOutputFastPath checks that Validate's fast check of exec.output payloads
-// gives the verdict of a full decode into ExecOutputPayload.
-func FuzzOutputFastPath(f *testing.F) {
+// FuzzPayloadFastPath checks that Validate's fast checks of the common
+// payloads give the verdict of a full decode into the payload type.
+func FuzzPayloadFastPath(f *testing.F) {
 	for _, s := range []string{
 		`{"seq":1,"type":"stdout","text":"hi\n"}`, `{"seq":1,"type":"stdout","text":null}`,
 		`{"seq":1,"type":"stdout","text":5}`, `{"seq":1,"text":"\u00e9","data":"/w=="}`,
 		`{"seq":1,"data":"!!"}`, `{"seq":1.5}`, `{"Seq":1,"TEXT":"x"}`, `{"text":["a"]}`, `[]`, `"x"`,
+		`{"seq":2,"exitCode":-1}`, `{"seq":3,"kind":"command","cmd":"ls \"a\"","fingerprint":"x"}`,
+		`{"sandboxId":"s","runId":"r","resources":{"cpu":"1"}}`, `{"snapshotId":"x","name":"t\u00"}`,
 	} {
-		f.Add([]byte(s))
+		for which := range uint8(5) {
+			f.Add([]byte(s), which)
+		}
 	}
-	f.Fuzz(func(t *testing.T, payload []byte) {
-		e := events.Entry{Ts: 1, Name: "n", SandboxID: "s", StepIndex: 1, Event: events.ExecOutput, Payload: payload}
-		var p events.ExecOutputPayload
-		want := json.Unmarshal(payload, &p) == nil
+	f.Fuzz(func(t *testing.T, payload []byte, which uint8) {
+		types := []struct {
+			ev events.Event
+			p  func() any
+		}{
+			{events.ExecOutput, func() any { return new(events.ExecOutputPayload) }},
+			{events.ExecStarted, func() any { return new(events.ExecStartedPayload) }},
+			{events.ExecCompleted, func() any { return new(events.ExecCompletedPayload) }},
+			{events.SandboxCreated, func() any { return new(events.SandboxCreatedPayload) }},
+			{events.CheckpointCreated, func() any { return new(events.CheckpointCreatedPayload) }},
+		}
+		tt := types[int(which)%len(types)]
+		e := events.Entry{Ts: 1, Name: "n", SandboxID: "s", StepIndex: 1, Event: tt.ev, Payload: payload}
+		want := json.Unmarshal(payload, tt.p()) == nil
 		if got := events.Validate(e) == nil; got != want {
-			t.Fatalf("payload %q: Validate ok = %v, full decode ok = %v", payload, got, want)
+			t.Fatalf("%s payload %q: Validate ok = %v, full decode ok = %v", tt.ev, payload, got, want)
 		}
 	})
 }

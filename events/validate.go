@@ -35,7 +35,7 @@ func Validate(e Entry) error {
 		}
 		return nil
 	}
-	if e.Event == ExecOutput && outputFits(e.Payload) {
+	if payloadFits(e.Event, e.Payload) || e.Event == ExecOutput && outputFits(e.Payload) {
 		return nil
 	}
 	// One pass: Unmarshal rejects JSON that is not valid, so the payload is

@@ -1,0 +1,200 @@
+package events
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// Validate checks the payloads written most (every output chunk, every exec
+// start and end) with payloadFits, one strict pass over the bytes, instead of
+// decoding them with encoding/json: several times faster for a typical
+// exec.output. A differential fuzz test keeps its verdicts equal to
+// encoding/json's.
+
+// fieldKind is the JSON type a payload field must have.
+type fieldKind uint8
+
+const (
+	kindString fieldKind = iota + 1
+	kindInt
+)
+
+// payloadFields lists, for the events with the most common payloads, the
+// fields of the payload type that payloadFits checks. Names are the exact
+// JSON names; a field missing here (a map, base64 bytes) sends the payload to
+// encoding/json.
+var payloadFields = map[Event]map[string]fieldKind{
+	ExecOutput:    {"seq": kindInt, "type": kindString, "text": kindString},
+	ExecStarted:   {"seq": kindInt, "kind": kindString, "cmd": kindString, "code": kindString, "fingerprint": kindString},
+	ExecCompleted: {"seq": kindInt, "exitCode": kindInt},
+	SandboxCreated: {"sandboxId": kindString, "runId": kindString, "resumedFrom": kindString, "snapshotId": kindString,
+		"forkedFrom": kindString, "fromSnapshot": kindString, "fromEnvironment": kindString},
+	CheckpointCreated: {"snapshotId": kindString, "name": kindString},
+}
+
+// payloadFits reports whether payload is valid JSON that json.Unmarshal
+// surely decodes into ev's payload type: an object whose keys are all exact
+// field names of payloadFields[ev], each with a value of the field's kind (an
+// integer in range for int, a well-formed string for string). false means
+// "not known", not "invalid": the caller then decodes with encoding/json.
+func payloadFits(ev Event, payload []byte) bool {
+	fields := payloadFields[ev]
+	if fields == nil {
+		return false
+	}
+	s := scanner{b: payload}
+	s.ws()
+	if !s.eat('{') {
+		return false
+	}
+	s.ws()
+	if s.eat('}') {
+		return s.end()
+	}
+	for {
+		s.ws()
+		key, ok := s.plainString()
+		if !ok {
+			return false
+		}
+		s.ws()
+		if !s.eat(':') {
+			return false
+		}
+		s.ws()
+		switch fields[string(key)] {
+		case kindInt:
+			if !s.integer() {
+				return false
+			}
+		case kindString:
+			if !s.validString() {
+				return false
+			}
+		default:
+			return false
+		}
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat('}') {
+			return s.end()
+		}
+		return false
+	}
+}
+
+// scanner walks JSON bytes for payloadFits.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+func (s *scanner) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+func (s *scanner) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// plainString reads a string without escapes, control characters or invalid
+// UTF-8 (an object key that can only equal a field name verbatim).
+func (s *scanner) plainString() ([]byte, bool) {
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			str := s.b[start:s.i]
+			s.i++
+			return str, utf8.Valid(str)
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// validString moves past a JSON string and reports whether it is well-formed:
+// no control characters, and escapes only \" \\ \/ \b \f \n \r \t or \u with
+// four hex digits. (Like encoding/json, it does not require valid UTF-8.)
+func (s *scanner) validString() bool {
+	if !s.eat('"') {
+		return false
+	}
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.i++
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			if s.i+1 >= len(s.b) {
+				return false
+			}
+			switch s.b[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
+					return false
+				}
+				s.i += 6
+			default:
+				return false
+			}
+		default:
+			s.i++
+		}
+	}
+	return false
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// integer moves past a JSON integer (no fraction or exponent, no leading
+// zero) that fits an int.
+func (s *scanner) integer() bool {
+	start := s.i
+	s.eat('-')
+	first := s.i
+	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+		s.i++
+	}
+	n := s.i - first
+	if n == 0 || n > 1 && s.b[first] == '0' {
+		return false
+	}
+	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		return false
+	}
+	if n < 10 || strconv.IntSize == 64 && n < 19 {
+		return true // fits without parsing
+	}
+	_, err := strconv.ParseInt(string(s.b[start:s.i]), 10, strconv.IntSize)
+	return err == nil
+}

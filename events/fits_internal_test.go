@@ -1,0 +1,76 @@
+package events
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestPayloadFits(t *testing.T) {
+	tests := []struct {
+		ev      Event
+		payload string
+		want    bool
+	}{
+		{ExecOutput, `{"seq":1,"type":"stdout","text":"hi"}`, true},
+		{ExecOutput, ` { "seq" : -0 , "text" : "a\"b\u00e9" } `, true},
+		{ExecOutput, `{}`, true},
+		{ExecOutput, `{"seq":1.5}`, false},
+		{ExecOutput, `{"seq":1e2}`, false},
+		{ExecOutput, `{"seq":"1"}`, false},
+		{ExecOutput, `{"seq":99999999999999999999}`, false},
+		{ExecOutput, `{"text":1}`, false},
+		{ExecOutput, `{"text":null}`, false},
+		{ExecOutput, `{"data":"aGk="}`, false}, // base64: left to encoding/json
+		{ExecOutput, `{"seq":01}`, false},
+		{ExecOutput, `{"seq":-}`, false},
+		{ExecOutput, `{"seq":123456789012345678}`, true},
+		{ExecOutput, `{"text":"bad \q escape"}`, false},
+		{ExecOutput, `{"text":"short \u12"}`, false},
+		{ExecOutput, `{"text":"tab	raw"}`, false},
+		{ExecOutput, `{"text":"unterminated}`, false},
+		{ExecOutput, `{"text":"x"} trailing`, false},
+		{ExecOutput, `{"Seq":1}`, false}, // case-folded match: left to encoding/json
+		{ExecOutput, `{"other":1}`, false},
+		{ExecOutput, `[1]`, false},
+		{ExecOutput, `null`, false},
+		{ExecCompleted, `{"seq":2,"exitCode":-1}`, true},
+		{ExecCompleted, `{"seq":2,"exitCode":true}`, false},
+		{ExecStarted, `{"seq":1,"kind":"command","cmd":"echo 1"}`, true},
+		{SandboxCreated, `{"sandboxId":"s","runId":"r"}`, true},
+		{SandboxCreated, `{"sandboxId":"s","resources":{"cpu":"1"}}`, false},
+		{CheckpointCreated, `{"snapshotId":"x","name":"tag"}`, true},
+		{SandboxClosed, `{}`, false}, // no payload type known here
+	}
+	for _, tt := range tests {
+		if got := payloadFits(tt.ev, []byte(tt.payload)); got != tt.want {
+			t.Errorf("payloadFits(%s, %s) = %v, want %v", tt.ev, tt.payload, got, tt.want)
+		}
+	}
+}
+
+// FuzzPayloadFits: whenever payloadFits accepts a payload, it is valid JSON
+// and encoding/json decodes it into the event's payload type without error.
+func FuzzPayloadFits(f *testing.F) {
+	for _, s := range []string{`{"seq":1,"type":"stdout","text":"hi"}`, `{"seq":1,"exitCode":0}`,
+		`{"sandboxId":"s","runId":"r"}`, `{"seq":-0,"text":"\ud800"}`, `{"seq":1,"seq":"x"}`} {
+		for _, ev := range []Event{ExecOutput, ExecCompleted, ExecStarted,
+			SandboxCreated, CheckpointCreated} {
+			f.Add(string(ev), []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, ev string, payload []byte) {
+		if !payloadFits(Event(ev), payload) {
+			return
+		}
+		if !json.Valid(payload) {
+			t.Fatalf("payloadFits accepted %q, which is not valid JSON", payload)
+		}
+		p := payloadFor(Event(ev))
+		if p == nil {
+			t.Fatalf("payloadFits accepted %q for %q, which has no payload type here", payload, ev)
+		}
+		if err := json.Unmarshal(payload, p); err != nil {
+			t.Fatalf("payloadFits accepted %q for %s; encoding/json: %v", payload, ev, err)
+		}
+	})
+}
