@@ -63,7 +63,11 @@
 // `sandboxd image import`), and else to the host's own system directories:
 // /usr, /etc and /bin, /sbin, /lib* (each a private overlay with the host
 // directory read-only below), so any image name, e.g. "ubuntu:22.04", works with
-// zero set-up. The server logs which one it used.
+// zero set-up. The server logs which one it used. When the server runs as root
+// (sandbox root is then host root), the fallback's /etc and /opt hide, with a
+// layer of overlay whiteouts rebuilt at each start, every entry other host
+// users may not read (/etc/shadow, /etc/ssl/private, database credentials):
+// a sandbox sees of them what any unprivileged host user sees.
 //
 // # State and restart
 //

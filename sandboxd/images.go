@@ -20,6 +20,10 @@ type rootfs struct {
 	// HostDirs are host directories (e.g. "usr") each mounted as a private
 	// overlay with the host directory below; set for the host fallback only.
 	HostDirs []string
+	// HostMask, when set, holds for some host directories (HostMask/<dir>) a
+	// layer of whiteouts laid over the host directory: it hides what other
+	// users of the host may not read (see buildHostMask).
+	HostMask string
 	// Source says where the image came from, for logs and records.
 	Source string
 }
@@ -144,6 +148,17 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			return
 		}
 		s.host = rootfs{Lower: skel, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
+		if os.Geteuid() == 0 {
+			// Sandbox root is host root (an identity user namespace): without
+			// the mask it could read /etc/shadow and private keys.
+			mask, err := buildHostMask(filepath.Join(s.dataDir, "images"), maskedHostDirs)
+			if err != nil {
+				s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
+				return
+			}
+			s.host.HostMask = mask
+			s.host.Source += ", files other users cannot read hidden"
+		}
 	})
 	return s.host, s.hostErr
 }

@@ -48,10 +48,12 @@ const (
 
 // initConfig is what the server sends the init.
 type initConfig struct {
-	ID         string   `json:"id"`
-	Isolated   bool     `json:"isolated"`
-	Lower      string   `json:"lower,omitempty"`
-	HostDirs   []string `json:"hostDirs,omitempty"`
+	ID       string   `json:"id"`
+	Isolated bool     `json:"isolated"`
+	Lower    string   `json:"lower,omitempty"`
+	HostDirs []string `json:"hostDirs,omitempty"`
+	// HostMask holds whiteout layers to lay over host directories (rootfs.HostMask).
+	HostMask   string   `json:"hostMask,omitempty"`
 	SandboxDir string   `json:"sandboxDir"`
 	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
@@ -344,7 +346,7 @@ func setupRoot(cfg *initConfig) error {
 	}
 	dir := cfg.SandboxDir
 	merged := filepath.Join(dir, "merged")
-	if err := overlay(cfg.Lower, filepath.Join(dir, layersDir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
+	if err := overlay([]string{cfg.Lower}, filepath.Join(dir, layersDir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
 		return err
 	}
 	for _, d := range cfg.HostDirs {
@@ -352,7 +354,13 @@ func setupRoot(cfg *initConfig) error {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
-		if err := overlay("/"+d, filepath.Join(dir, layersDir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
+		lower := []string{"/" + d}
+		if cfg.HostMask != "" {
+			if mask := filepath.Join(cfg.HostMask, d); dirExists(mask) {
+				lower = []string{mask, "/" + d}
+			}
+		}
+		if err := overlay(lower, filepath.Join(dir, layersDir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
 			return err
 		}
 	}
@@ -445,13 +453,17 @@ func rootTmp(merged string) error {
 	return nil
 }
 
-func overlay(lower, upper, work, target string) error {
+func overlay(lower []string, upper, work, target string) error {
 	for _, d := range []string{upper, work, target} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	opts := "lowerdir=" + escapeOverlay(lower) + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
+	lowers := make([]string, len(lower))
+	for i, l := range lower {
+		lowers[i] = escapeOverlay(l)
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
 	// The init mounts in its user namespace, where the trusted.* xattrs that
 	// overlayfs marks opaque directories with are out of reach: without
 	// userxattr (user.overlay.*, Linux 5.11+), replacing a directory of the
@@ -463,6 +475,11 @@ func overlay(lower, upper, work, target string) error {
 		return fmt.Errorf("mount overlay on %s: %w", target, err)
 	}
 	return nil
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 func escapeOverlay(p string) string {

@@ -252,6 +252,7 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 		Isolated:   !s.cfg.NoIsolation,
 		Lower:      fs.Lower,
 		HostDirs:   fs.HostDirs,
+		HostMask:   fs.HostMask,
 		SandboxDir: dir,
 		Entrypoint: rec.Entrypoint,
 		Env:        baseEnv(rec.ID, extraEnv, rec.Env),

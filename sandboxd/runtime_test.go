@@ -41,6 +41,36 @@ func TestIsolation(t *testing.T) {
 			}
 		}
 	})
+	t.Run("host secrets in the fallback", func(t *testing.T) {
+		// Sandbox root is host root here: the host's /etc is laid out with
+		// what other host users may not read hidden, the rest as it is.
+		if os.Geteuid() != 0 {
+			t.Skip("sandboxd not running as root: sandbox root is an unprivileged host user")
+		}
+		var hidden []string
+		for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/etc/ssl/private"} {
+			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o004 == 0 {
+				hidden = append(hidden, p)
+			}
+		}
+		if len(hidden) == 0 {
+			t.Skip("no unreadable file in this host's /etc to check")
+		}
+		for _, p := range hidden {
+			if lines, code := run(t, au, atok, "ls -d "+p+" 2>/dev/null; cat "+p+" 2>/dev/null; test -e "+p); code == 0 || len(lines) != 0 {
+				t.Errorf("sandbox sees %s: %q (exit %d)", p, lines, code)
+			}
+		}
+		st, err := os.Stat(filepath.Dir(hidden[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%o", st.Mode().Perm())
+		lines, code := run(t, au, atok, "head -c 5 /etc/passwd; echo; stat -c %a "+filepath.Dir(hidden[0]))
+		if code != 0 || len(lines) != 2 || lines[0] != "root:" || lines[1] != want {
+			t.Errorf("readable /etc: %q (exit %d), want [root: %s]", lines, code, want)
+		}
+	})
 	t.Run("other sandbox tmp", func(t *testing.T) {
 		if _, code := run(t, au, atok, "echo mine > /tmp/a-only"); code != 0 {
 			t.Fatalf("write /tmp: exit %d", code)
