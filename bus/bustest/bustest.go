@@ -617,7 +617,9 @@ func (m *memReadModel) ReadAll(_ context.Context, name, id string) ([]events.Ent
 }
 
 func testFallback(t *testing.T, open OpenFunc) {
-	b := open(t, bus.Config{MaxAge: time.Second})
+	// The subscriber below must see the first half before MaxAge removes it:
+	// 2 s leaves room on a loaded machine (an R3 cluster under -race).
+	b := open(t, bus.Config{MaxAge: 2 * time.Second})
 	ctx := ctxT(t)
 	rm := &memReadModel{}
 	l := newLedger(t, b, bus.LedgerConfig{ReadModel: rm})
