@@ -28,6 +28,13 @@ type Config struct {
 	Images map[string]string
 	// NoIsolation runs sandboxes as plain host processes (development only).
 	NoIsolation bool
+	// HostNetwork lets a sandbox created without a networkPolicy or
+	// credentialProxy share the host's network namespace: any protocol to any
+	// address, the host's own loopback services (databases, NATS, this
+	// server's neighbours) included. By default such a sandbox gets a network
+	// namespace of its own behind an egress proxy whose policy (HostPolicy)
+	// allows every destination but the host's own addresses.
+	HostNetwork bool
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger
 

@@ -54,7 +54,14 @@ func (s *Server) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
 	d := diagnostics{SandboxID: id, Kind: kind, Scope: scope, Delivery: "inline", ContentType: "text/plain; charset=utf-8"}
 	switch {
 	case scope == "network":
-		d.Warnings = append(d.Warnings, "sandboxes share the host network; there are no network diagnostics")
+		sb.mu.Lock()
+		own := sb.rec.Egress
+		sb.mu.Unlock()
+		if own {
+			d.Warnings = append(d.Warnings, "no network diagnostics: the sandbox has its own network namespace, whose only way out is its egress proxy (GET /policy on port 18080 shows the policy)")
+		} else {
+			d.Warnings = append(d.Warnings, "no network diagnostics: the sandbox shares the host network")
+		}
 	case kind == "logs" && (scope == "container" || scope == "process" || scope == "all"):
 		d.Content, d.Truncated, err = tailFile(filepath.Join(s.sandboxDir(id), "entrypoint.log"), maxDiagnostics)
 		if err != nil {

@@ -8,14 +8,15 @@
 // # Runtime
 //
 // A sandbox is a process tree in new user (identity-mapped: root stays root),
-// mount, PID, UTS and IPC namespaces. Without a network policy the network
-// namespace is the host's, so execd listens on 127.0.0.1 and is reachable from
-// the host.
+// mount, PID, UTS, IPC and network namespaces. Only with Config.HostNetwork
+// does a sandbox created without a networkPolicy share the host's network
+// namespace (execd then listens on 127.0.0.1 and is reachable from the host).
 //
 // # Egress
 //
-// A sandbox created with a networkPolicy or credentialProxy.enabled also gets
-// a new network namespace with only loopback up. Its init listens on
+// A sandbox gets a new network namespace with only loopback up; created
+// without a networkPolicy or credentialProxy.enabled, its policy is
+// HostPolicy (every destination but the host's own addresses). Its init listens on
 // 127.0.0.1:ProxyPort there and sends the listener to the server over a unix
 // socket (SCM_RIGHTS); the server serves the sandbox's egress.Proxy on it, so
 // the proxy dials from the host and the policy decides everything that leaves.

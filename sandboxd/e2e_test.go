@@ -144,11 +144,18 @@ func TestProxyWebSocket(t *testing.T) {
 		t.Skip("/usr/bin/python3 is needed in the sandbox (host fallback image)")
 	}
 	s, base := startServer(t, sandboxd.Config{})
+	hs, hbase := startServer(t, sandboxd.Config{HostNetwork: true})
 	for _, c := range []struct {
 		name   string
+		s      *sandboxd.Server
+		base   string
 		policy any
-	}{{"host network", nil}, {"network namespace", map[string]any{"defaultAction": "deny"}}} {
-		t.Run(c.name, func(t *testing.T) { testProxyWebSocket(t, s, base, c.policy) })
+	}{
+		{"host network", hs, hbase, nil},
+		{"default network namespace", s, base, nil},
+		{"network namespace with a policy", s, base, map[string]any{"defaultAction": "deny"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testProxyWebSocket(t, c.s, c.base, c.policy) })
 	}
 }
 

@@ -63,9 +63,10 @@ func (u *upstream) last() http.Header {
 
 // egressServer starts a server whose egress proxies resolve allowed.test,
 // other.test and example.com to host loopback and trust tlsUp's certificate.
+// A sandbox created there without a policy is on the host network.
 func egressServer(t testing.TB, tlsUp *upstream) (*sandboxd.Server, string) {
 	t.Helper()
-	cfg := sandboxd.Config{EgressResolver: testenv.LoopbackHosts{"allowed.test", "other.test", "example.com"}}
+	cfg := sandboxd.Config{EgressResolver: testenv.LoopbackHosts{"allowed.test", "other.test", "example.com"}, HostNetwork: true}
 	if tlsUp != nil {
 		pool := x509.NewCertPool()
 		pool.AddCert(tlsUp.srv.Certificate())
@@ -385,4 +386,73 @@ func TestEgressAcrossPauseAndDelete(t *testing.T) {
 	}
 	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d", base, id, egress.Port), nil)
 	wantStatus(t, r, http.StatusConflict)
+}
+
+// TestDefaultNetwork: a sandbox created without a networkPolicy has its own
+// network namespace behind a proxy that refuses the host's own addresses, so
+// it cannot reach services listening on this machine; Config.HostNetwork
+// gives it the host's network instead.
+func TestDefaultNetwork(t *testing.T) {
+	up := newUpstream(t, false)
+	// A service on every interface, to try the host's non-loopback addresses.
+	anyLn, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anySrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from any") })}
+	go anySrv.Serve(anyLn)
+	t.Cleanup(func() { anySrv.Close() })
+	_, anyPort, _ := net.SplitHostPort(anyLn.Addr().String())
+	var hostIP string
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+				hostIP = ipn.IP.String()
+				break
+			}
+		}
+	}
+
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	execdURL, token := execdEndpoint(t, base, id, false)
+	direct := "--noproxy '*' http://127.0.0.1:" + up.port + "/"
+	if out, code := curl(t, execdURL, token, direct); code == 0 || strings.Contains(out, "hello") {
+		t.Errorf("default sandbox reached a host loopback service directly: %q (exit %d)", out, code)
+	}
+	px := fmt.Sprintf("-x http://127.0.0.1:%d --noproxy none.invalid -o /dev/null -w '%%{http_code}' ", sandboxd.ProxyPort)
+	targets := []string{"http://127.0.0.1:" + up.port + "/", "http://localhost:" + up.port + "/", "http://[::1]:" + up.port + "/",
+		"http://169.254.169.254/latest/meta-data/"}
+	if hostIP != "" {
+		targets = append(targets, "http://"+hostIP+":"+anyPort+"/")
+	}
+	for _, u := range targets {
+		if out, _ := curl(t, execdURL, token, px+u); out != "403" {
+			t.Errorf("default sandbox, %s through its proxy: %q, want 403", u, out)
+		}
+	}
+	if lines, _ := run(t, execdURL, token, "echo $HTTP_PROXY"); len(lines) != 1 || !strings.Contains(lines[0], fmt.Sprint(sandboxd.ProxyPort)) {
+		t.Errorf("HTTP_PROXY in a default sandbox = %q, want its proxy", lines)
+	}
+	egURL, egTok := egressEndpoint(t, base, id, false)
+	req, _ := http.NewRequest("GET", egURL+"/policy", nil)
+	req.Header.Set(egress.AuthHeader, egTok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"127.0.0.0/8"`) || !strings.Contains(string(body), `"defaultAction":"allow"`) {
+		t.Errorf("GET /policy of a default sandbox: %d %s", resp.StatusCode, body)
+	}
+
+	_, hostBase := startServer(t, sandboxd.Config{HostNetwork: true})
+	hid := create(t, hostBase, nil)
+	waitState(t, hostBase, hid, sandboxd.StateRunning)
+	hURL, hTok := execdEndpoint(t, hostBase, hid, false)
+	if out, code := curl(t, hURL, hTok, direct); code != 0 || !strings.HasPrefix(out, "hello") {
+		t.Errorf("HostNetwork sandbox to a host loopback service: %q (exit %d)", out, code)
+	}
 }

@@ -336,6 +336,9 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if !netns && !s.cfg.NoIsolation && !s.cfg.HostNetwork {
+		pol, netns = HostPolicy(), true
+	}
 	if netns {
 		rec.Egress, rec.NetworkPolicy, rec.EgressToken = true, pol, newID()
 		rec.CredentialProxy = req.CredentialProxy != nil && req.CredentialProxy.Enabled

@@ -123,6 +123,34 @@ func isLocalAddr(a netip.Addr) bool {
 	return false
 }
 
+// HostPolicy is the egress policy of a sandbox created without a
+// networkPolicy or credentialProxy (unless Config.HostNetwork): every
+// destination is allowed but the host's own addresses, so a sandbox reaches
+// the network through its proxy but not the services listening on this
+// machine: loopback (127.0.0.0/8, ::1), "this host" (0.0.0.0/8), link-local
+// (169.254.0.0/16, where clouds serve instance metadata, and fe80::/10), and
+// the addresses of this machine's interfaces when the sandbox was created.
+func HostPolicy() *egress.Policy {
+	p := &egress.Policy{DefaultAction: egress.Allow}
+	deny := func(target string) { p.Egress = append(p.Egress, egress.Rule{Action: egress.Deny, Target: target}) }
+	for _, t := range []string{"127.0.0.0/8", "::1", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10"} {
+		deny(t)
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		pfx, err := netip.ParsePrefix(a.String())
+		if err != nil {
+			continue
+		}
+		ip := pfx.Addr().Unmap()
+		if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+			continue // covered above
+		}
+		deny(ip.String())
+	}
+	return p
+}
+
 // serveProxy serves the egress proxy on l (the sandbox's 127.0.0.1:ProxyPort)
 // until close.
 func (sc *sidecar) serveProxy(l net.Listener) {

@@ -2,7 +2,7 @@
 // of package sandboxd as a daemon.
 //
 //	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key K]
-//	         [--image NAME=DIR|TAR]... [--no-isolation] [--log-level info]
+//	         [--image NAME=DIR|TAR]... [--host-network] [--no-isolation] [--log-level info]
 //	sandboxd image import [--data DIR] NAME ROOTFS.tar
 //
 // OPEN_SANDBOX_API_KEY is the default of --api-key.
@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	images := imageFlags{}
 	fs.Var(images, "image", "register an image: NAME=DIR or NAME=ROOTFS.tar (repeatable)")
 	noIso := fs.Bool("no-isolation", false, "DEVELOPMENT ONLY: run sandboxes as plain host processes, without namespaces")
+	hostNet := fs.Bool("host-network", false, "sandboxes without a networkPolicy share the host's network, loopback services included (default: own namespace, egress proxy refusing the host's addresses)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,8 +76,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	logger := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: lvl}))
 	if *noIso {
 		fmt.Fprintln(stdout, "WARNING: --no-isolation: sandboxes run as plain host processes with full access to this machine. Development only.")
+	} else if *hostNet {
+		fmt.Fprintln(stdout, "WARNING: --host-network: sandboxes without a networkPolicy can reach every service of this machine, loopback included.")
 	}
-	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images, NoIsolation: *noIso, Logger: logger})
+	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
+		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger})
 	if err != nil {
 		return err
 	}

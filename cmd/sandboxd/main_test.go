@@ -92,25 +92,37 @@ func TestRunServes(t *testing.T) {
 	}
 }
 
-func TestRunNoIsolationWarns(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data", t.TempDir(), "--no-isolation"}, env(nil), out)
-	}()
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if !strings.Contains(out.String(), "listening on") {
-			return errors.New("not listening yet")
-		}
-		return nil
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "WARNING: --no-isolation") || !strings.Contains(out.String(), "NO ISOLATION") {
-		t.Errorf("no loud warning:\n%s", out)
+func TestRunWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		want []string
+	}{
+		{"--no-isolation", []string{"WARNING: --no-isolation", "NO ISOLATION"}},
+		{"--host-network", []string{"WARNING: --host-network", "every service of this machine"}},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			out := &syncBuffer{}
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data", t.TempDir(), tc.flag}, env(nil), out)
+			}()
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if !strings.Contains(out.String(), "listening on") {
+					return errors.New("not listening yet")
+				}
+				return nil
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }
 
