@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/bus/bustest"
 	"github.com/alineo-labs/alineo/events"
@@ -84,4 +87,75 @@ func FuzzDecodeMsg(f *testing.F) {
 			t.Fatalf("DecodeMsg accepted %+v", e)
 		}
 	})
+}
+
+// TestServerGoneDuringClaim: appends to a new sandbox whose claim cannot
+// succeed, because the server is gone (the publish fails at once) or its
+// JetStream is (the fence is sent, the failure comes back asynchronously
+// while appends queue behind the claim), fail with ErrUnavailable at Append
+// or at the barrier, stay failed, and Close does not hang on the claim.
+func TestServerGoneDuringClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone func(*server.Server)
+	}{
+		{"server shut down", (*server.Server).Shutdown},
+		{"jetstream disabled", func(s *server.Server) { _ = s.DisableJetStream() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+				StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go s.Start()
+			defer s.Shutdown()
+			if !s.ReadyForConnections(10 * time.Second) {
+				t.Fatal("nats server not ready")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			b, err := bus.Open(ctx, bus.Config{URL: s.ClientURL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			l, err := bus.NewLedger(b, bus.LedgerConfig{AckTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.gone(s)
+			id := bustest.ID("gone")
+			es := bustest.Entries("n", id, 1, 3)
+			start := time.Now()
+			err = nil
+			for _, e := range es {
+				if err = l.Append(ctx, e); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				err = l.Sync(ctx, id)
+			}
+			if !errors.Is(err, adapters.ErrUnavailable) {
+				t.Fatalf("appends = %v, want ErrUnavailable", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("failure took %v, want at most about the ack timeout", d)
+			}
+			if err := l.Append(ctx, es[0]); !errors.Is(err, adapters.ErrUnavailable) {
+				t.Errorf("next Append = %v, want ErrUnavailable", err)
+			}
+			done := make(chan struct{})
+			go func() {
+				l.Close()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("Close hangs after a failed claim")
+			}
+		})
+	}
 }
