@@ -110,7 +110,7 @@ func mirrorDirs(root, rel string) error {
 // whiteout makes p an overlayfs whiteout (a 0:0 character device): the entry
 // of that name in the layers below is hidden.
 func whiteout(p string) error {
-	return unix.Mknod(p, unix.S_IFCHR|0o000, 0)
+	return unix.Mknod(p, unix.S_IFCHR, 0)
 }
 
 // chownLike gives p the owner and group of info's file.
