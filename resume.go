@@ -169,15 +169,5 @@ func (c *Client) inheritedRunID(ctx context.Context, sandboxID string) string {
 // sessionsOf returns the details of every session whose sandbox id is
 // sandboxID (sessions are keyed by name and sandbox id, so there may be several).
 func (c *Client) sessionsOf(ctx context.Context, sandboxID string) ([]SandboxDetails, error) {
-	all, err := c.store.ListAllSandboxDetails(ctx, ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []SandboxDetails
-	for _, d := range all {
-		if d.SandboxID == sandboxID {
-			out = append(out, d)
-		}
-	}
-	return out, nil
+	return c.store.ListAllSandboxDetails(ctx, ListOptions{SandboxID: sandboxID})
 }

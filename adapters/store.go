@@ -96,6 +96,9 @@ type ListOptions struct {
 	Limit  int           // 0 for no limit
 	Before int64         // only sessions with StartedAt < Before; 0 for no bound
 	RunID  string        // "" for any
+	// SandboxID keeps the sessions of that sandbox id ("" for any): usually
+	// one, several when a sandbox was recorded under several names.
+	SandboxID string
 }
 
 // CheckpointInfo is one checkpoint of a session.

@@ -196,6 +196,11 @@ func TestSandboxRoutes(t *testing.T) {
 	if got, want := ids(list), []string{"sb2", "sb1"}; !slices.Equal(got, want) {
 		t.Errorf("name=build = %v, want %v", got, want)
 	}
+	list = api.SandboxList{}
+	e.do("GET", "/v1/sandboxes?sandboxId=sb2", token, nil, &list)
+	if got, want := ids(list), []string{"sb2"}; !slices.Equal(got, want) {
+		t.Errorf("sandboxId=sb2 = %v, want %v", got, want)
+	}
 	// Paging with limit and before.
 	var page1, page2 api.SandboxList
 	e.do("GET", "/v1/sandboxes?limit=2", token, nil, &page1)

@@ -41,7 +41,7 @@ func listOptions(r *http.Request) (adapters.ListOptions, *Error) {
 	if limit == 0 {
 		return o, badRequest("limit", "limit must be between 1 and 1000")
 	}
-	o.Before, o.Limit, o.RunID = before, int(limit), q.Get("runId")
+	o.Before, o.Limit, o.RunID, o.SandboxID = before, int(limit), q.Get("runId"), q.Get("sandboxId")
 	return o, nil
 }
 

@@ -611,6 +611,9 @@ func testDetailsFilters(t *testing.T, s adapters.Store) {
 		}, 2)},
 		{"run id", adapters.ListOptions{RunID: "run-sbx-07"}, filter(func(d adapters.SandboxDetails) bool { return d.RunID == "run-sbx-07" }, 0)},
 		{"nothing matches", adapters.ListOptions{RunID: "run-none"}, nil},
+		{"sandbox id", adapters.ListOptions{SandboxID: "sbx-07"}, filter(func(d adapters.SandboxDetails) bool { return d.SandboxID == "sbx-07" }, 0)},
+		{"sandbox id and other status", adapters.ListOptions{SandboxID: "sbx-07", Status: otherStatus(all, "sbx-07")}, nil},
+		{"unknown sandbox id", adapters.ListOptions{SandboxID: "sbx-none"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -905,4 +908,15 @@ func testClose(t *testing.T, s adapters.Store) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
 	}
+}
+
+// otherStatus returns the status that the session of sandbox id in all does
+// not have.
+func otherStatus(all []adapters.SandboxDetails, id string) adapters.SandboxStatus {
+	for _, d := range all {
+		if d.SandboxID == id && d.Status == adapters.StatusRunning {
+			return adapters.StatusCompleted
+		}
+	}
+	return adapters.StatusRunning
 }

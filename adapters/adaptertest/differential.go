@@ -111,7 +111,7 @@ func Differential(t *testing.T, reference, subject ProjectionStore, seed uint64)
 	}
 	for _, opts := range []adapters.ListOptions{
 		{}, {Limit: 2}, {Status: adapters.StatusRunning}, {Status: adapters.StatusCompleted, Limit: 3},
-		{Before: T0 + 10}, {RunID: "run-s1"}, {RunID: "s2"},
+		{Before: T0 + 10}, {RunID: "run-s1"}, {RunID: "s2"}, {SandboxID: "s1"}, {SandboxID: "s2", Limit: 1},
 	} {
 		dw, err1 := reference.ListAllSandboxDetails(ctx(t), opts)
 		dg, err2 := subject.ListAllSandboxDetails(ctx(t), opts)

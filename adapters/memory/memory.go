@@ -281,7 +281,8 @@ func (s *Store) list(ctx context.Context, name *string, opts adapters.ListOption
 func match(d adapters.SandboxDetails, opts adapters.ListOptions) bool {
 	return (opts.Status == "" || d.Status == opts.Status) &&
 		(opts.Before == 0 || d.StartedAt < opts.Before) &&
-		(opts.RunID == "" || d.RunID == opts.RunID)
+		(opts.RunID == "" || d.RunID == opts.RunID) &&
+		(opts.SandboxID == "" || d.SandboxID == opts.SandboxID)
 }
 
 // compareDetails orders details as every store lists them: newest StartedAt first,

@@ -62,6 +62,8 @@ CREATE INDEX IF NOT EXISTS alineo_sandbox_details_status_started
   ON alineo_sandbox_details(status, started_at DESC, name, sandbox_id) WHERE started_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS alineo_sandbox_details_run_started
   ON alineo_sandbox_details(run_id, started_at DESC, name, sandbox_id) WHERE started_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS alineo_sandbox_details_sandbox_started
+  ON alineo_sandbox_details(sandbox_id, started_at DESC, name) WHERE started_at IS NOT NULL;
 `
 
 // backfill fills the summary from the entries of a ledger that had none.

@@ -30,6 +30,7 @@ func TestDetailsQueriesUseIndexes(t *testing.T) {
 		{"status", " AND status = ?", []any{string(adapters.StatusRunning)}, "alineo_sandbox_details_status_started"},
 		{"name", " AND name = ?", []any{"job"}, "alineo_sandbox_details_name_started"},
 		{"run id", " AND run_id = ?", []any{"run-1"}, "alineo_sandbox_details_run_started"},
+		{"sandbox id", " AND sandbox_id = ?", []any{"sb-1"}, "alineo_sandbox_details_sandbox_started"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

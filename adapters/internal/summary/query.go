@@ -25,6 +25,9 @@ func Query(name *string, opts adapters.ListOptions, arg func(v any) string) stri
 		// run_id is set whenever started_at is (the runId, or the sandbox id).
 		where = append(where, "run_id = "+arg(opts.RunID))
 	}
+	if opts.SandboxID != "" {
+		where = append(where, "sandbox_id = "+arg(opts.SandboxID))
+	}
 	q := ` WHERE ` + strings.Join(where, " AND ") + ` ORDER BY started_at DESC, name, sandbox_id`
 	if opts.Limit > 0 {
 		q += ` LIMIT ` + arg(int64(opts.Limit))

@@ -19,10 +19,10 @@ func TestQuery(t *testing.T) {
 	}{
 		{"all", nil, adapters.ListOptions{},
 			` WHERE started_at IS NOT NULL ORDER BY started_at DESC, name, sandbox_id`, nil},
-		{"every filter", &name, adapters.ListOptions{Status: adapters.StatusRunning, Before: 7, RunID: "r", Limit: 3},
-			` WHERE started_at IS NOT NULL AND name = $1 AND status = $2 AND started_at < $3 AND run_id = $4` +
-				` ORDER BY started_at DESC, name, sandbox_id LIMIT $5`,
-			[]any{"job", "running", int64(7), "r", int64(3)}},
+		{"every filter", &name, adapters.ListOptions{Status: adapters.StatusRunning, Before: 7, RunID: "r", SandboxID: "sb", Limit: 3},
+			` WHERE started_at IS NOT NULL AND name = $1 AND status = $2 AND started_at < $3 AND run_id = $4 AND sandbox_id = $5` +
+				` ORDER BY started_at DESC, name, sandbox_id LIMIT $6`,
+			[]any{"job", "running", int64(7), "r", "sb", int64(3)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
