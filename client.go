@@ -160,6 +160,11 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	sb := c.handle(id, o.name(id), o.runID, o.resources, o.shell, ex)
 	sb.replay = o.replay
 	o.payload.SandboxID = id
+	if p := o.recordPolicy; p != nil {
+		o.payload.EgressDefault = p.effectiveDefault()
+	} else if p := o.policy; p != nil {
+		o.payload.EgressDefault = p.effectiveDefault()
+	}
 	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, o.payload); err != nil {
 		ex.Close()
 		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}

@@ -276,9 +276,8 @@ type resumedCredential struct {
 }
 
 // policy returns the network policy the new sandbox is created with: the
-// session's rules and default action (on resume deny: the original default
-// action is not recorded), or nil when the session had no policy and no
-// credentials.
+// session's rules and default action (deny when the session did not record
+// one), or nil when the session had no policy and no credentials.
 func (r *resumeCredentials) policy() *NetworkPolicy {
 	if r == nil || (!r.hasPolicy && len(r.creds) == 0) {
 		return nil
@@ -301,11 +300,11 @@ func (c *Client) prepareResume(ctx context.Context, name, sandboxID string, reso
 	if err != nil {
 		return nil, &SandboxError{SandboxID: sandboxID, Op: "read credentials of the session", Err: err}
 	}
-	rules, seen, err := policyFromLedger(es)
+	rules, def, seen, err := sessionPolicy(es)
 	if err != nil {
 		return nil, &SandboxError{SandboxID: sandboxID, Op: "read egress rules of the session", Err: err}
 	}
-	r := &resumeCredentials{rules: rules, hasPolicy: seen}
+	r := &resumeCredentials{rules: rules, defaultAction: def, hasPolicy: seen}
 	live := map[string]events.CredentialPayload{}
 	var order []string
 	for _, e := range es {
@@ -372,7 +371,7 @@ func (s *Sandbox) forkCredentials(ctx context.Context) (*resumeCredentials, erro
 	if err != nil {
 		return nil, &SandboxError{SandboxID: s.id, Op: "read egress rules", Err: err}
 	}
-	if _, r.hasPolicy, err = policyFromLedger(es); err != nil {
+	if _, _, r.hasPolicy, err = sessionPolicy(es); err != nil {
 		return nil, &SandboxError{SandboxID: s.id, Op: "read egress rules", Err: err}
 	}
 	if !r.hasPolicy && len(r.creds) == 0 {

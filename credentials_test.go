@@ -567,3 +567,64 @@ func TestForkKeepsPolicyAndCredentials(t *testing.T) {
 		t.Fatalf("fork: echo = %q, %v", res.Stdout, err)
 	}
 }
+
+// TestResumeKeepsDefaultAction resumes sandboxes whose policies the rules
+// alone do not describe: default allow with a deny rule, and deny-all
+// without rules. The resumed sandbox has the same policy, because
+// sandbox.created records the default action.
+func TestResumeKeepsDefaultAction(t *testing.T) {
+	e := newEgressEnv(t, memory.New())
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name   string
+		policy alineo.NetworkPolicy
+		want   string
+	}{
+		{"allow with a deny rule", alineo.NetworkPolicy{DefaultAction: alineo.EgressAllow,
+			Egress: []alineo.EgressRule{{Action: alineo.EgressDeny, Target: "other.test"}}}, "allow [{deny other.test}]"},
+		{"deny-all without rules", alineo.NetworkPolicy{DefaultAction: alineo.EgressDeny}, "deny []"},
+		{"empty: allow-all", alineo.NetworkPolicy{}, "allow []"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := e.sandbox(t, ctx, alineo.SandboxOptions{NetworkPolicy: &tc.policy})
+			if _, err := sb.Checkpoint(ctx, ""); err != nil {
+				t.Fatalf("Checkpoint: %v", err)
+			}
+			if err := sb.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			created := e.rows(t, sb)[0]
+			var p events.SandboxCreatedPayload
+			if err := created.Decode(&p); err != nil || created.Event != events.SandboxCreated {
+				t.Fatalf("first row %s: %v", created.Event, err)
+			}
+			if want, _, _ := strings.Cut(tc.want, " "); string(p.EgressDefault) != want {
+				t.Errorf("sandbox.created egressDefault = %q, want %q", p.EgressDefault, want)
+			}
+			resumed, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{})
+			if err != nil {
+				t.Fatalf("Resume: %v", err)
+			}
+			t.Cleanup(func() { resumed.Close(context.Background()) })
+			got, err := resumed.Egress().List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := fmt.Sprintf("%s %v", got.DefaultAction, got.Egress); s != tc.want {
+				t.Errorf("policy after Resume = %s, want %s", s, tc.want)
+			}
+			// A resume of the resumed session keeps it too.
+			if _, err := resumed.Checkpoint(ctx, ""); err != nil {
+				t.Fatal(err)
+			}
+			again, err := e.client.Resume(ctx, resumed.ID(), alineo.ResumeOptions{})
+			if err != nil {
+				t.Fatalf("second Resume: %v", err)
+			}
+			t.Cleanup(func() { again.Close(context.Background()) })
+			if got, err := again.Egress().List(ctx); err != nil || fmt.Sprintf("%s %v", got.DefaultAction, got.Egress) != tc.want {
+				t.Errorf("policy after a second Resume = %+v, %v; want %s", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -58,6 +58,19 @@ func (p *NetworkPolicy) validate() error {
 	return validateRules("NetworkPolicy.Egress", p.Egress)
 }
 
+// effectiveDefault is the default action the server applies under p: an
+// empty one is allow-all without rules ({}), deny with rules.
+func (p *NetworkPolicy) effectiveDefault() EgressAction {
+	switch {
+	case p.DefaultAction != "":
+		return p.DefaultAction
+	case len(p.Egress) == 0:
+		return EgressAllow
+	default:
+		return EgressDeny
+	}
+}
+
 // wire returns the policy as the create request carries it, or nil.
 func (p *NetworkPolicy) wire() *opensandbox.NetworkPolicy {
 	if p == nil {
@@ -184,6 +197,30 @@ func (g *Egress) List(ctx context.Context) (NetworkPolicy, error) {
 		}
 	}
 	return p, nil
+}
+
+// sessionPolicy is the network policy a session's ledger records: its rules
+// (policyFromLedger) and the default action its sandbox.created recorded
+// (empty for sessions recorded without one: by the TypeScript SDK, or before
+// the field existed). has is false when the session had no policy.
+func sessionPolicy(es []events.Entry) (rules []EgressRule, def EgressAction, has bool, err error) {
+	if rules, has, err = policyFromLedger(es); err != nil {
+		return nil, "", false, err
+	}
+	for _, e := range es {
+		if e.Event != events.SandboxCreated {
+			continue
+		}
+		var p events.SandboxCreatedPayload
+		if err := e.Decode(&p); err != nil {
+			return nil, "", false, fmt.Errorf("decode %s: %w", e.Event, err)
+		}
+		if p.EgressDefault != "" {
+			def, has = p.EgressDefault, true
+		}
+		break
+	}
+	return rules, def, has, nil
 }
 
 // policyFromLedger rebuilds the egress rules of a session from its

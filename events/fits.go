@@ -28,7 +28,7 @@ var payloadFields = map[Event]map[string]fieldKind{
 	ExecStarted:   {"seq": kindInt, "kind": kindString, "cmd": kindString, "code": kindString, "fingerprint": kindString},
 	ExecCompleted: {"seq": kindInt, "exitCode": kindInt},
 	SandboxCreated: {"sandboxId": kindString, "runId": kindString, "resumedFrom": kindString, "snapshotId": kindString,
-		"forkedFrom": kindString, "fromSnapshot": kindString, "fromEnvironment": kindString},
+		"forkedFrom": kindString, "fromSnapshot": kindString, "fromEnvironment": kindString, "egressDefault": kindString},
 	CheckpointCreated: {"snapshotId": kindString, "name": kindString},
 }
 

@@ -24,6 +24,10 @@ type SandboxCreatedPayload struct {
 	FromSnapshot string `json:"fromSnapshot,omitempty"`
 	// FromEnvironment is the environment name a sandbox was spawned from.
 	FromEnvironment string `json:"fromEnvironment,omitempty"`
+	// EgressDefault is the default action of the network policy the sandbox
+	// was created with (a policy without rules is recorded by it alone);
+	// empty when it had none.
+	EgressDefault EgressAction `json:"egressDefault,omitempty"`
 }
 
 // ExecStartedPayload is the payload of exec.started. Cmd is set for a command,
