@@ -208,7 +208,7 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 				return e, false
 			}
 			raw := d.b[start:d.i]
-			if !json.Valid(raw) {
+			if !events.ValidJSON(raw) {
 				return e, false
 			}
 			e.Payload = json.RawMessage(raw[:len(raw):len(raw)])
@@ -337,7 +337,7 @@ func (d *decoder) uint() (uint64, bool) {
 	return n, err == nil
 }
 
-// skip moves past one JSON value (checked for well-formedness by json.Valid
+// skip moves past one JSON value (checked for well-formedness by events.ValidJSON
 // afterwards); it only needs to find where the value ends.
 func (d *decoder) skip(depth int) bool {
 	if depth > 1000 || d.i >= len(d.b) {

@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -71,6 +72,32 @@ func FuzzPayloadFits(f *testing.F) {
 		}
 		if err := json.Unmarshal(payload, p); err != nil {
 			t.Fatalf("payloadFits accepted %q for %s; encoding/json: %v", payload, ev, err)
+		}
+	})
+}
+
+func TestValidJSON(t *testing.T) {
+	for _, s := range []string{
+		`{}`, ` [ ] `, `{"a":[1,-0,0.5,1e9,-2.5E-3,true,false,null,"x\u00e9\n"]}`, `"only"`, `12`, `-0`,
+		`{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `1e`, `+1`, `-`, `tru`, `nul`, `"\x"`, "\"a\tb\"", "\"a\x01\"",
+		`{"a" 1}`, `{1:2}`, `[1 2]`, ``, ` `, `{} {}`, `"\ud800"`, "\"\xff\"",
+		strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
+		strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
+	} {
+		if got, want := ValidJSON([]byte(s)), json.Valid([]byte(s)); got != want {
+			t.Errorf("ValidJSON(%.40q) = %v, json.Valid = %v", s, got, want)
+		}
+	}
+}
+
+// FuzzValidJSON: ValidJSON answers as json.Valid on any input.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5e3,true,null,"x"]}`, `[{"k":"\u00e9"}]`, `-0.0E+1`, `"\ud800"`, `{"a":}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := ValidJSON(b), json.Valid(b); got != want {
+			t.Fatalf("ValidJSON(%q) = %v, json.Valid = %v", b, got, want)
 		}
 	})
 }

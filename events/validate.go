@@ -30,7 +30,7 @@ func Validate(e Entry) error {
 	}
 	p := payloadFor(e.Event)
 	if p == nil {
-		if !json.Valid(e.Payload) {
+		if !ValidJSON(e.Payload) {
 			return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
 		}
 		return nil
