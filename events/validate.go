@@ -28,14 +28,14 @@ func Validate(e Entry) error {
 	if e.Payload == nil {
 		return nil
 	}
+	if payloadFits(e.Event, e.Payload) || e.Event == ExecOutput && outputFits(e.Payload) {
+		return nil
+	}
 	p := payloadFor(e.Event)
 	if p == nil {
 		if !ValidJSON(e.Payload) {
 			return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
 		}
-		return nil
-	}
-	if payloadFits(e.Event, e.Payload) || e.Event == ExecOutput && outputFits(e.Payload) {
 		return nil
 	}
 	// One pass: Unmarshal rejects JSON that is not valid, so the payload is
