@@ -203,14 +203,12 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 				return e, false
 			}
 		case "payload":
-			start := d.i
-			if !d.skip(0) {
+			n, ok := events.JSONValueLen(d.b[d.i:])
+			if !ok {
 				return e, false
 			}
-			raw := d.b[start:d.i]
-			if !events.ValidJSON(raw) {
-				return e, false
-			}
+			raw := d.b[d.i : d.i+n]
+			d.i += n
 			e.Payload = json.RawMessage(raw[:len(raw):len(raw)])
 		default:
 			return e, false
@@ -335,75 +333,4 @@ func (d *decoder) uint() (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(string(num), 10, 64)
 	return n, err == nil
-}
-
-// skip moves past one JSON value (checked for well-formedness by events.ValidJSON
-// afterwards); it only needs to find where the value ends.
-func (d *decoder) skip(depth int) bool {
-	if depth > 1000 || d.i >= len(d.b) {
-		return false
-	}
-	switch c := d.b[d.i]; c {
-	case '{', '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		d.i++
-		d.ws()
-		if d.eat(closer) {
-			return true
-		}
-		for {
-			d.ws()
-			if c == '{' {
-				if !d.skipString() {
-					return false
-				}
-				d.ws()
-				if !d.eat(':') {
-					return false
-				}
-				d.ws()
-			}
-			if !d.skip(depth + 1) {
-				return false
-			}
-			d.ws()
-			if d.eat(',') {
-				continue
-			}
-			return d.eat(closer)
-		}
-	case '"':
-		return d.skipString()
-	default:
-		start := d.i
-		for d.i < len(d.b) {
-			switch d.b[d.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return d.i > start
-			}
-			d.i++
-		}
-		return d.i > start
-	}
-}
-
-func (d *decoder) skipString() bool {
-	if !d.eat('"') {
-		return false
-	}
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case '"':
-			d.i++
-			return true
-		case '\\':
-			d.i += 2
-			continue
-		}
-		d.i++
-	}
-	return false
 }

@@ -201,9 +201,21 @@ func (s *scanner) integer() bool {
 // several times faster than encoding/json's. Readers of the ledger use it to
 // check the payloads they decode.
 func ValidJSON(b []byte) bool {
+	n, ok := JSONValueLen(b)
+	return ok && (&scanner{b: b, i: n}).end()
+}
+
+// JSONValueLen returns the length of the JSON value b starts with (leading
+// whitespace included) and whether that value is valid, so a decoder finds
+// where an embedded value ends and checks it in one pass: when ok,
+// ValidJSON(b[:n]) holds.
+func JSONValueLen(b []byte) (n int, ok bool) {
 	s := scanner{b: b}
 	s.ws()
-	return s.value(0) && s.end()
+	if !s.value(0) {
+		return 0, false
+	}
+	return s.i, true
 }
 
 // maxDepth is encoding/json's nesting limit: deeper input is invalid.

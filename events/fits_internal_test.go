@@ -101,3 +101,27 @@ func FuzzValidJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestJSONValueLen(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		n    int
+		okay bool
+	}{
+		{`{"a":1},"next":2}`, 7, true},
+		{` [1, "]"] tail`, 9, true},
+		{`"x\"y",`, 6, true},
+		{`12}`, 2, true},
+		{`nullx`, 4, true},
+		{`{"a":}`, 0, false},
+		{``, 0, false},
+	} {
+		n, ok := JSONValueLen([]byte(tt.in))
+		if n != tt.n || ok != tt.okay {
+			t.Errorf("JSONValueLen(%q) = %d, %v; want %d, %v", tt.in, n, ok, tt.n, tt.okay)
+		}
+		if ok && !ValidJSON([]byte(tt.in)[:n]) {
+			t.Errorf("JSONValueLen(%q): %q is not valid", tt.in, tt.in[:n])
+		}
+	}
+}
