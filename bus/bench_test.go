@@ -50,7 +50,7 @@ func median(xs []float64) float64 {
 // Append then the barrier) vs raw JetStream async publish of the same bytes on
 // the same subjects, and vs the direct SQLite adapter's per-event Append.
 func BenchmarkAppend(b *testing.B) {
-	es := mix(50, 20) // 50 × (1 + 20×22) = 22,050 events
+	es := mix(100, 20) // 100 × (1 + 20×22) = 44,100 events
 	ctx := context.Background()
 	var busD, rawD, sqlD time.Duration
 	var ratios []float64
