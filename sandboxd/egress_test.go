@@ -423,7 +423,8 @@ func TestDefaultNetwork(t *testing.T) {
 	}
 	px := fmt.Sprintf("-x http://127.0.0.1:%d --noproxy none.invalid -o /dev/null -w '%%{http_code}' ", sandboxd.ProxyPort)
 	targets := []string{"http://127.0.0.1:" + up.port + "/", "http://localhost:" + up.port + "/", "http://[::1]:" + up.port + "/",
-		"http://169.254.169.254/latest/meta-data/"}
+		"http://[::]:" + up.port + "/", "http://0.0.0.0:" + up.port + "/", "http://[::ffff:127.0.0.1]:" + up.port + "/",
+		"http://127.1:" + up.port + "/", "http://169.254.169.254/latest/meta-data/"}
 	if hostIP != "" {
 		targets = append(targets, "http://"+hostIP+":"+anyPort+"/")
 	}

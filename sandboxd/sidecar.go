@@ -127,13 +127,13 @@ func isLocalAddr(a netip.Addr) bool {
 // networkPolicy or credentialProxy (unless Config.HostNetwork): every
 // destination is allowed but the host's own addresses, so a sandbox reaches
 // the network through its proxy but not the services listening on this
-// machine: loopback (127.0.0.0/8, ::1), "this host" (0.0.0.0/8), link-local
+// machine: loopback (127.0.0.0/8, ::1), "this host" (0.0.0.0/8, ::), link-local
 // (169.254.0.0/16, where clouds serve instance metadata, and fe80::/10), and
 // the addresses of this machine's interfaces when the sandbox was created.
 func HostPolicy() *egress.Policy {
 	p := &egress.Policy{DefaultAction: egress.Allow}
 	deny := func(target string) { p.Egress = append(p.Egress, egress.Rule{Action: egress.Deny, Target: target}) }
-	for _, t := range []string{"127.0.0.0/8", "::1", "0.0.0.0/8", "169.254.0.0/16", "fe80::/10"} {
+	for _, t := range []string{"127.0.0.0/8", "::1", "0.0.0.0/8", "::", "169.254.0.0/16", "fe80::/10"} {
 		deny(t)
 	}
 	addrs, _ := net.InterfaceAddrs()
