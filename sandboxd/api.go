@@ -346,15 +346,22 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 	return parseLimits(req.ResourceLimits)
 }
 
+// hasNetworkPolicy reports whether req carries a networkPolicy (not absent or null).
+func hasNetworkPolicy(req *CreateRequest) bool {
+	raw := bytes.TrimSpace(req.NetworkPolicy)
+	return len(raw) > 0 && string(raw) != "null"
+}
+
 // parseNetworkPolicy decodes and checks a create request's networkPolicy. on
 // reports whether the sandbox gets its own network namespace behind the egress
-// proxy: with a networkPolicy (null or absent: no) or credentialProxy.enabled.
+// proxy: with a networkPolicy (null or absent: no) or credentialProxy.enabled
+// (then allow-all; the server lays HostPolicy over it unless HostNetwork).
 // As in the lifecycle spec, an empty policy ({}) allows everything, and a policy
 // with rules but no defaultAction denies what no rule allows.
 func parseNetworkPolicy(req *CreateRequest) (pol *egress.Policy, on bool, err error) {
 	raw := bytes.TrimSpace(req.NetworkPolicy)
 	cp := req.CredentialProxy != nil && req.CredentialProxy.Enabled
-	if len(raw) == 0 || string(raw) == "null" {
+	if !hasNetworkPolicy(req) {
 		if !cp {
 			return nil, false, nil
 		}

@@ -31,9 +31,10 @@ type Config struct {
 	// HostNetwork lets a sandbox created without a networkPolicy or
 	// credentialProxy share the host's network namespace: any protocol to any
 	// address, the host's own loopback services (databases, NATS, this
-	// server's neighbours) included. By default such a sandbox gets a network
-	// namespace of its own behind an egress proxy whose policy (HostPolicy)
-	// allows every destination but the host's own addresses.
+	// server's neighbours) included (one with the credential proxy keeps its
+	// namespace, allow-all). By default a sandbox without a networkPolicy gets
+	// a network namespace of its own behind an egress proxy whose policy
+	// (HostPolicy) allows every destination but the host's own addresses.
 	HostNetwork bool
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger

@@ -15,7 +15,7 @@
 // # Egress
 //
 // A sandbox gets a new network namespace with only loopback up; created
-// without a networkPolicy or credentialProxy.enabled, its policy is
+// without a networkPolicy (credential proxy or not), its policy is
 // HostPolicy (every destination but the host's own addresses). Its init listens on
 // 127.0.0.1:ProxyPort there and sends the listener to the server over a unix
 // socket (SCM_RIGHTS); the server serves the sandbox's egress.Proxy on it, so

@@ -433,6 +433,13 @@ func TestDefaultNetwork(t *testing.T) {
 			t.Errorf("default sandbox, %s through its proxy: %q, want 403", u, out)
 		}
 	}
+	// With the credential proxy but no networkPolicy, the same.
+	cp := create(t, base, map[string]any{"credentialProxy": map[string]any{"enabled": true}})
+	waitState(t, base, cp, sandboxd.StateRunning)
+	cpURL, cpTok := execdEndpoint(t, base, cp, false)
+	if out, _ := curl(t, cpURL, cpTok, px+"http://127.0.0.1:"+up.port+"/"); out != "403" {
+		t.Errorf("credential-proxy sandbox, host loopback through its proxy: %q, want 403", out)
+	}
 	if lines, _ := run(t, execdURL, token, "echo $HTTP_PROXY"); len(lines) != 1 || !strings.Contains(lines[0], fmt.Sprint(sandboxd.ProxyPort)) {
 		t.Errorf("HTTP_PROXY in a default sandbox = %q, want its proxy", lines)
 	}

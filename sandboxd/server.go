@@ -336,8 +336,8 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if !netns && !s.cfg.NoIsolation && !s.cfg.HostNetwork {
-		pol, netns = HostPolicy(), true
+	if !hasNetworkPolicy(req) && !s.cfg.NoIsolation && !s.cfg.HostNetwork {
+		pol, netns = HostPolicy(), true // with or without the credential proxy
 	}
 	if netns {
 		rec.Egress, rec.NetworkPolicy, rec.EgressToken = true, pol, newID()

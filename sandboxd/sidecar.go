@@ -124,7 +124,7 @@ func isLocalAddr(a netip.Addr) bool {
 }
 
 // HostPolicy is the egress policy of a sandbox created without a
-// networkPolicy or credentialProxy (unless Config.HostNetwork): every
+// networkPolicy (unless Config.HostNetwork): every
 // destination is allowed but the host's own addresses, so a sandbox reaches
 // the network through its proxy but not the services listening on this
 // machine: loopback (127.0.0.0/8, ::1), "this host" (0.0.0.0/8, ::), link-local
