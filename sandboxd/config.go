@@ -28,6 +28,26 @@ type Config struct {
 	Images map[string]string
 	// NoIsolation runs sandboxes as plain host processes (development only).
 	NoIsolation bool
+	// Runtime is the OCI runtime binary every sandbox runs under: a path, or
+	// a name looked up in PATH. Default "runc". crun, gVisor's runsc and
+	// kata-runtime speak the same command line.
+	Runtime string
+	// DiskQuota bounds each sandbox's writable layer, in bytes: past it,
+	// writes in that sandbox fail with ENOSPC. Default 10 GiB; negative
+	// disables the quota (the layer then shares the data directory's disk).
+	DiskQuota int64
+	// RunDir holds, per server (a subdirectory named after DataDir), the
+	// mount points of the sandboxes' roots and the init binary: paths the
+	// sandboxes' root must traverse, unlike DataDir. Default
+	// "/run/alineo-sandboxd".
+	RunDir string
+	// ShmSize is the size of each sandbox's /dev/shm. Default 64 MiB, as Docker.
+	ShmSize int64
+	// AllowHosts are "HOST:PORT" destinations on this host (its loopback or
+	// interface addresses) that sandboxes may reach through their egress
+	// proxy when their policy allows it. Every other address of the host is
+	// closed to every sandbox, whatever its networkPolicy says.
+	AllowHosts []string
 	// HostNetwork lets a sandbox created without a networkPolicy or
 	// credentialProxy share the host's network namespace: any protocol to any
 	// address, the host's own loopback services (databases, NATS, this
@@ -55,16 +75,13 @@ type Config struct {
 	Retention time.Duration
 	// SweepInterval is the period of the TTL and retention sweep. Default 1 s.
 	SweepInterval time.Duration
-	// CgroupRoot is the cgroup v1 mount root. Default "/sys/fs/cgroup".
-	CgroupRoot string
-	// CgroupParent names the parent group of every sandbox's cgroup in each
-	// controller. Default "alineo-sandboxd".
+	// CgroupParent names the parent group of every sandbox's cgroup (the
+	// runtime's cgroupsPath is /CgroupParent/<id>). Default "alineo-sandboxd".
 	CgroupParent string
 	// MaxSandboxes bounds live sandboxes; a create beyond it gets 409.
 	// Default 256.
 	MaxSandboxes int
-	// MaxProcesses is each sandbox's pids.max (fork-bomb guard) where the pids
-	// controller exists. Default 4096.
+	// MaxProcesses is each sandbox's pids limit (fork-bomb guard). Default 1024.
 	MaxProcesses int
 
 	// EgressResolver resolves the host names that sandboxes with a network
@@ -101,9 +118,6 @@ func (c Config) withDefaults() Config {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
 	}
-	if c.CgroupRoot == "" {
-		c.CgroupRoot = "/sys/fs/cgroup"
-	}
 	if c.CgroupParent == "" {
 		c.CgroupParent = "alineo-sandboxd"
 	}
@@ -111,7 +125,19 @@ func (c Config) withDefaults() Config {
 		c.MaxSandboxes = 256
 	}
 	if c.MaxProcesses == 0 {
-		c.MaxProcesses = 4096
+		c.MaxProcesses = 1024
+	}
+	if c.Runtime == "" {
+		c.Runtime = "runc"
+	}
+	if c.DiskQuota == 0 {
+		c.DiskQuota = 10 << 30
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/run/alineo-sandboxd"
+	}
+	if c.ShmSize == 0 {
+		c.ShmSize = 64 << 20
 	}
 	return c
 }

@@ -168,7 +168,7 @@ func testProxyWebSocket(t *testing.T, s *sandboxd.Server, base string, policy an
 	waitState(t, base, id, sandboxd.StateRunning)
 	var port string
 	testenv.Eventually(t, 10*time.Second, func() error {
-		b, err := os.ReadFile(filepath.Join(s.DataDir(), "sandboxes", id, "layers", "upper", "root", "port"))
+		b, err := os.ReadFile(filepath.Join(s.DataDir(), "sandboxes", id, "fs", "layers", "upper", "root", "port"))
 		port = string(b)
 		return err
 	})

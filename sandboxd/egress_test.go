@@ -217,8 +217,11 @@ func TestEgressCredentialInjection(t *testing.T) {
 	cn := "alineo egress CA " + id
 	var caFound bool
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
+		if err == nil && d.IsDir() && d.Name() == "merged" {
+			return fs.SkipDir // the mounted root: the upper layers below hold its writes
+		}
+		if err != nil || !d.Type().IsRegular() || d.Name() == "disk.img" {
+			return nil // disk.img is the disk the upper layers live on, mounted
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {

@@ -14,9 +14,10 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrClosed is returned by operations on a closed server.
 	ErrClosed = errors.New("sandboxd closed")
-	// ErrIsolationUnavailable reports a kernel that refuses the namespaces a
-	// sandbox needs. Config.NoIsolation runs sandboxes without them.
-	ErrIsolationUnavailable = errors.New("namespace isolation unavailable")
+	// ErrIsolationUnavailable reports that sandboxes cannot be isolated: no
+	// usable OCI runtime (Config.Runtime), or one that cannot start. Config.NoIsolation
+	// runs sandboxes without one, for development only.
+	ErrIsolationUnavailable = errors.New("isolation unavailable")
 	// ErrDataDirInUse reports a data directory another running server holds.
 	ErrDataDirInUse = errors.New("data directory in use by another sandboxd")
 	// ErrImage reports an image that cannot be resolved or imported.

@@ -5,13 +5,6 @@ import "time"
 // SweepAt runs the TTL and retention sweep as if the time were now.
 func (s *Server) SweepAt(now time.Time) { s.sweep(now) }
 
-// BreakIsolation makes the kernel refuse the next sandbox namespaces, until
-// the returned function is called.
-func BreakIsolation() (restore func()) {
-	breakIsolation = true
-	return func() { breakIsolation = false }
-}
-
 // SetSnapshotHook makes h run at the start of every snapshot capture, before
 // the sandbox is frozen; nil removes it.
 func (s *Server) SetSnapshotHook(h func(snapshotID string)) {

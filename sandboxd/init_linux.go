@@ -23,7 +23,8 @@ import (
 )
 
 // initEnv selects the role of a re-executed sandboxd binary: "init" (a
-// sandbox's PID 1), "execd" (its execd server) or "probe" (the namespace check).
+// sandbox's PID 1), "execd" (its execd server) or "userns" (the holder of the
+// user namespace idmapped mounts are made with).
 const initEnv = "ALINEO_SANDBOXD_INIT"
 
 // File descriptors handed to a re-executed init (ExtraFiles start at 3).
@@ -33,7 +34,6 @@ const (
 	fdLog    = 5 // the entrypoint log (append)
 	// With a network namespace of its own (initConfig.Netns):
 	fdExecdHost = 6 // a listener on a host loopback port, for execd
-	fdEgress    = 7 // unix socket: init → server, the egress proxy listener
 )
 
 // execdTmp is the $TMPDIR of the execd of an isolated sandbox: a tmpfs, kept
@@ -48,19 +48,16 @@ const (
 
 // initConfig is what the server sends the init.
 type initConfig struct {
-	ID       string   `json:"id"`
-	Isolated bool     `json:"isolated"`
-	Lower    string   `json:"lower,omitempty"`
-	HostDirs []string `json:"hostDirs,omitempty"`
-	// HostMask holds whiteout layers to lay over host directories (rootfs.HostMask).
-	HostMask   string   `json:"hostMask,omitempty"`
+	ID string `json:"id"`
+	// Isolated: the init runs under the OCI runtime, in its container.
+	Isolated   bool     `json:"isolated"`
 	SandboxDir string   `json:"sandboxDir"`
 	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
 	Token      string   `json:"token"`
-	// Netns: the sandbox has its own network namespace; the init brings up
-	// its loopback, listens on 127.0.0.1:ProxyPort for the egress proxy and
-	// serves execd on fdExecdHost.
+	// Netns: the sandbox has its own network namespace (the server made it,
+	// and serves the egress proxy on 127.0.0.1:ProxyPort there); execd serves
+	// on fdExecdHost.
 	Netns bool `json:"netns,omitempty"`
 	// CACert is the egress CA (PEM) to add to the sandbox's trust store.
 	CACert string `json:"caCert,omitempty"`
@@ -81,6 +78,8 @@ type execdConfig struct {
 	Root   string
 	Env    []string
 	Logger *slog.Logger
+	// OOMScoreAdj, when not 0, is the oom_score_adj of every command.
+	OOMScoreAdj int
 }
 
 func init() {
@@ -91,27 +90,18 @@ func init() {
 		os.Exit(runInit())
 	case "execd":
 		os.Exit(runExecdChild())
-	case "probe":
-		os.Exit(runProbe())
+	case "userns":
+		os.Exit(runUserns())
 	default:
 		fmt.Fprintf(os.Stderr, "sandboxd: unknown %s role %q\n", initEnv, os.Getenv(initEnv))
 		os.Exit(2)
 	}
 }
 
-// runProbe checks, inside fresh namespaces, that a mount works.
-func runProbe() int {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		fmt.Fprintln(os.Stderr, "make / private:", err)
-		return 1
-	}
-	return 0
-}
-
 func runInit() int {
 	// Nothing the init starts inherits its descriptors but those passed on
 	// purpose: a sandbox process must not forge status lines.
-	for _, fd := range []int{fdCtl, fdStatus, fdLog, fdExecdHost, fdEgress} {
+	for _, fd := range []int{fdCtl, fdStatus, fdLog, fdExecdHost} {
 		unix.CloseOnExec(fd)
 	}
 	ctl := os.NewFile(fdCtl, "ctl")
@@ -141,21 +131,8 @@ func runInit() int {
 			os.Setenv(k, v)
 		}
 	}
-	if cfg.Netns {
-		if err := setupNetns(); err != nil {
-			return fail("set up the network namespace: %v", err)
-		}
-	}
 	root := "/"
 	if cfg.Isolated {
-		if err := setupRoot(&cfg); err != nil {
-			return fail("set up root: %v", err)
-		}
-		host := cfg.ID
-		if len(host) > 12 {
-			host = host[:12]
-		}
-		_ = unix.Sethostname([]byte(host))
 		if cfg.CACert != "" {
 			bundle, err := installCA([]byte(cfg.CACert))
 			if err != nil {
@@ -218,7 +195,7 @@ func runInit() int {
 	cr.Close()
 	lnf.Close()
 	ln.Close()
-	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env}); err != nil {
+	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated)}); err != nil {
 		return fail("configure execd: %v", err)
 	}
 	cw.Close()
@@ -238,6 +215,11 @@ func runInit() int {
 	if err := entry.Start(); err != nil {
 		_ = execd.Process.Kill()
 		return fail("start entrypoint %q: %v", cfg.Entrypoint[0], err)
+	}
+	if cfg.Isolated {
+		// The entrypoint is the sandbox's own work: the OOM killer takes it
+		// before the init or execd.
+		_ = setOOMScore(entry.Process.Pid, workOOMScoreAdj)
 	}
 	report(initMsg{Port: port})
 
@@ -300,9 +282,10 @@ func describeWait(ws unix.WaitStatus) string {
 
 // execdChildConfig is what the init sends the execd child.
 type execdChildConfig struct {
-	Token string   `json:"token"`
-	Root  string   `json:"root"`
-	Env   []string `json:"env"`
+	Token       string   `json:"token"`
+	Root        string   `json:"root"`
+	Env         []string `json:"env"`
+	OOMScoreAdj int      `json:"oomScoreAdj,omitempty"`
 }
 
 func runExecdChild() int {
@@ -324,7 +307,7 @@ func runExecdChild() int {
 		logger.Error("sandboxd execd: no execd implementation linked")
 		return 1
 	}
-	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger})
+	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj})
 	if err != nil {
 		logger.Error("sandboxd execd: start", "err", err)
 		return 1
@@ -336,179 +319,6 @@ func runExecdChild() int {
 		return 1
 	}
 	return 0
-}
-
-// setupRoot builds the sandbox's root filesystem and pivots into it. It runs in
-// the sandbox's fresh mount namespace.
-func setupRoot(cfg *initConfig) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
-	}
-	dir := cfg.SandboxDir
-	merged := filepath.Join(dir, "merged")
-	if err := overlay([]string{cfg.Lower}, filepath.Join(dir, layersDir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
-		return err
-	}
-	for _, d := range cfg.HostDirs {
-		target := filepath.Join(merged, d)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-		lower := []string{"/" + d}
-		if cfg.HostMask != "" {
-			if mask := filepath.Join(cfg.HostMask, d); dirExists(mask) {
-				lower = []string{mask, "/" + d}
-			}
-		}
-		if err := overlay(lower, filepath.Join(dir, layersDir, "hostup", d), filepath.Join(dir, "hostwork", d), target); err != nil {
-			return err
-		}
-	}
-	mounts := []struct {
-		src, target, fstype string
-		flags               uintptr
-		data                string
-	}{
-		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"tmpfs", "dev", "tmpfs", unix.MS_NOSUID, "mode=755"},
-	}
-	if err := rootTmp(merged); err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		t := filepath.Join(merged, m.target)
-		if err := os.MkdirAll(t, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount(m.src, t, m.fstype, m.flags, m.data); err != nil {
-			return fmt.Errorf("mount %s on /%s: %w", m.fstype, m.target, err)
-		}
-	}
-	dev := filepath.Join(merged, "dev")
-	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		t := filepath.Join(dev, d)
-		f, err := os.OpenFile(t, os.O_CREATE|os.O_WRONLY, 0o666)
-		if err != nil {
-			return err
-		}
-		f.Close()
-		if err := unix.Mount("/dev/"+d, t, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind /dev/%s: %w", d, err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(dev, "shm"), 0o1777); err != nil {
-		return err
-	}
-	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("mount /dev/shm: %w", err)
-	}
-	// A private devpts instance, so programs that need a terminal (script,
-	// python's pty, ssh) work and see no other sandbox's terminals.
-	if err := os.MkdirAll(filepath.Join(dev, "pts"), 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
-		return fmt.Errorf("mount /dev/pts: %w", err)
-	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
-			return err
-		}
-	}
-	if err := unix.Chdir(merged); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach old root: %w", err)
-	}
-	return unix.Chdir("/")
-}
-
-// rootTmp makes /tmp of the sandbox's root a world-writable sticky directory
-// of its overlay, as in a container: what a job writes there lands in the
-// private upper layer, so snapshots capture it and restore it. An image's
-// /tmp that is not a directory (a symlink, say) is left as the image made it;
-// it is never followed, since the root is not pivoted into yet.
-func rootTmp(merged string) error {
-	t := filepath.Join(merged, "tmp")
-	fi, err := os.Lstat(t)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.Mkdir(t, 0o755); err != nil {
-			return fmt.Errorf("create /tmp: %w", err)
-		}
-	case err != nil:
-		return fmt.Errorf("stat /tmp: %w", err)
-	case !fi.IsDir():
-		return nil
-	case fi.Mode()&(os.ModePerm|os.ModeSticky) == 0o777|os.ModeSticky:
-		return nil // already right: no copy-up into the upper layer
-	}
-	if err := os.Chmod(t, 0o777|os.ModeSticky); err != nil { // Mkdir is subject to the umask
-		return fmt.Errorf("chmod /tmp: %w", err)
-	}
-	return nil
-}
-
-func overlay(lower []string, upper, work, target string) error {
-	for _, d := range []string{upper, work, target} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	lowers := make([]string, len(lower))
-	for i, l := range lower {
-		lowers[i] = escapeOverlay(l)
-	}
-	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
-	// The init mounts in its user namespace, where the trusted.* xattrs that
-	// overlayfs marks opaque directories with are out of reach: without
-	// userxattr (user.overlay.*, Linux 5.11+), replacing a directory of the
-	// lower layer fails with EIO. Older kernels get the plain mount.
-	if err := unix.Mount("overlay", target, "overlay", 0, opts+",userxattr"); err == nil {
-		return nil
-	}
-	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount overlay on %s: %w", target, err)
-	}
-	return nil
-}
-
-func dirExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
-}
-
-func escapeOverlay(p string) string {
-	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
-}
-
-// setupNetns brings up the loopback of the sandbox's fresh network namespace,
-// listens on 127.0.0.1:ProxyPort and sends the listener to the server, which
-// serves the sandbox's egress proxy on it.
-func setupNetns() error {
-	sock := os.NewFile(fdEgress, "egress-sock")
-	defer sock.Close()
-	if err := loopbackUp(); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ProxyPort))
-	if err != nil {
-		return fmt.Errorf("listen on the proxy port: %w", err)
-	}
-	defer ln.Close()
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := sendFile(sock, f); err != nil {
-		return fmt.Errorf("send the proxy listener: %w", err)
-	}
-	return nil
 }
 
 // installCA adds pemBytes to the trust store of the sandbox's root (its upper
@@ -523,4 +333,19 @@ func installCA(pemBytes []byte) (string, error) {
 		}
 	}
 	return "/" + egress.BundlePaths[0], nil
+}
+
+// setOOMScore sets the oom_score_adj of process pid (raising it needs no
+// privilege).
+func setOOMScore(pid, adj int) error {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
+}
+
+// workAdj is the oom_score_adj of a sandbox's commands: workOOMScoreAdj in
+// an isolated sandbox, else left as inherited (0).
+func workAdj(isolated bool) int {
+	if isolated {
+		return workOOMScoreAdj
+	}
+	return 0
 }

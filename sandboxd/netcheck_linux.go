@@ -28,10 +28,7 @@ func (p *proc) listensOn(port int) bool {
 	if len(inodes) == 0 {
 		return false
 	}
-	pids := p.cg.pids()
-	if len(pids) == 0 {
-		pids = append([]int{p.pid()}, proctree.Descendants(p.pid())...)
-	}
+	pids := append([]int{p.pid()}, proctree.Descendants(p.pid())...)
 	for _, pid := range pids {
 		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		ents, err := os.ReadDir(dir)
@@ -75,11 +72,11 @@ func listeningInodes(procNet string, port int) map[string]bool {
 	return out
 }
 
-// dialNetns connects to addr from inside the network namespace of pid. The
+// dialNetns connects to addr from inside the network namespace at nsPath. The
 // socket is made on a locked thread that joins the namespace and is never
 // unlocked, so Go ends that thread with the goroutine and no other goroutine
 // ever runs in the sandbox's namespace.
-func dialNetns(ctx context.Context, pid int, addr string) (net.Conn, error) {
+func dialNetns(ctx context.Context, nsPath string, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error
@@ -87,7 +84,7 @@ func dialNetns(ctx context.Context, pid int, addr string) (net.Conn, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		ns, err := os.Open(nsPath)
 		if err != nil {
 			ch <- result{err: fmt.Errorf("open network namespace: %w", err)}
 			return

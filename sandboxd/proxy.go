@@ -110,13 +110,13 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 // for a sandbox on the host network, else one that dials in the sandbox's
 // network namespace (no idle connections kept: each request dials afresh).
 func (p *proc) transport(port int) http.RoundTripper {
-	if p.eg == nil || port == ExecdPort {
+	if p.netns == "" || port == ExecdPort {
 		return nil
 	}
-	pid := p.pid()
+	ns := p.netns
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return dialNetns(ctx, pid, addr)
+			return dialNetns(ctx, ns, addr)
 		},
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 0,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -16,29 +17,40 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
-// proc is a running sandbox as seen from the server: its init process, the
-// control pipe that keeps it alive, its cgroups and its status messages.
-type proc struct {
-	cmd  *exec.Cmd
-	ctl  *os.File
-	cg   *cgroups
-	port int
-	eg   *sidecar // the egress proxy of a sandbox with its own network namespace
+// workOOMScoreAdj is the oom_score_adj of a sandbox's own work (its
+// entrypoint and every command execd starts), while its init and execd keep
+// the default 0: inside a sandbox at its memory limit the kernel kills the
+// work that allocates, never what keeps the sandbox answering. Raising a
+// score needs no privilege, where lowering one needs CAP_SYS_RESOURCE, which
+// a server may lack (and runc, in a user namespace, always does).
+const workOOMScoreAdj = 1000
 
-	done chan struct{} // closed once the init has been waited for
+// proc is a running sandbox as seen from the server: its init process, the
+// control pipe that keeps it alive and its status messages.
+type proc struct {
+	id  string
+	cmd *exec.Cmd // the runtime's foreground run (isolated), or the plain init
+	ctl *os.File
+	rt  *ociRuntime // nil without isolation
+	dir string      // the sandbox directory, whose mounts kill undoes
+	// netns is the path of the sandbox's own network namespace, if any.
+	netns   string
+	initPID int // the init's host pid
+	port    int
+	eg      *sidecar // the egress proxy of a sandbox with its own network namespace
+
+	done chan struct{} // closed once cmd has been waited for
 
 	mu sync.Mutex
 	// last is the last status message that explains an exit.
-	last    initMsg
-	stopped bool // paused with SIGSTOP (no freezer)
+	last   initMsg
+	frozen bool
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) pid() int { return p.initPID }
 
 // lastMsg returns the last status message received.
 func (p *proc) lastMsg() initMsg {
@@ -70,249 +82,335 @@ func shortID(id string) string {
 	return id
 }
 
-// probeIsolation starts a process in the namespaces a sandbox uses and checks
-// that it can mount; it returns an error wrapping ErrIsolationUnavailable when
-// the kernel refuses.
-func probeIsolation(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, "/proc/self/exe")
-	cmd.Args = []string{"sandboxd-probe"}
-	cmd.Env = []string{initEnv + "=probe"}
-	cmd.SysProcAttr = isolatedAttr()
-	out, err := cmd.CombinedOutput()
+// launcher holds what one sandbox start opens, so that every exit path
+// closes it.
+type launcher struct {
+	s   *Server
+	rec *record
+	fs  rootfs
+	dir string
+	p   *proc // nil until the init runs
+
+	logf      *os.File
+	ctlR, stW *os.File // the init's ends of its pipes
+	ctlW, stR *os.File // the server's ends
+	execdLn   *os.File // a host loopback listener for execd (own netns only)
+	netns     string
+	proxyLn   net.Listener
+	msgs      chan initMsg
+}
+
+// launch starts a sandbox's init and waits until execd listens and the
+// entrypoint survived the startup grace. On error nothing of the sandbox is
+// left running or mounted.
+func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, error) {
+	l := &launcher{s: s, rec: rec, fs: fs, dir: s.sandboxDir(rec.ID)}
+	p, err := l.run(ctx)
+	l.closeFiles()
 	if err != nil {
-		return fmt.Errorf("%w: the kernel refused a user, mount, PID, UTS and IPC namespace with a mount in it (%v %s); start with --no-isolation (Config.NoIsolation) for development only", ErrIsolationUnavailable, err, strings.TrimSpace(string(out)))
+		if l.p != nil {
+			s.kill(l.p)
+		} else {
+			l.undo()
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+func (l *launcher) run(ctx context.Context) (*proc, error) {
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	cmd, err := l.command()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.start(cmd); err != nil {
+		return nil, err
+	}
+	if l.rec.Egress {
+		eg, err := l.s.newSidecar(l.rec)
+		if err != nil {
+			return nil, err
+		}
+		l.p.eg = eg
+		eg.serveProxy(l.proxyLn)
+		l.proxyLn = nil
+	}
+	if err := l.configure(); err != nil {
+		return nil, err
+	}
+	if err := l.awaitPort(ctx); err != nil {
+		return nil, err
+	}
+	return l.p, nil
+}
+
+// open opens the entrypoint log, the init's pipes and, for a sandbox with
+// its own network namespace, the namespace and its listeners.
+func (l *launcher) open() error {
+	var err error
+	if l.s.cfg.NoIsolation {
+		if err := os.MkdirAll(filepath.Join(l.dir, plainRoot), 0o755); err != nil {
+			return err
+		}
+	}
+	if l.logf, err = os.OpenFile(filepath.Join(l.dir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return err
+	}
+	if l.ctlR, l.ctlW, err = os.Pipe(); err != nil {
+		return err
+	}
+	if l.stR, l.stW, err = os.Pipe(); err != nil {
+		return err
+	}
+	if !l.rec.Egress {
+		return nil
+	}
+	// A socket stays in the namespace it was made in: execd's listener is
+	// made here, on a host loopback port, so the server reaches it although
+	// the sandbox cannot reach the host.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("execd listener: %w", err)
+	}
+	l.execdLn, err = ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		return fmt.Errorf("execd listener: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(l.s.runDir, l.rec.ID), 0o711); err != nil {
+		return err
+	}
+	l.netns = l.s.netnsPath(l.rec.ID)
+	if l.proxyLn, err = newNetns(l.netns); err != nil {
+		l.netns = ""
+		return fmt.Errorf("network namespace: %w", err)
 	}
 	return nil
 }
 
-// breakIsolation makes isolatedAttr ask for an invalid user mapping, so tests
-// can see what a kernel that refuses namespaces does.
-var breakIsolation bool
-
-func isolatedAttr() *syscall.SysProcAttr {
-	return isolatedAttrNet(false)
-}
-
-// isolatedAttrNet is isolatedAttr, with a new network namespace if netns.
-func isolatedAttrNet(netns bool) *syscall.SysProcAttr {
-	// As root: identity mapping of every id, so root in the sandbox is root
-	// for file ownership, but its capabilities only hold in the sandbox's
-	// namespaces. As another user: that user becomes root in the sandbox, the
-	// only mapping an unprivileged user namespace allows.
-	uid, gid, size := 0, 0, 1<<32-1
-	setgroups := true
-	if euid := os.Geteuid(); euid != 0 {
-		uid, gid, size = euid, os.Getegid(), 1
-		setgroups = false
+// command returns the process that runs the sandbox's init: the OCI
+// runtime's foreground run of the sandbox's bundle or, without isolation,
+// this binary re-executed as a plain host process.
+func (l *launcher) command() (*exec.Cmd, error) {
+	files := []*os.File{l.ctlR, l.stW, l.logf}
+	if l.execdLn != nil {
+		files = append(files, l.execdLn)
 	}
-	if breakIsolation {
-		size = 0
-	}
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
-	if netns {
-		flags |= syscall.CLONE_NEWNET
-	}
-	return &syscall.SysProcAttr{
-		Cloneflags:                 flags,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: size}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: size}},
-		GidMappingsEnableSetgroups: setgroups,
-		Setsid:                     true,
-	}
-}
-
-// launch starts a sandbox's init and waits until execd listens and the
-// entrypoint survived the startup grace.
-func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, error) {
-	dir := s.sandboxDir(rec.ID)
-	if s.cfg.NoIsolation {
-		if err := os.MkdirAll(filepath.Join(dir, plainRoot), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	logf, err := os.OpenFile(filepath.Join(dir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		ctlR.Close()
-		ctlW.Close()
-		return nil, err
-	}
-	// A sandbox with its own network namespace gets two more descriptors: a
-	// listener on a host loopback port for execd (a socket stays in the
-	// namespace it was made in, so the host reaches execd there although the
-	// sandbox cannot reach the host), and a unix socket on which the init
-	// sends back the listener of its egress proxy port.
-	var execdLn, egSock, egPeer *os.File
-	closeNet := func() {
-		for _, f := range []*os.File{execdLn, egSock, egPeer} {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}
-	if rec.Egress {
-		if execdLn, egSock, egPeer, err = netnsFiles(); err != nil {
-			ctlR.Close()
-			ctlW.Close()
-			stR.Close()
-			stW.Close()
-			return nil, err
-		}
-	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"sandboxd-init", rec.ID}
-	cmd.Env = []string{initEnv + "=init"}
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{ctlR, stW, logf}
-	if rec.Egress {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, execdLn, egPeer)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if s.cfg.NoIsolation {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var cmd *exec.Cmd
+	if l.s.cfg.NoIsolation {
+		cmd = exec.Command("/proc/self/exe")
+		cmd.Args = []string{"sandboxd-init", l.rec.ID}
+		cmd.Env = []string{initEnv + "=init"}
+		cmd.Dir = "/"
 	} else {
-		cmd.SysProcAttr = isolatedAttrNet(rec.Egress)
+		bundle, err := l.bundle()
+		if err != nil {
+			return nil, err
+		}
+		cmd = l.s.rt.runCmd(l.rec.ID, bundle, filepath.Join(bundle, "init.pid"), len(files))
 	}
-	err = cmd.Start()
-	ctlR.Close()
-	stW.Close()
-	if execdLn != nil {
-		execdLn.Close()
-		egPeer.Close()
-		execdLn, egPeer = nil, nil
-	}
-	defer closeNet()
+	cmd.ExtraFiles = files
+	cmd.Stdout, cmd.Stderr = l.logf, l.logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd, nil
+}
+
+// bundle mounts the sandbox's root and writes its OCI bundle.
+func (l *launcher) bundle() (string, error) {
+	merged, err := l.s.mountRoot(l.dir, l.s.rootDir(l.rec.ID), l.fs)
 	if err != nil {
-		ctlW.Close()
-		stR.Close()
-		if !s.cfg.NoIsolation {
-			return nil, fmt.Errorf("%w: start sandbox init: %w", ErrIsolationUnavailable, err)
+		return "", fmt.Errorf("mount the root: %w", err)
+	}
+	sp, err := buildSpec(specInput{
+		ID: l.rec.ID, Root: merged, InitBin: l.s.initBin(), Hostname: shortID(l.rec.ID), Netns: l.netns,
+		Limits: l.rec.Limits, Pids: int64(l.s.cfg.MaxProcesses), ShmBytes: l.s.cfg.ShmSize,
+		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID,
+	})
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(l.dir, "bundle")
+	if err := writeBundle(dir, sp); err != nil {
+		return "", fmt.Errorf("write the bundle: %w", err)
+	}
+	return dir, nil
+}
+
+// start starts cmd and the goroutines that read the init's status lines and
+// wait for cmd.
+func (l *launcher) start(cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		if l.s.rt != nil {
+			return fmt.Errorf("%w: start %s: %w", ErrIsolationUnavailable, cmd.Path, err)
 		}
-		return nil, fmt.Errorf("start sandbox init: %w", err)
+		return fmt.Errorf("start sandbox init: %w", err)
 	}
-	p := &proc{cmd: cmd, ctl: ctlW, done: make(chan struct{})}
-	p.cg = newCgroups(s.cfg.CgroupRoot, s.cfg.CgroupParent, rec.ID, rec.Limits, s.cfg.MaxProcesses)
-	if len(p.cg.missing) > 0 {
-		missing := strings.Join(p.cg.missing, "; ")
-		pause := "cgroup freezer"
-		if !p.cg.hasFreezer() {
-			pause = "SIGSTOP/SIGCONT"
-		}
-		s.cgWarnOnce.Do(func() {
-			s.log.Warn("sandboxd: some cgroup features are unavailable and not enforced", "missing", missing, "pause", pause)
-		})
-		s.log.Debug("sandboxd: cgroup features unavailable for sandbox", "id", rec.ID, "missing", missing)
+	l.p = &proc{id: l.rec.ID, cmd: cmd, ctl: l.ctlW, rt: l.s.rt, dir: l.dir, netns: l.netns, done: make(chan struct{})}
+	l.ctlW = nil
+	if l.s.cfg.NoIsolation {
+		l.p.initPID = cmd.Process.Pid
 	}
-	if err := p.cg.add(cmd.Process.Pid); err != nil {
-		s.log.Warn("sandboxd: cgroup placement failed", "id", rec.ID, "err", err)
-	}
-	msgs := make(chan initMsg, 4)
+	// The init holds the only write end of its status pipe: EOF means it
+	// (or the runtime, before it started the init) exited.
+	l.ctlR.Close()
+	l.stW.Close()
+	l.ctlR, l.stW = nil, nil
+	p, stR := l.p, l.stR
+	l.stR = nil
+	l.msgs = make(chan initMsg, 4)
 	go func() {
-		defer close(msgs)
+		defer close(l.msgs)
+		defer stR.Close()
 		sc := bufio.NewScanner(stR)
 		for sc.Scan() {
 			var m initMsg
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue
+			}
+			if m.Port == 0 {
 				p.mu.Lock()
-				if m.Port == 0 {
-					p.last = m
-				}
+				p.last = m
 				p.mu.Unlock()
-				select {
-				case msgs <- m:
-				default: // nobody waits any more; the exit is recorded in last
-				}
+			}
+			select {
+			case l.msgs <- m:
+			default: // nobody waits any more; the exit is recorded in last
 			}
 		}
-		stR.Close()
 	}()
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
 	}()
+	return nil
+}
 
+// configure sends the init its configuration.
+func (l *launcher) configure() error {
 	var extraEnv []string
-	if rec.Egress {
-		if p.eg, err = s.newSidecar(rec); err != nil {
-			s.kill(p)
-			return nil, err
-		}
+	if l.p.eg != nil {
 		extraEnv = proxyEnv()
 	}
 	cfg := initConfig{
-		ID:         rec.ID,
-		Isolated:   !s.cfg.NoIsolation,
-		Lower:      fs.Lower,
-		HostDirs:   fs.HostDirs,
-		HostMask:   fs.HostMask,
-		SandboxDir: dir,
-		Entrypoint: rec.Entrypoint,
-		Env:        baseEnv(rec.ID, extraEnv, rec.Env),
-		Token:      rec.ExecdToken,
-		Netns:      rec.Egress,
+		ID:         l.rec.ID,
+		Isolated:   l.p.rt != nil,
+		SandboxDir: l.dir,
+		Entrypoint: l.rec.Entrypoint,
+		Env:        baseEnv(l.rec.ID, extraEnv, l.rec.Env),
+		Token:      l.rec.ExecdToken,
+		Netns:      l.rec.Egress,
 	}
-	if p.eg != nil {
-		cfg.CACert = string(p.eg.proxy.CACertPEM())
+	if l.p.eg != nil {
+		cfg.CACert = string(l.p.eg.proxy.CACertPEM())
 	}
 	line, _ := json.Marshal(cfg)
-	if _, err := ctlW.Write(append(line, '\n')); err != nil {
-		s.kill(p)
-		return nil, fmt.Errorf("configure sandbox init: %w", err)
+	if _, err := l.p.ctl.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("configure sandbox init: %w", err)
 	}
+	return nil
+}
 
-	failure := func(m initMsg, ok bool) error {
+// next returns the init's next status message.
+func (l *launcher) next(ctx context.Context) (initMsg, error) {
+	select {
+	case m, ok := <-l.msgs:
 		if !ok {
-			<-p.done
-			return fmt.Errorf("sandbox init exited during start-up: %s; %s", cmd.ProcessState, s.logTail(rec.ID))
+			return m, l.failure(m, false)
 		}
-		err := errors.New(describeMsg(m, s.logTail(rec.ID)))
-		if m.Exit != nil {
-			return &exitError{err}
-		}
+		return m, nil
+	case <-ctx.Done():
+		return initMsg{}, fmt.Errorf("sandbox start: %w", ctx.Err())
+	}
+}
+
+// awaitPort waits for execd's port, then for the startup grace.
+func (l *launcher) awaitPort(ctx context.Context) error {
+	m, err := l.next(ctx)
+	if err != nil {
 		return err
 	}
-	select {
-	case m, ok := <-msgs:
-		if !ok || m.Port == 0 {
-			s.kill(p)
-			return nil, failure(m, ok)
-		}
-		p.port = m.Port
-		if p.eg != nil {
-			// The init sent its proxy listener before it reported the port.
-			l, err := recvListener(egSock)
-			if err != nil {
-				s.kill(p)
-				return nil, fmt.Errorf("egress proxy listener from the sandbox: %w", err)
-			}
-			p.eg.serveProxy(l)
-		}
-	case <-ctx.Done():
-		s.kill(p)
-		return nil, fmt.Errorf("sandbox start: %w", ctx.Err())
+	if m.Port == 0 {
+		return l.failure(m, true)
 	}
-	if g := s.cfg.StartupGrace; g > 0 {
+	l.p.port = m.Port
+	if l.p.rt != nil {
+		// The runtime writes its pid file once the init runs: by now, or
+		// about now.
+		pid, err := awaitPIDFile(ctx, filepath.Join(l.dir, "bundle", "init.pid"))
+		if err != nil {
+			return err
+		}
+		l.p.initPID = pid
+	}
+	if g := l.s.cfg.StartupGrace; g > 0 {
 		t := time.NewTimer(g)
 		defer t.Stop()
 		select {
-		case m, ok := <-msgs:
-			s.kill(p)
-			return nil, failure(m, ok)
+		case m, ok := <-l.msgs:
+			return l.failure(m, ok)
 		case <-t.C:
 		case <-ctx.Done():
-			s.kill(p)
-			return nil, fmt.Errorf("sandbox start: %w", ctx.Err())
+			return fmt.Errorf("sandbox start: %w", ctx.Err())
 		}
 	}
-	return p, nil
+	return nil
+}
+
+// failure explains a start that ended with status message m (ok) or with the
+// status pipe closed (!ok).
+func (l *launcher) failure(m initMsg, ok bool) error {
+	if !ok {
+		<-l.p.done
+		return fmt.Errorf("sandbox init exited during start-up: %s; %s", l.p.cmd.ProcessState, l.s.logTail(l.rec.ID))
+	}
+	err := errors.New(describeMsg(m, l.s.logTail(l.rec.ID)))
+	if m.Exit != nil {
+		return &exitError{err}
+	}
+	return err
+}
+
+// closeFiles closes what the server no longer needs after a start.
+func (l *launcher) closeFiles() {
+	for _, f := range []*os.File{l.logf, l.ctlR, l.stW, l.ctlW, l.stR, l.execdLn} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if l.proxyLn != nil {
+		l.proxyLn.Close()
+	}
+}
+
+// undo removes what a start that never ran an init set up.
+func (l *launcher) undo() {
+	if !l.s.cfg.NoIsolation {
+		l.s.removeRunDir(l.rec.ID)
+	}
+}
+
+// awaitPIDFile reads the pid the runtime writes for a sandbox's init.
+func awaitPIDFile(ctx context.Context, path string) (int, error) {
+	var b []byte
+	var err error
+	for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
+		if b, err = os.ReadFile(path); err == nil && len(b) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the runtime's pid file: %w (%w)", ctx.Err(), err)
+		case <-time.After(d):
+		}
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the runtime's pid file holds %q", b)
+	}
+	return pid, nil
 }
 
 // exitError is a start-up failure because the entrypoint exited.
@@ -363,25 +461,52 @@ func (s *Server) logTail(id string) string {
 	return "log: " + strings.TrimSpace(string(buf[:n]))
 }
 
-// kill stops every process of the sandbox and waits for the init, then removes
-// the cgroups. Safe to call more than once.
+// kill stops every process of the sandbox, waits for its init, removes the
+// container and undoes the sandbox's mounts and network namespace. Safe to
+// call more than once.
 func (s *Server) kill(p *proc) {
-	if p.cg.hasFreezer() {
-		// Frozen tasks do not die until thawed.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = p.cg.setFreezer(ctx, "THAWED")
-		cancel()
+	_ = p.ctl.Close() // the init kills its children and exits
+	if p.rt == nil {
+		s.killPlain(p)
+		p.eg.close()
+		return
 	}
-	var tree []int
-	if s.cfg.NoIsolation {
-		tree = proctree.Descendants(p.pid())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.mu.Lock()
+	frozen := p.frozen
+	p.frozen = false
+	p.mu.Unlock()
+	if frozen {
+		_ = p.rt.resume(ctx, p.id) // frozen tasks do not die until thawed
 	}
-	_ = p.ctl.Close()
+	select {
+	case <-p.done:
+	case <-time.After(time.Second):
+		_ = p.rt.kill(ctx, p.id)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			s.log.Error("sandboxd: the runtime did not exit after SIGKILL of the sandbox", "id", p.id)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	if err := p.rt.delete(ctx, p.id); err != nil {
+		s.log.Warn("sandboxd: delete the container", "id", p.id, "err", err)
+	}
+	p.eg.close()
+	s.removeRunDir(p.id)
+	if err := unmountSandbox(p.dir); err != nil {
+		s.log.Warn("sandboxd: unmount the sandbox", "id", p.id, "err", err)
+	}
+}
+
+// killPlain kills a sandbox without isolation: its init and every descendant.
+func (s *Server) killPlain(p *proc) {
+	tree := proctree.Descendants(p.pid())
 	_ = p.cmd.Process.Kill()
 	for _, pid := range tree {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	for _, pid := range p.cg.pids() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	select {
@@ -389,26 +514,17 @@ func (s *Server) kill(p *proc) {
 	case <-time.After(5 * time.Second):
 		s.log.Error("sandboxd: sandbox init did not exit after SIGKILL", "pid", p.pid())
 	}
-	for i := 0; i < 100 && len(p.cg.pids()) > 0; i++ {
-		for _, pid := range p.cg.pids() {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if err := p.cg.remove(); err != nil {
-		s.log.Warn("sandboxd: cgroup cleanup", "err", err)
-	}
-	p.eg.close()
 }
 
-// freeze pauses every process of the sandbox.
+// freeze pauses every process of the sandbox: the runtime's pause (the
+// cgroup freezer) or, without isolation, SIGSTOP of the process tree.
 func (s *Server) freeze(ctx context.Context, p *proc) error {
-	if p.cg.hasFreezer() {
-		return p.cg.setFreezer(ctx, "FROZEN")
-	}
 	p.mu.Lock()
-	p.stopped = true
+	p.frozen = true
 	p.mu.Unlock()
+	if p.rt != nil {
+		return p.rt.pause(ctx, p.id)
+	}
 	// A second pass stops children forked while the first one ran.
 	if err := signalTree(p.pid(), syscall.SIGSTOP); err != nil {
 		return err
@@ -418,12 +534,12 @@ func (s *Server) freeze(ctx context.Context, p *proc) error {
 
 // thaw resumes a paused sandbox.
 func (s *Server) thaw(ctx context.Context, p *proc) error {
-	if p.cg.hasFreezer() {
-		return p.cg.setFreezer(ctx, "THAWED")
-	}
 	p.mu.Lock()
-	p.stopped = false
+	p.frozen = false
 	p.mu.Unlock()
+	if p.rt != nil {
+		return p.rt.resume(ctx, p.id)
+	}
 	return signalTree(p.pid(), syscall.SIGCONT)
 }
 
@@ -439,23 +555,132 @@ func signalTree(root int, sig syscall.Signal) error {
 	return errors.Join(errs...)
 }
 
-// netnsFiles returns what a sandbox with its own network namespace needs from
-// the host: a listener on a host loopback port for its execd, and both ends of
-// the unix socket its init sends its proxy listener back on.
-func netnsFiles() (execdLn, sock, peer *os.File, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("execd listener: %w", err)
+// runtimeRoot is the OCI runtime's state directory (--root).
+func (s *Server) runtimeRoot() string { return filepath.Join(s.dataDir, "run", "runtime") }
+
+// cleanLeftovers removes what a sandbox of an earlier run of the server left
+// behind: its container (thawed and killed), its network namespace and its
+// mounts.
+func (s *Server) cleanLeftovers(id string) {
+	dir := s.sandboxDir(id)
+	if !s.cfg.NoIsolation {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot()); err == nil && !rt.gone(id) {
+			_ = rt.resume(ctx, id)
+			if err := rt.delete(ctx, id); err != nil {
+				s.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)
+			}
+		}
 	}
-	execdLn, err = ln.(*net.TCPListener).File()
-	ln.Close()
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("execd listener: %w", err)
+	s.removeRunDir(id)
+	if err := unmountSandbox(dir); err != nil {
+		s.log.Warn("sandboxd: unmount a sandbox of an earlier run", "id", id, "err", err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		execdLn.Close()
-		return nil, nil, nil, fmt.Errorf("socketpair: %w", err)
+}
+
+// prepareDisk gives an isolated sandbox its disk (Config.DiskQuota) with
+// the directories of its layers, before a snapshot is restored into them.
+func (s *Server) prepareDisk(ctx context.Context, id string) error {
+	if s.cfg.NoIsolation {
+		return nil
 	}
-	return execdLn, os.NewFile(uintptr(fds[0]), "egress-sock"), os.NewFile(uintptr(fds[1]), "egress-peer"), nil
+	dir := s.sandboxDir(id)
+	mnt := filepath.Join(dir, diskDir)
+	if s.cfg.DiskQuota > 0 {
+		if err := makeDisk(ctx, filepath.Join(dir, diskImage), mnt, s.cfg.DiskQuota); err != nil {
+			return fmt.Errorf("sandbox disk: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(mnt, layersDir, "upper"), 0o755); err != nil {
+		return err
+	}
+	return nil
+}
+
+// prepareRuntime makes the server's run directory and places the init
+// binary (this executable) there, where the runtime can bind-mount it into
+// every sandbox. The runtime mounts from inside the sandbox's user namespace,
+// whose root must traverse the way to the init and to each sandbox's root:
+// the run directory and its parents are world-traversable (0711), while the
+// data directory may be private.
+func (s *Server) prepareRuntime() error {
+	for _, d := range []string{filepath.Dir(s.runDir), s.runDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the sandbox init: %w", err)
+	}
+	dst := s.initBin()
+	tmp := dst + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Link(exe, tmp); err != nil {
+		if err := copyFile(exe, tmp, 0o755); err != nil {
+			return fmt.Errorf("place the sandbox init: %w", err)
+		}
+	}
+	return os.Rename(tmp, dst)
+}
+
+// initBin is the host path of the init binary every sandbox runs.
+func (s *Server) initBin() string { return filepath.Join(s.runDir, "init") }
+
+// rootDir is where sandbox id's root is mounted (the bundle's rootfs).
+func (s *Server) rootDir(id string) string { return filepath.Join(s.runDir, id, "rootfs") }
+
+// netnsPath is where sandbox id's network namespace is bound.
+func (s *Server) netnsPath(id string) string { return filepath.Join(s.runDir, id, "netns") }
+
+// removeRunDirs removes the server's run directory at Close: the init
+// binary and every sandbox directory with nothing mounted in it (never
+// through a mount).
+func (s *Server) removeRunDirs() error {
+	if err := os.Remove(s.initBin()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	ents, _ := os.ReadDir(s.runDir)
+	for _, e := range ents {
+		s.removeRunDir(e.Name())
+	}
+	if err := os.Remove(s.runDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the run directory: %w", err)
+	}
+	return nil
+}
+
+// removeRunDir undoes what the run directory holds for sandbox id.
+func (s *Server) removeRunDir(id string) {
+	removeNetns(s.netnsPath(id))
+	d := filepath.Join(s.runDir, id)
+	if err := unmountSandbox(d); err != nil {
+		s.log.Warn("sandboxd: unmount a sandbox root", "id", id, "err", err)
+	}
+	if waitUnmounted(d, 5*time.Second) {
+		_ = os.RemoveAll(d)
+	} else {
+		s.log.Warn("sandboxd: a sandbox root stays mounted", "id", id, "dir", d)
+	}
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -33,6 +33,9 @@ type Server struct {
 
 	probeOnce  sync.Once
 	probeErr   error
+	rt         *ociRuntime // set by checkIsolation
+	idmap      *idmapper
+	runDir     string // Config.RunDir/<hash of DataDir>
 	hostOnce   sync.Once
 	host       rootfs
 	hostErr    error
@@ -119,6 +122,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.lock = lock
+	// Idmapped lowers an earlier run left mounted (it died) go first.
+	s.idmap = &idmapper{dir: filepath.Join(s.dataDir, "run", "idmap")}
+	if err := unmountSandbox(filepath.Join(s.dataDir, "run")); err != nil {
+		s.log.Warn("sandboxd: unmount what an earlier run left", "err", err)
+	}
+	s.runDir = runDirFor(cfg.RunDir, s.dataDir)
 	recs, err := s.loadRecords()
 	if err != nil {
 		lock.Close()
@@ -138,11 +147,9 @@ func New(cfg Config) (*Server, error) {
 				lock.Close()
 				return nil, err
 			}
-			// A server that died leaves its sandboxes' groups behind, and a
-			// frozen sandbox's processes alive: thaw and kill them.
-			if err := newCgroups(cfg.CgroupRoot, cfg.CgroupParent, r.ID, limits{}, 0).killAll(); err != nil {
-				s.log.Warn("sandboxd: clean up the cgroups of a sandbox from an earlier run", "id", r.ID, "err", err)
-			}
+			// A server that died leaves its sandboxes' containers behind (a
+			// frozen one's processes alive) and their mounts: remove them.
+			s.cleanLeftovers(r.ID)
 			s.removeRuntimeDirs(r.ID)
 		}
 		if sb.rec.Status.LastTransitionAt != nil {
@@ -206,7 +213,14 @@ func (s *Server) checkIsolation(ctx context.Context) error {
 	if s.cfg.NoIsolation {
 		return nil
 	}
-	s.probeOnce.Do(func() { s.probeErr = probeIsolation(ctx) })
+	s.probeOnce.Do(func() {
+		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot())
+		if s.probeErr == nil {
+			if err := s.prepareRuntime(); err != nil {
+				s.rt, s.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
+			}
+		}
+	})
 	return s.probeErr
 }
 
@@ -244,6 +258,14 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	if err := s.idmap.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.rt != nil {
+		if err := s.removeRunDirs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := s.snap.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -412,6 +434,11 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		failed(ReasonRuntimeError, err)
 		return
 	}
+	if err := s.prepareDisk(ctx, rec.ID); err != nil {
+		failed(ReasonRuntimeError, err)
+		s.removeRuntimeDirs(rec.ID)
+		return
+	}
 	if rec.SnapshotID != "" {
 		if err := s.restoreSnapshot(ctx, &rec); err != nil {
 			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
@@ -544,6 +571,10 @@ func (s *Server) forget(id string) {
 	ctx, cancel := s.untilStop(time.Minute)
 	s.dropLineage(ctx, id)
 	cancel()
+	if m := mountsUnder(s.sandboxDir(id)); len(m) > 0 {
+		s.log.Warn("sandboxd: sandbox dir still has mounts; kept", "id", id, "mounts", m)
+		return
+	}
 	if err := os.RemoveAll(s.sandboxDir(id)); err != nil {
 		s.log.Warn("sandboxd: remove sandbox dir", "id", id, "err", err)
 	}

@@ -175,7 +175,7 @@ func (s *Server) captureRoot(id string) (string, string) {
 	if s.cfg.NoIsolation {
 		return filepath.Join(s.sandboxDir(id), plainRoot), layoutPlain
 	}
-	return filepath.Join(s.sandboxDir(id), layersDir), layoutOverlay
+	return filepath.Join(s.sandboxDir(id), diskDir, layersDir), layoutOverlay
 }
 
 // createSnapshot records a Creating snapshot of a Running sandbox and captures

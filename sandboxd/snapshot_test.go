@@ -517,7 +517,7 @@ func TestSnapshotTmp(t *testing.T) {
 		return nil
 	})
 	upperTmp := func(id string) string {
-		return filepath.Join(s.DataDir(), "sandboxes", id, "layers", "upper", "tmp")
+		return filepath.Join(s.DataDir(), "sandboxes", id, "fs", "layers", "upper", "tmp")
 	}
 	if b, err := os.ReadFile(filepath.Join(upperTmp(src), "job.out")); err != nil || string(b) != "kept\n" {
 		t.Errorf("source upper layer /tmp/job.out = %q, %v; want kept", b, err)

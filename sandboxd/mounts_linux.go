@@ -1,0 +1,401 @@
+package sandboxd
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Layout of an isolated sandbox's directory (DataDir/sandboxes/<id>):
+//
+//	disk.img        the sandbox's disk: a sparse file of Config.DiskQuota bytes (ext4)
+//	fs/             where disk.img is mounted (or a plain directory without a quota):
+//	  layers/upper    the root overlay's upper layer   } what snapshots capture
+//	  layers/hostup/D the upper layer of host dir D     }
+//	  work, hostwork/D  overlay work directories
+//	bundle/         config.json and the init's pid file
+//
+// and, in the server's run directory (Config.RunDir/<hash of DataDir>), which
+// the sandbox's root must be able to traverse: <id>/rootfs, the sandbox's root
+// (the bundle's rootfs), and <id>/netns, its network namespace.
+const (
+	diskImage = "disk.img"
+	diskDir   = "fs"
+)
+
+// idmapper makes idmapped mounts of lower layers: each lower directory,
+// owned on disk by host ids, is seen through a mount that shifts its ids by
+// IDMapHost, so the sandbox's root (host IDMapHost) owns what host root owns
+// in the image, as in an image whose layers Docker's userns-remap chowned.
+// One mount per lower directory, shared by every sandbox, until Close.
+type idmapper struct {
+	dir string // DataDir/run/idmap
+
+	mu     sync.Mutex
+	userns *os.File // a user namespace with the sandboxes' mapping
+	mounts map[string]string
+}
+
+// lower returns the idmapped view of src, making it on first use.
+func (m *idmapper) lower(src string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.mounts[src]; ok {
+		return p, nil
+	}
+	if m.userns == nil {
+		f, err := mappedUserns()
+		if err != nil {
+			return "", fmt.Errorf("user namespace for idmapped mounts: %w", err)
+		}
+		m.userns = f
+	}
+	if m.mounts == nil {
+		m.mounts = map[string]string{}
+	}
+	target := filepath.Join(m.dir, strconv.Itoa(len(m.mounts)))
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return "", err
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return "", fmt.Errorf("open_tree %s: %w", src, err)
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(m.userns.Fd())}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return "", fmt.Errorf("idmap %s: %w", src, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return "", fmt.Errorf("move idmapped %s: %w", src, err)
+	}
+	m.mounts[src] = target
+	return target, nil
+}
+
+// close unmounts every idmapped lower.
+func (m *idmapper) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for _, p := range m.mounts {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	m.mounts = nil
+	if m.userns != nil {
+		m.userns.Close()
+		m.userns = nil
+	}
+	return errors.Join(errs...)
+}
+
+// mappedUserns returns a user namespace whose ids 0.. map to IDMapHost..: a
+// re-executed child holds it just long enough for its namespace to be opened.
+func mappedUserns() (*os.File, error) {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"sandboxd-userns"}
+	cmd.Env = []string{initEnv + "=userns"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		w.Close()
+		_ = cmd.Wait()
+	}()
+	return os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
+}
+
+// runUserns is the "userns" role: it waits for its stdin to close.
+func runUserns() int {
+	_, _ = bufio.NewReader(os.Stdin).ReadByte()
+	return 0
+}
+
+// makeDisk creates the sandbox's disk (a sparse ext4 image of size bytes,
+// its root owned by the sandbox's root) and mounts it on mnt. Past size,
+// writes in the sandbox fail with ENOSPC, and only there.
+func makeDisk(ctx context.Context, img, mnt string, size int64) error {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("disk image: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("disk image: %w", err)
+	}
+	owner := fmt.Sprintf("root_owner=%d:%d", IDMapHost, IDMapHost)
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
+		"-E", "lazy_itable_init=1,nodiscard,"+owner, img).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 (Debian package e2fsprogs): %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	// The device clears itself on its last close unless mounted: keep it
+	// open until the mount holds it.
+	lf, err := attachLoop(f)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount(lf.Name(), mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount the disk %s on %s: %w", lf.Name(), mnt, err)
+	}
+	return nil
+}
+
+// attachLoop binds f to a free loop device that clears itself once the
+// last mount and descriptor of it are gone, and returns the device, open.
+func attachLoop(f *os.File) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("loop devices: %w", err)
+	}
+	defer ctl.Close()
+	for range 16 {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("find a free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		lf, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", dev, err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		err = unix.IoctlLoopConfigure(int(lf.Fd()), &cfg)
+		if err == nil {
+			return lf, nil
+		}
+		lf.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("configure %s: %w", dev, err)
+		}
+		// another sandbox took it first
+	}
+	return nil, errors.New("configure a loop device: every free one was taken first")
+}
+
+// mountRoot mounts the sandbox's root at merged: an overlay of fs's lower
+// layer (idmapped) under the upper layer in dir/fs/layers, and in the host
+// fallback one overlay per host directory. It returns merged.
+func (s *Server) mountRoot(dir, merged string, fs rootfs) (string, error) {
+	d := filepath.Join(dir, diskDir)
+	lower, err := s.idmap.lower(fs.Lower)
+	if err != nil {
+		return "", err
+	}
+	if err := hostOverlay([]string{lower}, filepath.Join(d, layersDir, "upper"), filepath.Join(d, "work"), merged); err != nil {
+		return "", err
+	}
+	for _, hd := range fs.HostDirs {
+		target := filepath.Join(merged, hd)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return "", err
+		}
+		var lowers []string
+		if fs.HostMask != "" {
+			if mask := filepath.Join(fs.HostMask, hd); dirExists(mask) {
+				ml, err := s.idmap.lower(mask)
+				if err != nil {
+					return "", err
+				}
+				lowers = append(lowers, ml)
+			}
+		}
+		hl, err := s.idmap.lower("/" + hd)
+		if err != nil {
+			return "", err
+		}
+		lowers = append(lowers, hl)
+		if err := hostOverlay(lowers, filepath.Join(d, layersDir, "hostup", hd), filepath.Join(d, "hostwork", hd), target); err != nil {
+			return "", err
+		}
+	}
+	if err := rootTmp(merged); err != nil {
+		return "", err
+	}
+	return merged, nil
+}
+
+// hostOverlay mounts an overlay whose upper and work directories belong to
+// the sandbox's root.
+func hostOverlay(lower []string, upper, work, target string) error {
+	for _, d := range []string{upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chown(d, IDMapHost, IDMapHost); err != nil {
+			return err
+		}
+	}
+	return overlay(lower, upper, work, target)
+}
+
+// unmountSandbox undoes every host mount of a sandbox directory (its root
+// overlays, then its disk), whatever an earlier run left there. It does not
+// fail on what is not mounted.
+func unmountSandbox(dir string) error {
+	var errs []error
+	for _, p := range mountsUnder(dir) {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountinfo(fields[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	// Deepest first, so submounts go before their parents.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space...).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// waitUnmounted polls until nothing is mounted below dir, for removal.
+func waitUnmounted(dir string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for len(mountsUnder(dir)) > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// rootTmp makes /tmp of the sandbox's root a world-writable sticky directory
+// of its overlay, as in a container: what a job writes there lands in the
+// private upper layer, so snapshots capture it and restore it. An image's
+// /tmp that is not a directory (a symlink, say) is left as the image made it;
+// it is never followed, since the root is not pivoted into yet.
+func rootTmp(merged string) error {
+	t := filepath.Join(merged, "tmp")
+	fi, err := os.Lstat(t)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(t, 0o755); err != nil {
+			return fmt.Errorf("create /tmp: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("stat /tmp: %w", err)
+	case !fi.IsDir():
+		return nil
+	case fi.Mode()&(os.ModePerm|os.ModeSticky) == 0o777|os.ModeSticky:
+		return nil // already right: no copy-up into the upper layer
+	}
+	if err := os.Chmod(t, 0o777|os.ModeSticky); err != nil { // Mkdir is subject to the umask
+		return fmt.Errorf("chmod /tmp: %w", err)
+	}
+	if err := os.Lchown(t, IDMapHost, IDMapHost); err != nil { // the sandbox's root owns it
+		return fmt.Errorf("chown /tmp: %w", err)
+	}
+	return nil
+}
+
+func overlay(lower []string, upper, work, target string) error {
+	for _, d := range []string{upper, work, target} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	lowers := make([]string, len(lower))
+	for i, l := range lower {
+		lowers[i] = escapeOverlay(l)
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
+	// userxattr (user.overlay.*, Linux 5.11+) keeps overlayfs's own marks
+	// (opaque directories) in the xattr namespace that snapshots record and
+	// restore with the files. Older kernels get the plain mount.
+	if err := unix.Mount("overlay", target, "overlay", 0, opts+",userxattr"); err == nil {
+		return nil
+	}
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", target, err)
+	}
+	return nil
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+func escapeOverlay(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
+}
+
+// runDirFor is the run directory of the server on dataDir, below root.
+func runDirFor(root, dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(root, hex.EncodeToString(sum[:6]))
+}

@@ -1,0 +1,87 @@
+package sandboxd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// ociRuntime drives an OCI runtime's command line (runc's, which crun and
+// gVisor's runsc share): run, pause, resume, kill, delete and state.
+type ociRuntime struct {
+	path string // the runtime binary
+	root string // its state directory (--root)
+}
+
+// lookRuntime resolves the runtime binary name (a path, or a name looked up
+// in PATH) and checks that it answers --version. The error wraps
+// ErrIsolationUnavailable and names the package to install.
+func lookRuntime(ctx context.Context, name, root string) (*ociRuntime, error) {
+	if name == "" {
+		name = "runc"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: OCI runtime %q not found (%w); install it (Debian: apt-get install runc) or name another with --runtime PATH; --no-isolation runs without one, for development only", ErrIsolationUnavailable, name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "--version").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%w: OCI runtime %s --version: %w: %s", ErrIsolationUnavailable, p, err, strings.TrimSpace(string(out)))
+	}
+	return &ociRuntime{path: p, root: root}, nil
+}
+
+// runCmd returns the command that creates and starts container id from
+// bundle and stays in the foreground until its init exits (then the runtime
+// removes the container). The first extra descriptors of the command (from 3)
+// are passed on to the init: preserve says how many.
+func (r *ociRuntime) runCmd(id, bundle, pidFile string, preserve int) *exec.Cmd {
+	cmd := exec.Command(r.path, "--root", r.root, "run", "--bundle", bundle, "--pid-file", pidFile,
+		"--preserve-fds", fmt.Sprint(preserve), id)
+	cmd.Dir = bundle
+	return cmd
+}
+
+// do runs one runtime subcommand on container id and returns its error with
+// the runtime's own message.
+func (r *ociRuntime) do(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		return fmt.Errorf("%s %s: %w: %s", r.path, strings.Join(args, " "), err, msg)
+	}
+	return nil
+}
+
+func (r *ociRuntime) pause(ctx context.Context, id string) error  { return r.do(ctx, "pause", id) }
+func (r *ociRuntime) resume(ctx context.Context, id string) error { return r.do(ctx, "resume", id) }
+
+// kill sends SIGKILL to every process of container id.
+func (r *ociRuntime) kill(ctx context.Context, id string) error {
+	return r.do(ctx, "kill", "--all", id, "KILL")
+}
+
+// delete removes container id whatever its state; a container that does not
+// exist is not an error.
+func (r *ociRuntime) delete(ctx context.Context, id string) error {
+	err := r.do(ctx, "delete", "--force", id)
+	if err != nil && r.gone(id) {
+		return nil
+	}
+	return err
+}
+
+// gone reports whether the runtime keeps no state for container id.
+func (r *ociRuntime) gone(id string) bool {
+	_, err := os.Stat(r.root + "/" + id)
+	return errors.Is(err, os.ErrNotExist)
+}
