@@ -4,12 +4,22 @@ PKGS      ?= ./...
 TESTFLAGS ?=
 BENCHTIME ?= 1x
 
-.PHONY: build test test-race lint bench demo clean
+.PHONY: build test test-race lint bench demo clean deps
+
+# Sandboxes run under runc (Debian's package) on a per-sandbox ext4 disk
+# (e2fsprogs): installed here when missing, as root (which sandboxd needs).
+deps:
+	@need=""; command -v runc >/dev/null 2>&1 || need="$$need runc"; \
+	command -v mkfs.ext4 >/dev/null 2>&1 || need="$$need e2fsprogs"; \
+	if [ -n "$$need" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "missing:$$need (install them as root: apt-get install$$need)"; exit 1; fi; \
+	  echo "installing:$$need"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
+	fi
 
 build:
 	$(GO) build ./...
 
-test:
+test: deps
 	$(GO) test $(TESTFLAGS) -timeout 20m $(PKGS)
 
 test-race:
@@ -22,12 +32,12 @@ lint:
 
 # -p 1: one package's benchmarks at a time, so no baseline is measured while
 # another package's benchmark holds the cores.
-bench:
+bench: deps
 	$(GO) test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
 
 # The SDK tour (a sandbox, a streamed command, a file, the ledger), then the fleet:
 # a job with a checkpoint, its executor killed mid-job, a second one taking over.
-demo:
+demo: deps
 	$(GO) run ./cmd/demo
 	$(GO) run ./cmd/executor demo
 

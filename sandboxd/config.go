@@ -3,9 +3,12 @@ package sandboxd
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
@@ -43,10 +46,11 @@ type Config struct {
 	RunDir string
 	// ShmSize is the size of each sandbox's /dev/shm. Default 64 MiB, as Docker.
 	ShmSize int64
-	// AllowHosts are "HOST:PORT" destinations on this host (its loopback or
-	// interface addresses) that sandboxes may reach through their egress
-	// proxy when their policy allows it. Every other address of the host is
-	// closed to every sandbox, whatever its networkPolicy says.
+	// AllowHosts are "IP:PORT" (or "localhost:PORT") destinations on this
+	// host (its loopback or interface addresses) that sandboxes may reach
+	// through their egress proxy when their policy allows it. Every other
+	// address of the host is closed to every sandbox, whatever its
+	// networkPolicy says. New validates each entry.
 	AllowHosts []string
 	// HostNetwork lets a sandbox created without a networkPolicy or
 	// credentialProxy share the host's network namespace: any protocol to any
@@ -94,6 +98,26 @@ type Config struct {
 	// when it terminates TLS to inject credentials (RootCAs nil: the host's
 	// roots).
 	EgressUpstreamTLS *tls.Config
+}
+
+// validate checks what withDefaults cannot fill in.
+func (c Config) validate() error {
+	for _, h := range c.AllowHosts {
+		host, port, err := net.SplitHostPort(h)
+		if err == nil {
+			_, err = strconv.ParseUint(port, 10, 16)
+		}
+		if err == nil && host != "localhost" {
+			_, err = netip.ParseAddr(host)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: allow-host %q: want IP:PORT or localhost:PORT", ErrInvalidConfig, h)
+		}
+	}
+	if c.MaxProcesses < 0 {
+		return fmt.Errorf("%w: max processes %d", ErrInvalidConfig, c.MaxProcesses)
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {

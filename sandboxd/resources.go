@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -93,4 +94,22 @@ func parseMemory(v string) (int64, error) {
 		return 0, bad
 	}
 	return int64(b), nil
+}
+
+// ParseSize parses a size as resourceLimits.memory does: plain bytes or a
+// binary (Ki, Mi, Gi, Ti, also KiB, MiB, GiB, TiB) or decimal (k, M, G, T)
+// suffix.
+func ParseSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	if strings.HasSuffix(v, "iB") {
+		v = strings.TrimSuffix(v, "B")
+	}
+	if v == "0" {
+		return 0, nil
+	}
+	n, err := parseMemory(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid size %q", v)
+	}
+	return n, nil
 }

@@ -103,6 +103,9 @@ func cloneSandbox(s Sandbox) Sandbox {
 // records a previous run left there: sandboxes that were live come back
 // Terminated with reason "sandboxd_restart". It starts no process or listener.
 func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}}
 	if cfg.DataDir == "" {

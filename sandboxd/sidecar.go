@@ -65,12 +65,14 @@ func (s *Server) newSidecar(rec *record) (*sidecar, error) {
 }
 
 // guardDial wraps dial (nil: a net.Dialer) so that an egress proxy never
-// connects to the server itself: its API port and every sandbox's execd and
-// egress API ports, on a loopback, unspecified or local interface address,
-// are refused with an *egress.DeniedError whatever the policy says.
-// Otherwise a sandbox whose policy allows the host's loopback (allow-all does)
-// could read its own egress token from the API and rewrite its policy and
-// bindings, or drive other sandboxes.
+// connects to this host, whatever the sandbox's policy says (allow-all
+// included): its loopback, "this host" (0.0.0.0, ::), link-local (where clouds
+// serve instance metadata) and interface addresses are refused with an
+// *egress.DeniedError, except the destinations the operator opened
+// (Config.AllowHosts). The server's own ports (its API, every sandbox's
+// execd and egress API) stay closed even then: a sandbox that reached them
+// could read its own egress token and rewrite its policy, or drive other
+// sandboxes.
 func (s *Server) guardDial(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
 	if dial == nil {
 		d := &net.Dialer{Timeout: egress.DefaultDialTimeout}
@@ -78,11 +80,44 @@ func (s *Server) guardDial(dial func(ctx context.Context, network, address strin
 	}
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(address)
-		if err == nil && s.ownPort(int(ap.Port())) && isLocalAddr(ap.Addr()) {
-			return nil, &egress.DeniedError{Host: ap.Addr().String(), Port: strconv.Itoa(int(ap.Port())), Reason: "a port of sandboxd itself"}
+		if err != nil {
+			return nil, &egress.DeniedError{Host: address, Reason: "not an ip:port address"}
+		}
+		a, port := ap.Addr().Unmap(), strconv.Itoa(int(ap.Port()))
+		if isHostAddr(a) {
+			if s.ownPort(int(ap.Port())) {
+				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "a port of sandboxd itself"}
+			}
+			if !s.hostAllowed(ap) {
+				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "an address of the sandbox's host (the operator opens one with --allow-host HOST:PORT)"}
+			}
 		}
 		return dial(ctx, network, address)
 	}
+}
+
+// hostAllowed reports whether the operator opened ap (Config.AllowHosts).
+func (s *Server) hostAllowed(ap netip.AddrPort) bool {
+	for _, h := range s.cfg.AllowHosts {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || port != strconv.Itoa(int(ap.Port())) {
+			continue
+		}
+		if a, err := netip.ParseAddr(host); err == nil && a.Unmap() == ap.Addr().Unmap() {
+			return true
+		}
+		if host == "localhost" && ap.Addr().Unmap().IsLoopback() {
+			return true
+		}
+	}
+	return false
+}
+
+// isHostAddr reports whether a reaches this host: loopback, unspecified,
+// link-local, or one of its interface addresses.
+func isHostAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || isLocalAddr(a)
 }
 
 // ownPort reports whether port is the server's API port or the execd or

@@ -33,6 +33,16 @@ func main() {
 	}
 }
 
+// listFlag collects a repeated flag's values.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(v string) error {
+	*f = append(*f, v)
+	return nil
+}
+
 // imageFlags collects repeated --image NAME=PATH flags.
 type imageFlags map[string]string
 
@@ -62,9 +72,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.Var(images, "image", "register an image: NAME=DIR or NAME=ROOTFS.tar (repeatable)")
 	noIso := fs.Bool("no-isolation", false, "DEVELOPMENT ONLY: run sandboxes as plain host processes, without namespaces")
 	hostNet := fs.Bool("host-network", false, "sandboxes without a networkPolicy share the host's network, loopback services included (default: own namespace, egress proxy refusing the host's addresses)")
+	runtime := fs.String("runtime", "runc", "OCI runtime binary every sandbox runs under (a path or a name in PATH): runc, crun, runsc (gVisor), kata-runtime")
+	quota := fs.String("disk-quota", "10GiB", "size of each sandbox's writable layer (e.g. 10GiB, 512MiB); 0 disables the quota")
+	shm := fs.String("shm-size", "64MiB", "size of each sandbox's /dev/shm")
+	pids := fs.Int("max-processes", 1024, "pids limit of each sandbox (fork-bomb guard)")
+	allowHosts := &listFlag{}
+	fs.Var(allowHosts, "allow-host", "open IP:PORT (or localhost:PORT) of this host to sandboxes whose policy allows it (repeatable); every other address of this host is closed to every sandbox")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	quotaBytes, err := sandboxd.ParseSize(*quota)
+	if err != nil {
+		return fmt.Errorf("--disk-quota: %w", err)
+	}
+	if quotaBytes == 0 {
+		quotaBytes = -1 // Config: negative disables
+	}
+	shmBytes, err := sandboxd.ParseSize(*shm)
+	if err != nil || shmBytes <= 0 {
+		return fmt.Errorf("--shm-size: want a size such as 64MiB, got %q", *shm)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -80,7 +107,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		fmt.Fprintln(stdout, "WARNING: --host-network: sandboxes without a networkPolicy can reach every service of this machine, loopback included.")
 	}
 	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
-		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger})
+		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
+		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts})
 	if err != nil {
 		return err
 	}
