@@ -98,6 +98,7 @@ func newEgressEnv(t *testing.T, store adapters.Store, opts ...func(*alineo.Optio
 	url, _ := testenv.SandboxdServer(t, sandboxd.Config{
 		EgressResolver:    hostsResolver{"allowed.test": lo, "other.test": lo, "example.com": lo},
 		EgressUpstreamTLS: &tls.Config{RootCAs: pool},
+		AllowHosts:        []string{fmt.Sprintf("127.0.0.1:%d", plain.port), fmt.Sprintf("127.0.0.1:%d", secure.port)},
 	})
 	t.Cleanup(func() { store.Close() })
 	o := alineo.Options{BaseURL: url, Adapter: store}

@@ -63,10 +63,18 @@ func (u *upstream) last() http.Header {
 
 // egressServer starts a server whose egress proxies resolve allowed.test,
 // other.test and example.com to host loopback and trust tlsUp's certificate.
-// A sandbox created there without a policy is on the host network.
-func egressServer(t testing.TB, tlsUp *upstream) (*sandboxd.Server, string) {
+// The operator opens the host loopback ports of tlsUp and open (no other
+// address of the host is reachable from a sandbox). A sandbox created there
+// without a policy is on the host network.
+func egressServer(t testing.TB, tlsUp *upstream, open ...*upstream) (*sandboxd.Server, string) {
 	t.Helper()
 	cfg := sandboxd.Config{EgressResolver: testenv.LoopbackHosts{"allowed.test", "other.test", "example.com"}, HostNetwork: true}
+	if tlsUp != nil {
+		open = append(open, tlsUp)
+	}
+	for _, u := range open {
+		cfg.AllowHosts = append(cfg.AllowHosts, "127.0.0.1:"+u.port)
+	}
 	if tlsUp != nil {
 		pool := x509.NewCertPool()
 		pool.AddCert(tlsUp.srv.Certificate())
@@ -94,7 +102,7 @@ func curl(t testing.TB, execdURL, token string, args string) (string, int) {
 
 func TestEgressPolicy(t *testing.T) {
 	up := newUpstream(t, false)
-	_, base := egressServer(t, nil)
+	_, base := egressServer(t, nil, up)
 	id := create(t, base, map[string]any{"networkPolicy": map[string]any{
 		"defaultAction": "deny",
 		"egress":        []map[string]string{{"action": "allow", "target": "allowed.test"}},
@@ -146,7 +154,7 @@ func TestEgressPolicy(t *testing.T) {
 func TestEgressCredentialInjection(t *testing.T) {
 	plain := newUpstream(t, false)
 	secure := newUpstream(t, true)
-	s, base := egressServer(t, secure)
+	s, base := egressServer(t, secure, plain)
 	id := create(t, base, map[string]any{
 		"networkPolicy": map[string]any{"defaultAction": "deny", "egress": []map[string]string{
 			{"action": "allow", "target": "allowed.test"}, {"action": "allow", "target": "example.com"},
@@ -337,7 +345,7 @@ func TestEgressCreateValidation(t *testing.T) {
 // rewrite its policy and bindings) or execd through the proxy.
 func TestEgressCannotReachSandboxd(t *testing.T) {
 	up := newUpstream(t, false)
-	_, base := egressServer(t, nil)
+	_, base := egressServer(t, nil, up)
 	id := create(t, base, map[string]any{"credentialProxy": map[string]any{"enabled": true}})
 	waitState(t, base, id, sandboxd.StateRunning)
 	execdURL, token := execdEndpoint(t, base, id, false)
@@ -364,7 +372,7 @@ func TestEgressCannotReachSandboxd(t *testing.T) {
 // deleting the sandbox stops its egress API.
 func TestEgressAcrossPauseAndDelete(t *testing.T) {
 	up := newUpstream(t, false)
-	_, base := egressServer(t, nil)
+	_, base := egressServer(t, nil, up)
 	id := create(t, base, map[string]any{"networkPolicy": map[string]any{
 		"defaultAction": "deny",
 		"egress":        []map[string]string{{"action": "allow", "target": "allowed.test"}},

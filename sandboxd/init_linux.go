@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -98,7 +100,33 @@ func init() {
 	}
 }
 
+// spareThreads is how many idle OS threads the init and execd keep: a
+// sandbox at its pids limit (a fork bomb) cannot create threads, and a Go
+// program that needs one then and cannot make it aborts. With spares, the
+// init and execd keep answering while the sandbox's own work is refused.
+const spareThreads = 24
+
+// reserveThreads makes the Go runtime start n OS threads now and keep them
+// idle for later: each of n goroutines holds a thread of its own until all
+// have one, then lets it go back to the runtime's pool.
+func reserveThreads(n int) {
+	var ready sync.WaitGroup
+	release := make(chan struct{})
+	ready.Add(n)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			ready.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	close(release)
+}
+
 func runInit() int {
+	reserveThreads(spareThreads)
 	// Nothing the init starts inherits its descriptors but those passed on
 	// purpose: a sandbox process must not forge status lines.
 	for _, fd := range []int{fdCtl, fdStatus, fdLog, fdExecdHost} {
@@ -289,6 +317,7 @@ type execdChildConfig struct {
 }
 
 func runExecdChild() int {
+	reserveThreads(spareThreads)
 	os.Unsetenv(initEnv)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var cfg execdChildConfig
