@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -84,4 +87,36 @@ func (r *ociRuntime) delete(ctx context.Context, id string) error {
 func (r *ociRuntime) gone(id string) bool {
 	_, err := os.Stat(r.root + "/" + id)
 	return errors.Is(err, os.ErrNotExist)
+}
+
+// killCgroup kills every process left in the cgroups of container id below
+// parent and removes them: what a runtime that died mid-create (before it
+// saved its state) leaves behind, which its delete then cannot see.
+func killCgroup(parent, id string) {
+	const root = "/sys/fs/cgroup"
+	dirs := []string{filepath.Join(root, parent, id)} // cgroup v2
+	if ents, err := os.ReadDir(root); err == nil {
+		for _, e := range ents {
+			dirs = append(dirs, filepath.Join(root, e.Name(), parent, id)) // v1 controllers
+		}
+	}
+	for _, d := range dirs {
+		for range 100 {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				break
+			}
+			pids := strings.Fields(string(b))
+			if len(pids) == 0 {
+				break
+			}
+			for _, p := range pids {
+				if pid, err := strconv.Atoi(p); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		_ = os.Remove(d)
+	}
 }

@@ -313,7 +313,9 @@ func (l *launcher) configure() error {
 	return nil
 }
 
-// next returns the init's next status message.
+// next returns the init's next status message. The runtime exiting first
+// (it died, or refused the bundle, while something it started still holds
+// the status pipe) ends the start too.
 func (l *launcher) next(ctx context.Context) (initMsg, error) {
 	select {
 	case m, ok := <-l.msgs:
@@ -321,6 +323,15 @@ func (l *launcher) next(ctx context.Context) (initMsg, error) {
 			return m, l.failure(m, false)
 		}
 		return m, nil
+	case <-l.p.done:
+		select {
+		case m, ok := <-l.msgs: // a last word, if it has one
+			if ok {
+				return m, nil
+			}
+		default:
+		}
+		return initMsg{}, l.failure(initMsg{}, false)
 	case <-ctx.Done():
 		return initMsg{}, fmt.Errorf("sandbox start: %w", ctx.Err())
 	}
@@ -495,6 +506,7 @@ func (s *Server) kill(p *proc) {
 	if err := p.rt.delete(ctx, p.id); err != nil {
 		s.log.Warn("sandboxd: delete the container", "id", p.id, "err", err)
 	}
+	killCgroup(s.cfg.CgroupParent, p.id)
 	p.eg.close()
 	s.removeRunDir(p.id)
 	if err := unmountSandbox(p.dir); err != nil {
@@ -572,6 +584,7 @@ func (s *Server) cleanLeftovers(id string) {
 				s.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)
 			}
 		}
+		killCgroup(s.cfg.CgroupParent, id)
 	}
 	s.removeRunDir(id)
 	if err := unmountSandbox(dir); err != nil {
