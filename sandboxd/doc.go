@@ -1,57 +1,66 @@
 // Package sandboxd is a Docker-free, OpenSandbox-compatible sandbox server: the
 // lifecycle API of the OpenSandbox protocol (create, get, list, delete, pause,
 // resume, renew-expiration, metadata, endpoints and the server proxy, under /v1
-// and at the root) in front of a small runtime that isolates each sandbox with
-// Linux namespaces, overlayfs and cgroups. Each sandbox serves the execd API of
-// package sandboxd/execd on a loopback port.
+// and at the root) in front of a runtime that runs each sandbox under an OCI
+// runtime (runc by default, Config.Runtime). Each sandbox serves the execd API
+// of package sandboxd/execd.
 //
 // # Runtime
 //
-// A sandbox is a process tree in new user (identity-mapped: root stays root),
-// mount, PID, UTS, IPC and network namespaces. Only with Config.HostNetwork
-// does a sandbox created without a networkPolicy share the host's network
-// namespace (execd then listens on 127.0.0.1 and is reachable from the host).
+// The server writes an OCI bundle per sandbox and drives the runtime's command
+// line: a foreground run (the server is the runtime's parent and learns the
+// exit), pause and resume (the cgroup freezer), kill and delete. The spec holds
+// Docker's default hardening: a user namespace whose ids 0..IDMapSize-1 map to
+// host IDMapHost.. (one range for every sandbox), Docker's default seccomp
+// profile and capability set, no new privileges, runc's masked and read-only
+// paths, and cgroup limits from resourceLimits plus a pids limit
+// (Config.MaxProcesses). The server mounts each sandbox's root: an overlay of
+// its image, seen through an idmapped mount, under a private upper layer on a
+// loop-mounted ext4 disk of Config.DiskQuota bytes. A sandbox's own work (its
+// entrypoint and execd's commands) runs at oom_score_adj 1000, so at its memory
+// limit the OOM killer takes the work, not the init or execd.
+//
+// Only with Config.HostNetwork does a sandbox created without a networkPolicy
+// share the host's network namespace (execd then listens on 127.0.0.1 and is
+// reachable from the host).
 //
 // # Egress
 //
-// A sandbox gets a new network namespace with only loopback up; created
-// without a networkPolicy (credential proxy or not), its policy is
-// HostPolicy (every destination but the host's own addresses). Its init listens on
-// 127.0.0.1:ProxyPort there and sends the listener to the server over a unix
-// socket (SCM_RIGHTS); the server serves the sandbox's egress.Proxy on it, so
+// A sandbox gets a new network namespace, made by the server and passed to
+// the runtime as a path, with only loopback up; created without a
+// networkPolicy (credential proxy or not), its policy is HostPolicy (every
+// destination but the host's own addresses). The server listens on
+// 127.0.0.1:ProxyPort inside it and serves the sandbox's egress.Proxy there, so
 // the proxy dials from the host and the policy decides everything that leaves.
+// Whatever the policy, the proxy never dials the host's own addresses
+// (loopback, unspecified, link-local, interface addresses) but those the
+// operator opened (Config.AllowHosts), nor ever the server's own ports.
 // execd serves a listener the server opened on a host loopback port (a socket
 // stays in the namespace it was made in), and the proxy route reaches other
 // ports by dialing from a thread that joined the sandbox's namespace. Port
 // 18080 is the egress API (egress.Proxy.Handler) on a host loopback port. With
 // the credential proxy, the init installs the proxy's CA certificate into the
-// sandbox's trust store (egress.InstallCA, after the pivot, so the write lands
-// in the upper layer) and points SSL_CERT_FILE and friends at it; credential
+// sandbox's trust store (egress.InstallCA; the write lands in the upper layer) and points SSL_CERT_FILE and friends at it; credential
 // values never leave the server.
 //
-// The server starts a sandbox by re-executing its own binary (/proc/self/exe)
-// with the environment variable ALINEO_SANDBOXD_INIT set. A package-level init
-// function of this package checks that variable before main (or a test's main)
-// runs, so every binary that imports sandboxd, including go test binaries and
-// programs that embed the server, can act as a sandbox init. The init, PID 1 of
-// the sandbox:
+// The sandbox's init is this binary, bind-mounted into the sandbox and
+// started by the runtime with the environment variable ALINEO_SANDBOXD_INIT
+// set. A package-level init function of this package checks that variable
+// before main (or a test's main) runs, so every binary that imports sandboxd,
+// including go test binaries and programs that embed the server, can act as a
+// sandbox init. The init, PID 1 of the sandbox:
 //
-//  1. reads its configuration from a pipe the server writes after it has placed
-//     the process in the sandbox's cgroups;
-//  2. mounts an overlay root: the image root filesystem read-only below, a
-//     private upper layer under DataDir/sandboxes/<id>/layers above, with /tmp
-//     a mode-1777 directory of the overlay (so snapshots capture it); a private
-//     tmpfs on /dev/shm; a minimal /dev (null, zero, full, random, urandom, tty,
-//     a private devpts); its own /proc; then pivot_root into it and detaches
-//     the old root;
-//  3. starts execd in a child process (re-executed the same way) on a
+//  1. reads its configuration from a pipe the server passes (the runtime's
+//     --preserve-fds), then holds it open: its end means the server died;
+//  2. starts execd in a child process (re-executed the same way) on a
 //     127.0.0.1:0 listener it opened itself (or, in a network namespace of
-//     its own, the one the server passed), and reports the port to the server;
-//  4. starts the entrypoint as a child, its output appended to
+//     its own, the host loopback listener the server passed), and reports the
+//     port to the server;
+//  3. starts the entrypoint as a child, its output appended to
 //     DataDir/sandboxes/<id>/entrypoint.log;
-//  5. reaps every orphan (it is PID 1) and exits when the entrypoint or execd
-//     exits, or when the pipe from the server closes (the server died): the
-//     kernel then kills every process of the sandbox.
+//  4. reaps every orphan (it is PID 1) and exits when the entrypoint or execd
+//     exits, or when the pipe from the server closes: the kernel then kills
+//     every process of the sandbox, and the runtime removes the container.
 //
 // execd runs in its own process so that PID 1 can reap with wait4(-1) without
 // stealing exit statuses from the commands execd waits for.
@@ -64,8 +73,8 @@
 // `sandboxd image import`), and else to the host's own system directories:
 // /usr, /etc and /bin, /sbin, /lib* (each a private overlay with the host
 // directory read-only below), so any image name, e.g. "ubuntu:22.04", works with
-// zero set-up. The server logs which one it used. When the server runs as root
-// (sandbox root is then host root), the fallback's /etc and /opt hide, with a
+// zero set-up. The server logs which one it used. The sandbox's root sees the
+// host's files as its own (idmapped), so the fallback's /etc and /opt hide, with a
 // layer of overlay whiteouts rebuilt at each start, every entry other host
 // users may not read (/etc/shadow, /etc/ssl/private, database credentials):
 // a sandbox sees of them what any unprivileged host user sees.
@@ -79,17 +88,12 @@
 // the pipe from the server closes). Terminated and Failed records are kept for
 // Config.Retention, then removed.
 //
-// Pause freezes every process of the sandbox with the cgroup freezer (v1
-// freezer.state or v2 cgroup.freeze, whichever hierarchy Config.CgroupRoot is), or
-// with SIGSTOP/SIGCONT of every process of the tree where no freezer is
-// available. CPU and memory limits use the cpu and memory cgroup controllers,
-// and the pids controller caps the number of tasks (Config.MaxProcesses),
-// where present; where not, the server logs that they are not enforced.
+// Pause freezes every process of the sandbox with the runtime's pause.
 //
 // With Config.NoIsolation (development only) a sandbox is a plain host process
-// tree whose execd root is DataDir/sandboxes/<id>/root; the server warns loudly.
-// Without it, a kernel that refuses namespaces makes sandbox creation fail with
-// ErrIsolationUnavailable.
+// tree whose execd root is DataDir/sandboxes/<id>/root, paused with
+// SIGSTOP/SIGCONT; the server warns loudly. Without it, a missing or broken
+// runtime makes Start, and sandbox creation, fail with ErrIsolationUnavailable.
 //
 // # Snapshots
 //
@@ -108,7 +112,8 @@
 // thread. Deleting a snapshot (409 while Creating) collects the blobs no other
 // checkpoint references.
 //
-// This package imports the standard library, golang.org/x/sys, checkpoints,
+// This package imports the standard library, golang.org/x/sys,
+// github.com/opencontainers/runtime-spec, github.com/moby/profiles/seccomp, checkpoints,
 // checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/internal/proctree and
 // sandboxd/snapshots; it must not import the SDK, the ledger, the bus or testenv.
 package sandboxd

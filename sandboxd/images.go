@@ -103,7 +103,7 @@ func (s *Server) prepareImages(ctx context.Context) error {
 
 // hostRootfs builds (once) the skeleton lower layer of the host fallback: the
 // mount points and the host's root-level symlinks (bin -> usr/bin and the
-// like). The system directories themselves are overlaid by the init.
+// like). The system directories themselves are overlaid by mountRoot.
 func (s *Server) hostRootfs() (rootfs, error) {
 	s.hostOnce.Do(func() {
 		skel := filepath.Join(s.dataDir, "images", ".host-skeleton")
@@ -148,9 +148,9 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			return
 		}
 		s.host = rootfs{Lower: skel, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
-		if os.Geteuid() == 0 {
-			// Sandbox root is host root (an identity user namespace): without
-			// the mask it could read /etc/shadow and private keys.
+		if !s.cfg.NoIsolation {
+			// The sandbox's root owns what host root owns (an idmapped lower
+			// layer): without the mask it could read /etc/shadow and keys.
 			mask, err := buildHostMask(filepath.Join(s.dataDir, "images"), maskedHostDirs)
 			if err != nil {
 				s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)

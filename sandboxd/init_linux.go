@@ -104,7 +104,7 @@ func init() {
 // sandbox at its pids limit (a fork bomb) cannot create threads, and a Go
 // program that needs one then and cannot make it aborts. With spares, the
 // init and execd keep answering while the sandbox's own work is refused.
-const spareThreads = 24
+const spareThreads = 16
 
 // reserveThreads makes the Go runtime start n OS threads now and keep them
 // idle for later: each of n goroutines holds a thread of its own until all

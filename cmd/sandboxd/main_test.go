@@ -136,10 +136,27 @@ func TestRunBadArgs(t *testing.T) {
 		{"image", "import", "onlyname"},
 		{"image", "import", "--data", t.TempDir(), "name", "/does/not/exist.tar"},
 		{"--listen", "256.0.0.1:99999", "--data", t.TempDir()},
+		{"--disk-quota", "lots", "--data", t.TempDir()},
+		{"--shm-size", "0", "--data", t.TempDir()},
+		{"--allow-host", "example.com:80", "--data", t.TempDir()},
 	} {
 		if err := run(context.Background(), args, env(nil), &syncBuffer{}); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)
 		}
+	}
+}
+
+// TestRunWithoutRuntime: without a usable OCI runtime sandboxd exits at once
+// with a message naming the package to install.
+func TestRunWithoutRuntime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"--listen", "127.0.0.1:0", "--data", t.TempDir(), "--runtime", filepath.Join(t.TempDir(), "runc")}, env(nil), &syncBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "apt-get install runc") {
+		t.Fatalf("run = %v, want an error naming the runc package", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("run did not exit at once")
 	}
 }
 
