@@ -168,4 +168,3 @@ func (e *Exec) refetch(ctx context.Context, from, to int) ([]chunk, error) {
 
 // fail ends an exec that could not run.
 func (e *Exec) fail(err error) { e.out.finish(err) }
-
