@@ -25,7 +25,10 @@ test: deps
 test-race:
 	$(MAKE) test TESTFLAGS="-race $(TESTFLAGS)"
 
+# lint fails when go.mod or go.sum is not what `go mod tidy` would write
+# (go mod tidy -diff prints the difference and exits non-zero).
 lint:
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

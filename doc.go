@@ -10,7 +10,8 @@
 //	err = sb.Exec(ctx, "npm test").Pipe(os.Stdout)                  // stream it somewhere
 //	for chunk, err := range sb.Exec(ctx, "npm test").Stdout() { … } // chunk by chunk
 //
-// The ledger rules (storage.md, DESIGN.md §4.1 and §4.5):
+// The ledger rules, which are the TypeScript SDK's (@alineo-labs/sandbox), so
+// either SDK reads a ledger the other wrote:
 //   - sandbox.created once the container is Running; sandbox.paused, sandbox.resumed
 //     and sandbox.closed at StepIndex -1.
 //   - Each Exec or ExecCode call takes the handle's next step number (1, 2, 3…)

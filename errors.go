@@ -112,7 +112,7 @@ func (e *ExecConnectionError) Error() string {
 
 func (e *ExecConnectionError) Unwrap() error { return e.Err }
 
-// ClientError is the seed's SandboxClientError: a client-level call failed with an
+// ClientError is the TypeScript SDK's SandboxClientError: a client-level call failed with an
 // HTTP-like status. 404: the session or sandbox is unknown; 408: the sandbox did
 // not reach Running in time; 409: the sandbox is in the wrong state; 500: the
 // sandbox failed (Failed or Terminated while waiting).

@@ -45,7 +45,7 @@ type Metrics struct {
 	Timestamp   time.Time
 }
 
-// File operations are not recorded in the ledger (storage.md). They fail with
+// File operations are not recorded in the ledger (as in the TypeScript SDK). They fail with
 // ErrClosed after Close and ErrPaused while paused; errors from the server wrap
 // *APIError (errors.Is(err, opensandbox.ErrNotFound) for a missing file).
 

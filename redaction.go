@@ -139,20 +139,21 @@ func (o *outputRedaction) flush() []chunk {
 }
 
 // flushRedacted queues the output the redaction held back at the end of the
-// stream, like the recorder queues a group.
-func (e *Exec) flushRedacted(ctx context.Context, inFlight chan struct{}, queue chan<- pendingChunk) error {
+// stream, like record queues a group.
+func (r *recorder) flushRedacted(ctx context.Context) error {
+	e := r.e
 	for _, c := range e.red.flush() {
 		select {
-		case inFlight <- struct{}{}:
+		case r.inFlight <- struct{}{}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 		done, err := e.sb.ledger.emitChained(ctx, e.chain, events.ExecOutput, e.step, outputPayload(e.step, c.stream, c.data))
 		if err != nil {
-			<-inFlight
+			<-r.inFlight
 			return err
 		}
-		queue <- pendingChunk{c: c, done: done}
+		r.queue <- pendingChunk{c: c, done: done}
 	}
 	return nil
 }

@@ -120,10 +120,10 @@ func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Ex
 	req := opensandbox.CommandRequest{Command: wire, Cwd: o.Cwd, Envs: o.Env, Timeout: o.Timeout}
 	text := s.redactText(cmd) // what is recorded and reported
 	payload := events.ExecStartedPayload{Kind: events.KindCommand, Cmd: text, Fingerprint: events.Fingerprint(events.KindCommand, text)}
-	return s.start(ctx, events.KindCommand, text, o.strict(), bad, payload, true,
-		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
+	return s.start(ctx, execCall{text: text, strict: o.strict(), bad: bad, started: payload, lines: true,
+		open: func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
 			return ex.RunCommand(ctx, req)
-		})
+		}})
 }
 
 // ExecCode runs code through execd's code interpreter (POST /code) and returns
@@ -147,19 +147,29 @@ func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions
 	}
 	text := s.redactText(code) // what is recorded and reported
 	payload := events.ExecStartedPayload{Kind: events.KindCode, Code: text, Fingerprint: events.Fingerprint(events.KindCode, text)}
-	return s.start(ctx, events.KindCode, text, o.strict(), bad, payload, o.Language == "",
-		func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
+	return s.start(ctx, execCall{text: text, strict: o.strict(), bad: bad, started: payload, lines: o.Language == "",
+		open: func(ctx context.Context, ex *opensandbox.Execd) (*opensandbox.Stream, error) {
 			return ex.RunCode(ctx, req)
-		})
+		}})
 }
 
-func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, strict bool, bad error,
-	payload events.ExecStartedPayload, lines bool,
-	open func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error)) *Exec {
+// execCall is an exec-like call (Exec, ExecCode) as Sandbox.start takes it.
+type execCall struct {
+	text    string                    // the command or code as recorded and reported: bound values redacted
+	strict  bool                      // a non-zero exit is a *CommandError
+	bad     error                     // why the call's arguments are invalid; nil if they are not
+	started events.ExecStartedPayload // exec.started, but for its Seq; its Kind is the exec's
+	lines   bool                      // the output events are lines of a shell command, not raw bytes
+	open    openFunc                  // sends the request
+}
+
+// start numbers the call, then answers it from the replay cache, or queues
+// exec.started and runs it in a goroutine of its own.
+func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.step++
-	e := newExec(s, s.step, kind, text, strict)
+	e := newExec(s, s.step, call.started.Kind, call.text, call.strict)
 	switch {
 	case s.closed:
 		e.fail(ErrClosed)
@@ -167,13 +177,14 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 	case s.paused:
 		e.fail(ErrPaused)
 		return e
-	case bad != nil:
-		e.fail(bad)
+	case call.bad != nil:
+		e.fail(call.bad)
 		return e
 	}
-	if s.replayed(e, payload.Fingerprint) {
+	if s.replayed(e, call.started.Fingerprint) {
 		return e
 	}
+	payload := call.started
 	payload.Seq = e.step
 	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
@@ -191,7 +202,7 @@ func (s *Sandbox) start(ctx context.Context, kind events.ExecKind, text string, 
 			cancel(nil)
 			s.running.Done()
 		}()
-		e.run(ectx, started, open, lines)
+		e.run(ectx, started, call.open, call.lines)
 	}()
 	return e
 }

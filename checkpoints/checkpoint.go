@@ -2,6 +2,7 @@ package checkpoints
 
 import (
 	"encoding/json"
+	"fmt"
 	"path"
 	"strings"
 	"time"
@@ -190,40 +191,8 @@ func ValidateEntries(entries []Entry) error {
 			return errorf(CodeInvalidEntry, "files[%d]: duplicate path %q", i, e.Path)
 		}
 		kinds[e.Path] = e.Kind
-		if e.Mode&^07777 != 0 {
-			return errorf(CodeInvalidEntry, "files[%d] %q: mode %o has bits outside 07777", i, e.Path, e.Mode)
-		}
-		if e.Size < 0 {
-			return errorf(CodeInvalidEntry, "files[%d] %q: negative size %d", i, e.Path, e.Size)
-		}
-		if e.UID < 0 || e.GID < 0 {
-			return errorf(CodeInvalidEntry, "files[%d] %q: negative owner", i, e.Path)
-		}
-		switch e.Kind {
-		case KindFile:
-			if err := ValidateBlobKey(e.BlobKey); err != nil {
-				return errorf(CodeInvalidEntry, "files[%d] %q: %s", i, e.Path, err.(*Error).Message)
-			}
-			if e.Target != "" || e.Opaque {
-				return errorf(CodeInvalidEntry, "files[%d] %q: a file has no target or opaque flag", i, e.Path)
-			}
-		case KindDir:
-			if e.BlobKey != "" || e.Size != 0 || e.Target != "" {
-				return errorf(CodeInvalidEntry, "files[%d] %q: a dir has no blob, size or target", i, e.Path)
-			}
-		case KindSymlink:
-			if e.Target == "" || strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
-				return errorf(CodeInvalidEntry, "files[%d] %q: symlink target must be non-empty UTF-8 without NUL", i, e.Path)
-			}
-			if e.BlobKey != "" || e.Opaque {
-				return errorf(CodeInvalidEntry, "files[%d] %q: a symlink has no blob or opaque flag", i, e.Path)
-			}
-		case KindWhiteout:
-			if e.BlobKey != "" || e.Size != 0 || e.Target != "" || e.Opaque {
-				return errorf(CodeInvalidEntry, "files[%d] %q: a whiteout has no blob, size, target or opaque flag", i, e.Path)
-			}
-		default:
-			return errorf(CodeInvalidEntry, "files[%d] %q: unknown kind %q", i, e.Path, e.Kind)
+		if problem := entryProblem(e); problem != "" {
+			return errorf(CodeInvalidEntry, "files[%d] %q: %s", i, e.Path, problem)
 		}
 	}
 	for i, e := range entries {
@@ -234,6 +203,52 @@ func ValidateEntries(entries []Entry) error {
 		}
 	}
 	return nil
+}
+
+// entryProblem says what is wrong with e on its own, but for its path; "" if
+// nothing is.
+func entryProblem(e Entry) string {
+	switch {
+	case e.Mode&^07777 != 0:
+		return fmt.Sprintf("mode %o has bits outside 07777", e.Mode)
+	case e.Size < 0:
+		return fmt.Sprintf("negative size %d", e.Size)
+	case e.UID < 0 || e.GID < 0:
+		return "negative owner"
+	}
+	return kindProblem(e)
+}
+
+// kindProblem says what is wrong with the fields e's kind needs or forbids; ""
+// if nothing is.
+func kindProblem(e Entry) string {
+	switch e.Kind {
+	case KindFile:
+		if err := ValidateBlobKey(e.BlobKey); err != nil {
+			return err.(*Error).Message
+		}
+		if e.Target != "" || e.Opaque {
+			return "a file has no target or opaque flag"
+		}
+	case KindDir:
+		if e.BlobKey != "" || e.Size != 0 || e.Target != "" {
+			return "a dir has no blob, size or target"
+		}
+	case KindSymlink:
+		if e.Target == "" || strings.IndexByte(e.Target, 0) >= 0 || !utf8.ValidString(e.Target) {
+			return "symlink target must be non-empty UTF-8 without NUL"
+		}
+		if e.BlobKey != "" || e.Opaque {
+			return "a symlink has no blob or opaque flag"
+		}
+	case KindWhiteout:
+		if e.BlobKey != "" || e.Size != 0 || e.Target != "" || e.Opaque {
+			return "a whiteout has no blob, size, target or opaque flag"
+		}
+	default:
+		return fmt.Sprintf("unknown kind %q", e.Kind)
+	}
+	return ""
 }
 
 // Validate checks c as Append receives it: valid ids, a known reason, valid

@@ -110,3 +110,50 @@ func FuzzValidateEntries(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateEntriesMessages(t *testing.T) {
+	file := checkpoints.Entry{Path: "a", Kind: checkpoints.KindFile, BlobKey: "sha256-x"}
+	with := func(f func(e *checkpoints.Entry)) []checkpoints.Entry {
+		e := file
+		f(&e)
+		return []checkpoints.Entry{e}
+	}
+	tests := []struct {
+		name    string
+		entries []checkpoints.Entry
+		want    string // the message; "" for valid
+	}{
+		{"valid file", []checkpoints.Entry{file}, ""},
+		{"bad path", with(func(e *checkpoints.Entry) { e.Path = "/abs" }), "files[0]: "},
+		{"duplicate", []checkpoints.Entry{file, file}, `files[1]: duplicate path "a"`},
+		{"mode", with(func(e *checkpoints.Entry) { e.Mode = 010000 }), `files[0] "a": mode 10000 has bits outside 07777`},
+		{"size", with(func(e *checkpoints.Entry) { e.Size = -1 }), `files[0] "a": negative size -1`},
+		{"owner", with(func(e *checkpoints.Entry) { e.GID = -1 }), `files[0] "a": negative owner`},
+		{"file without blob", with(func(e *checkpoints.Entry) { e.BlobKey = "" }), `files[0] "a": `},
+		{"file with target", with(func(e *checkpoints.Entry) { e.Target = "b" }), `files[0] "a": a file has no target or opaque flag`},
+		{"dir with blob", with(func(e *checkpoints.Entry) { e.Kind = checkpoints.KindDir }), `files[0] "a": a dir has no blob, size or target`},
+		{"symlink without target", with(func(e *checkpoints.Entry) { e.Kind, e.BlobKey = checkpoints.KindSymlink, "" }),
+			`files[0] "a": symlink target must be non-empty UTF-8 without NUL`},
+		{"symlink with blob", with(func(e *checkpoints.Entry) { e.Kind, e.Target = checkpoints.KindSymlink, "b" }),
+			`files[0] "a": a symlink has no blob or opaque flag`},
+		{"whiteout with blob", with(func(e *checkpoints.Entry) { e.Kind = checkpoints.KindWhiteout }),
+			`files[0] "a": a whiteout has no blob, size, target or opaque flag`},
+		{"unknown kind", with(func(e *checkpoints.Entry) { e.Kind = "fifo" }), `files[0] "a": unknown kind "fifo"`},
+		{"below a file", []checkpoints.Entry{file, {Path: "a/b", Kind: checkpoints.KindDir}}, `files[1] "a/b": lies below "a", a file`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkpoints.ValidateEntries(tt.entries)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("ValidateEntries = %v, want nil", err)
+				}
+				return
+			}
+			var ce *checkpoints.Error
+			if !errors.As(err, &ce) || ce.Code != checkpoints.CodeInvalidEntry || !strings.HasPrefix(ce.Message, tt.want) {
+				t.Fatalf("ValidateEntries = %v, want CodeInvalidEntry with a message starting %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,5 +1,7 @@
-// Package checkpoints is the Go form of the checkpoint-store contract
-// (checkpoint-store.d.ts): snapshot lineage for sandboxes and threads.
+// Package checkpoints is a checkpoint store: snapshot lineage for sandboxes and
+// threads. It is the Go form of the SandboxCheckpointStore interface of the
+// TypeScript package @tanstack/ai-sandbox, with the same error codes
+// (SANDBOX_SNAPSHOT_STALE_HEAD, ...).
 //
 // A thread is a chain of checkpoints. Each checkpoint names its parent; the
 // newest one is the thread's head. Appends compare-and-set the head (the caller
@@ -14,7 +16,7 @@
 // blobs (see sandboxd/snapshots for a blob store). ListBlobReferences counts the
 // references, and GC deletes the blobs that no checkpoint references.
 //
-// Additions to the contract, all additive: entry kinds symlink and whiteout
+// Additions to the TypeScript interface, all additive: entry kinds symlink and whiteout
 // and the fields a filesystem snapshot needs (mode, mtime, owner, symlink
 // target, opaque), Checkpoint.ForkedFrom, Store.DeleteCheckpoint (delete any
 // checkpoint, not only the head) and Store.Threads. The conversation is kept

@@ -9,7 +9,8 @@ import (
 // Event is the name of a ledger event. The values are part of the storage format.
 type Event string
 
-// The event names of storage.md. They are stable strings, never derived from Go names.
+// The event names of the storage format, shared with the TypeScript SDK. They are
+// stable strings, never derived from Go names.
 const (
 	SandboxCreated    Event = "sandbox.created"
 	ExecStarted       Event = "exec.started"
@@ -25,7 +26,8 @@ const (
 	SandboxClosed     Event = "sandbox.closed"
 )
 
-// All lists every event name, in the order storage.md documents them.
+// All lists every event name, in the order the TypeScript SDK's storage
+// documentation lists them.
 var All = []Event{
 	SandboxCreated, ExecStarted, ExecOutput, ExecCompleted, CheckpointCreated,
 	SandboxPaused, SandboxResumed, EgressRuleAdded, EgressRuleRemoved,
@@ -46,7 +48,8 @@ func (ev Event) Known() bool {
 // SandboxLevel is the StepIndex of events that belong to the sandbox rather than to an exec.
 const SandboxLevel = -1
 
-// Entry is one ledger entry. It is the Go form of the seed's LedgerEntry plus Seq.
+// Entry is one ledger entry. It is the Go form of the TypeScript SDK's LedgerEntry,
+// plus Seq.
 type Entry struct {
 	// Seq is the entry's position in the ledger: the row id in a database, the
 	// stream sequence on the bus. It is 0 on an entry that has not been stored yet

@@ -229,7 +229,7 @@ func (r *Runner) drain(ctx context.Context, spec Spec, sb *alineo.Sandbox, next 
 		if err := r.checkpoint(ctx, sb, tag, next); err != nil {
 			ev.Desc, ev.Err = fmt.Sprintf("drained before step %d without a checkpoint", next+1), err
 			r.report(ev)
-			return fmt.Errorf("%w (checkpoint failed: %v)", ErrDrained, err)
+			return fmt.Errorf("%w (checkpoint failed: %w)", ErrDrained, err)
 		}
 		ev.Desc = fmt.Sprintf("drained before step %d; checkpoint %q", next+1, tag)
 	} else {

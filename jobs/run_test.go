@@ -102,3 +102,24 @@ func TestRunSteps(t *testing.T) {
 		t.Fatalf("err = %v, want a StepError at index 1 wrapping exit code 7", err)
 	}
 }
+
+// A drain whose checkpoint fails returns ErrDrained wrapping the checkpoint's
+// error too.
+func TestRunDrainCheckpointFails(t *testing.T) {
+	url := testenv.Sandboxd(t)
+	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := mustParse(t, `{"name":"drain","image":"ubuntu:22.04","steps":[
+		{"exec":{"command":"true"}},{"exec":{"command":"true"}}]}`)
+	drain := make(chan struct{})
+	close(drain)
+	boom := errors.New("status store down")
+	r := &jobs.Runner{Client: client, Drain: drain,
+		OnCheckpoint: func(ctx context.Context, cp jobs.Checkpoint) error { return boom }}
+	_, err = r.Run(context.Background(), spec, nil)
+	if !errors.Is(err, jobs.ErrDrained) || !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want ErrDrained wrapping the checkpoint's error", err)
+	}
+}

@@ -305,7 +305,7 @@ func (t *transport) send(ctx context.Context, r request) (*http.Response, error)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("%s %s: %w (last error: %v)", r.method, r.path, ctx.Err(), err)
+			return nil, fmt.Errorf("%s %s: %w (last error: %w)", r.method, r.path, ctx.Err(), err)
 		case <-timer.C:
 		}
 	}

@@ -189,7 +189,7 @@ func (e *Execd) WaitReady(ctx context.Context) error {
 		}
 		e.t.log.DebugContext(ctx, "opensandbox: execd not ready", "url", e.URL(), "attempt", attempt, "err", err)
 		if serr := sleepCtx(ctx, bo.NextBackOff()); serr != nil {
-			return fmt.Errorf("%w: execd %s after %d probes: %w (last error: %v)", ErrNotReady, e.URL(), attempt, serr, err)
+			return fmt.Errorf("%w: execd %s after %d probes: %w (last error: %w)", ErrNotReady, e.URL(), attempt, serr, err)
 		}
 	}
 }

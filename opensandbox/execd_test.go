@@ -392,3 +392,19 @@ func TestWaitReady(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNotReady and DeadlineExceeded", err)
 	}
 }
+
+// WaitReady that runs out of time wraps ErrNotReady, the ctx's error and the
+// last probe's error.
+func TestWaitReadyKeepsLastProbeError(t *testing.T) {
+	ex, _ := newExecd(t, func(w http.ResponseWriter, r *http.Request, _ []byte) { w.WriteHeader(503) })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := ex.WaitReady(ctx)
+	if !errors.Is(err, opensandbox.ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrNotReady and DeadlineExceeded", err)
+	}
+	var apiErr *opensandbox.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 503 {
+		t.Fatalf("err = %v, want it to wrap the last probe's *APIError (503)", err)
+	}
+}

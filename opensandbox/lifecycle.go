@@ -17,7 +17,7 @@ import (
 // listed here.
 type SandboxState string
 
-// Sandbox states (API-NOTES §5).
+// Sandbox states, as the lifecycle API reports them.
 const (
 	StatePending    SandboxState = "Pending"
 	StateRunning    SandboxState = "Running"

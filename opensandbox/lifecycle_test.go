@@ -685,3 +685,24 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		t.Errorf("retried after %v, want at least the 1 s Retry-After", d)
 	}
 }
+
+// A retried call whose ctx ends while it waits to retry wraps both the ctx's
+// error and the last attempt's error.
+func TestRetryCancelledKeepsLastError(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		writeJSON(w, 503, `{"code":"X","message":"y"}`)
+	})
+	c := newClient(t, rec.URL, func(cfg *opensandbox.Config) {
+		cfg.Retry = opensandbox.RetryConfig{MaxRetries: 100, InitialInterval: time.Hour, MaxInterval: time.Hour}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.GetSandbox(ctx, "sbx-1")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	var apiErr *opensandbox.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 503 || !errors.Is(err, opensandbox.ErrUnavailable) {
+		t.Fatalf("err = %v, want it to wrap the last attempt's *APIError (503)", err)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // EventKind is the "type" of an execd stream event. Unknown kinds are delivered as is.
 type EventKind string
 
-// Event kinds (API-NOTES §6.1).
+// Event kinds of an execd command or code stream.
 const (
 	EventInit              EventKind = "init"               // first; Text is the command or context id
 	EventPing              EventKind = "ping"               // keep-alive

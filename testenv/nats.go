@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -168,8 +169,11 @@ func (c *Cluster) waitMeta() {
 			// The leader must see every other running node online, or R3
 			// placement fails with "no suitable peers".
 			jsz, err := s.Jsz(nil)
-			if err != nil || jsz.Meta == nil {
-				return fmt.Errorf("meta leader info: %v", err)
+			if err != nil {
+				return fmt.Errorf("meta leader info: %w", err)
+			}
+			if jsz.Meta == nil {
+				return errors.New("meta leader info: none")
 			}
 			want := 0
 			for _, o := range c.nodes {

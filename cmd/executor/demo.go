@@ -129,41 +129,10 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 	if err != nil {
 		return err
 	}
-	st, err := q.Submit(ctx, spec)
+	first, final, err := takeover(ctx, q, spec, natsURL, f.sandboxURL, ackWait, stdout, say)
 	if err != nil {
 		return err
 	}
-	say("submitted job %s (%s, %d steps, checkpoint after step 4) to %s", st.ID, spec.Name, len(spec.Steps), q.Config().Stream)
-
-	a, err := startDemoWorker("executor-A", natsURL, f.sandboxURL, ackWait, stdout)
-	if err != nil {
-		return err
-	}
-	defer a.stop(syscall.SIGKILL)
-	// Wait until A is past the checkpoint and inside step 5, then kill it.
-	first, err := waitJob(ctx, q, st.ID, 60*time.Second, func(s jobs.Status) bool { return s.Checkpoint != nil && s.Done >= 4 })
-	if err != nil {
-		return fmt.Errorf("waiting for executor-A to pass the checkpoint: %w", err)
-	}
-	time.Sleep(500 * time.Millisecond) // let step 5 start: "testing" shows in the timeline
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
-	say("SIGKILL executor-A (pid %d) during step 5 of %d; sandbox %s left behind, job lease expires in %s",
-		a.cmd.Process.Pid, len(spec.Steps), first.SandboxID, ackWait)
-
-	b, err := startDemoWorker("executor-B", natsURL, f.sandboxURL, ackWait, stdout)
-	if err != nil {
-		return err
-	}
-	defer b.stop(syscall.SIGTERM)
-	final, err := waitJob(ctx, q, st.ID, 90*time.Second, func(s jobs.Status) bool { return s.State.Terminal() })
-	if err != nil {
-		return fmt.Errorf("waiting for executor-B: %w", err)
-	}
-	if final.State != jobs.StateSucceeded {
-		return fmt.Errorf("job %s %s: %s", final.ID, final.State, final.Error)
-	}
-	b.stop(syscall.SIGTERM)
 	say("job %s succeeded on attempt %d by %s, resumed in sandbox %s", final.ID, final.Attempt, final.Worker, final.SandboxID)
 
 	// The timeline, from the read model.
@@ -216,6 +185,50 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 		}
 	}
 	return nil
+}
+
+// takeover submits spec to q, starts executor-A, kills it with SIGKILL inside
+// step 5 once it is past the checkpoint, and starts executor-B, which takes the
+// job over. It returns the job's status when A was killed and its final status
+// (succeeded); both executors are stopped when it returns.
+func takeover(ctx context.Context, q *jobs.Queue, spec jobs.Spec, natsURL, sandboxURL string, ackWait time.Duration,
+	stdout io.Writer, say func(format string, args ...any)) (first, final jobs.Status, err error) {
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		return first, final, err
+	}
+	say("submitted job %s (%s, %d steps, checkpoint after step 4) to %s", st.ID, spec.Name, len(spec.Steps), q.Config().Stream)
+
+	a, err := startDemoWorker("executor-A", natsURL, sandboxURL, ackWait, stdout)
+	if err != nil {
+		return first, final, err
+	}
+	defer a.stop(syscall.SIGKILL)
+	// Wait until A is past the checkpoint and inside step 5, then kill it.
+	first, err = waitJob(ctx, q, st.ID, 60*time.Second, func(s jobs.Status) bool { return s.Checkpoint != nil && s.Done >= 4 })
+	if err != nil {
+		return first, final, fmt.Errorf("waiting for executor-A to pass the checkpoint: %w", err)
+	}
+	time.Sleep(500 * time.Millisecond) // let step 5 start: "testing" shows in the timeline
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	say("SIGKILL executor-A (pid %d) during step 5 of %d; sandbox %s left behind, job lease expires in %s",
+		a.cmd.Process.Pid, len(spec.Steps), first.SandboxID, ackWait)
+
+	b, err := startDemoWorker("executor-B", natsURL, sandboxURL, ackWait, stdout)
+	if err != nil {
+		return first, final, err
+	}
+	defer b.stop(syscall.SIGTERM)
+	final, err = waitJob(ctx, q, st.ID, 90*time.Second, func(s jobs.Status) bool { return s.State.Terminal() })
+	if err != nil {
+		return first, final, fmt.Errorf("waiting for executor-B: %w", err)
+	}
+	if final.State != jobs.StateSucceeded {
+		return first, final, fmt.Errorf("job %s %s: %s", final.ID, final.State, final.Error)
+	}
+	b.stop(syscall.SIGTERM)
+	return first, final, nil
 }
 
 func waitJob(ctx context.Context, q *jobs.Queue, id string, timeout time.Duration, ok func(jobs.Status) bool) (jobs.Status, error) {

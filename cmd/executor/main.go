@@ -223,7 +223,10 @@ func (pr *projector) wait(ctx context.Context, seq uint64) error {
 			return ctx.Err()
 		case err := <-pr.done:
 			pr.done <- err
-			return fmt.Errorf("projector stopped: %v", err)
+			if err == nil {
+				return errors.New("projector stopped")
+			}
+			return fmt.Errorf("projector stopped: %w", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
