@@ -31,16 +31,15 @@ type Server struct {
 	lock    *os.File // flock on DataDir/.lock while the server lives
 	handler http.Handler
 
-	probeOnce  sync.Once
-	probeErr   error
-	rt         *ociRuntime // set by checkIsolation
-	idmap      *idmapper
-	runDir     string // Config.RunDir/<hash of DataDir>
-	hostOnce   sync.Once
-	host       rootfs
-	hostErr    error
-	importMu   sync.Mutex
-	cgWarnOnce sync.Once
+	probeOnce sync.Once
+	probeErr  error
+	rt        *ociRuntime // set by checkIsolation
+	idmap     *idmapper
+	runDir    string // Config.RunDir/<hash of DataDir>
+	hostOnce  sync.Once
+	host      rootfs
+	hostErr   error
+	importMu  sync.Mutex
 
 	// apiPort is the port Start listens on, which egress proxies never dial.
 	apiPort atomic.Int32

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -253,38 +252,4 @@ func loopbackUp() error {
 		return fmt.Errorf("bring lo up: %w", err)
 	}
 	return nil
-}
-
-// sendFile passes f over the unix socket sock (SCM_RIGHTS).
-func sendFile(sock, f *os.File) error {
-	return unix.Sendmsg(int(sock.Fd()), []byte{0}, unix.UnixRights(int(f.Fd())), nil, 0)
-}
-
-// recvListener receives a listening socket sent with sendFile on sock. It
-// returns an error when the peer closes its end without sending one.
-func recvListener(sock *os.File) (net.Listener, error) {
-	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
-	var oobn int
-	for {
-		var err error
-		_, oobn, _, _, err = unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("receive: %w", err)
-		}
-		break
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return nil, fmt.Errorf("receive: no file descriptor (%v)", err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return nil, fmt.Errorf("receive: no file descriptor (%v)", err)
-	}
-	f := os.NewFile(uintptr(fds[0]), "egress-listener")
-	defer f.Close()
-	return net.FileListener(f)
 }

@@ -62,119 +62,144 @@ var opaqueXattrs = []string{"trusted.overlay.opaque", "user.overlay.opaque"}
 // during the capture (sandboxd freezes the sandbox). A name that is not valid
 // UTF-8 fails the capture with an error wrapping checkpoints.ErrInvalidEntry.
 func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blobs *BlobStore) ([]checkpoints.Entry, CaptureStats, error) {
-	var st CaptureStats
-	reuse := map[string]checkpoints.Entry{}
-	var racyAfter int64
+	c := &capturer{root: root, blobs: blobs, reuse: map[string]checkpoints.Entry{}}
 	if prev != nil {
-		racyAfter = prev.CreatedAt.Add(-RacyWindow).UnixNano()
+		c.racyAfter = prev.CreatedAt.Add(-RacyWindow).UnixNano()
 		for _, e := range prev.Files {
 			if e.Kind == checkpoints.KindFile {
-				reuse[e.Path] = e
+				c.reuse[e.Path] = e
 			}
 		}
 	}
 	info, err := os.Lstat(root)
 	if err != nil {
-		return nil, st, fmt.Errorf("capture %s: %w", root, err)
+		return nil, c.st, fmt.Errorf("capture %s: %w", root, err)
 	}
 	if !info.IsDir() {
-		return nil, st, fmt.Errorf("capture %s: not a directory", root)
+		return nil, c.st, fmt.Errorf("capture %s: not a directory", root)
 	}
-	var entries []checkpoints.Entry
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if err := checkpoints.ValidatePath(rel); err != nil {
-			return &PathError{Op: "capture", Path: rel, Err: err}
-		}
-		info, err := d.Info()
-		if err != nil {
-			return &PathError{Op: "capture", Path: rel, Err: err}
-		}
-		e := checkpoints.Entry{Path: rel, Mode: uint32(info.Mode().Perm())}
-		if info.Mode()&fs.ModeSetuid != 0 {
-			e.Mode |= 0o4000
-		}
-		if info.Mode()&fs.ModeSetgid != 0 {
-			e.Mode |= 0o2000
-		}
-		if info.Mode()&fs.ModeSticky != 0 {
-			e.Mode |= 0o1000
-		}
-		sys, _ := info.Sys().(*syscall.Stat_t)
-		if sys != nil {
-			e.UID, e.GID = int(sys.Uid), int(sys.Gid)
-		}
-		e.ModTime = info.ModTime().UnixNano()
-		if typ := info.Mode().Type(); typ == fs.ModeDir || typ == 0 {
-			if name := dependentXattr(p); name != "" {
-				return &PathError{Op: "capture", Path: rel, Err: fmt.Errorf("%w: has %s", ErrUnsupportedOverlay, name)}
-			}
-		}
-		switch typ := info.Mode().Type(); {
-		case typ == fs.ModeDir:
-			e.Kind = checkpoints.KindDir
-			e.Opaque = isOpaque(p)
-			st.Dirs++
-		case typ == 0:
-			e.Kind = checkpoints.KindFile
-			e.Size = info.Size()
-			st.Files++
-			st.Bytes += e.Size
-			if old, ok := reuse[rel]; ok && old.Size == e.Size && old.ModTime == e.ModTime && old.Mode == e.Mode && e.ModTime < racyAfter {
-				if has, _ := blobs.Has(old.BlobKey); has {
-					e.BlobKey = old.BlobKey
-					st.ReusedFiles++
-					break
-				}
-			}
-			key, size, stored, err := storeFile(ctx, p, blobs)
-			if err != nil {
-				return &PathError{Op: "capture", Path: rel, Err: err}
-			}
-			e.BlobKey, e.Size = key, size
-			st.HashedFiles++
-			st.HashedBytes += size
-			if stored {
-				st.StoredBlobs++
-				st.StoredBytes += size
-			}
-		case typ == fs.ModeSymlink:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return &PathError{Op: "capture", Path: rel, Err: err}
-			}
-			e.Kind, e.Target, e.Mode = checkpoints.KindSymlink, target, 0
-			st.Symlinks++
-		case typ == fs.ModeDevice|fs.ModeCharDevice && sys != nil && sys.Rdev == 0:
-			e = checkpoints.Entry{Path: rel, Kind: checkpoints.KindWhiteout}
-			st.Whiteouts++
-		default:
-			st.Skipped++
-			return nil
-		}
-		entries = append(entries, e)
-		return nil
-	})
+	visit := func(p string, d fs.DirEntry, err error) error { return c.visit(ctx, p, d, err) }
+	if err := filepath.WalkDir(root, visit); err != nil {
+		return nil, c.st, err
+	}
+	if err := checkpoints.ValidateEntries(c.entries); err != nil {
+		return nil, c.st, fmt.Errorf("capture %s: %w", root, err)
+	}
+	return c.entries, c.st, nil
+}
+
+// capturer is one Capture's walk.
+type capturer struct {
+	root      string
+	blobs     *BlobStore
+	reuse     map[string]checkpoints.Entry // the previous checkpoint's files
+	racyAfter int64
+	st        CaptureStats
+	entries   []checkpoints.Entry
+}
+
+// visit records the entry at p (a filepath.WalkDirFunc but for ctx).
+func (c *capturer) visit(ctx context.Context, p string, d fs.DirEntry, err error) error {
 	if err != nil {
-		return nil, st, err
+		return err
 	}
-	if err := checkpoints.ValidateEntries(entries); err != nil {
-		return nil, st, fmt.Errorf("capture %s: %w", root, err)
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return entries, st, nil
+	if p == c.root {
+		return nil
+	}
+	rel, err := filepath.Rel(c.root, p)
+	if err != nil {
+		return err
+	}
+	rel = filepath.ToSlash(rel)
+	if err := checkpoints.ValidatePath(rel); err != nil {
+		return &PathError{Op: "capture", Path: rel, Err: err}
+	}
+	info, err := d.Info()
+	if err != nil {
+		return &PathError{Op: "capture", Path: rel, Err: err}
+	}
+	e, sys := baseEntry(rel, info)
+	if typ := info.Mode().Type(); typ == fs.ModeDir || typ == 0 {
+		if name := dependentXattr(p); name != "" {
+			return &PathError{Op: "capture", Path: rel, Err: fmt.Errorf("%w: has %s", ErrUnsupportedOverlay, name)}
+		}
+	}
+	switch typ := info.Mode().Type(); {
+	case typ == fs.ModeDir:
+		e.Kind = checkpoints.KindDir
+		e.Opaque = isOpaque(p)
+		c.st.Dirs++
+	case typ == 0:
+		if err := c.file(ctx, p, &e, info); err != nil {
+			return &PathError{Op: "capture", Path: rel, Err: err}
+		}
+	case typ == fs.ModeSymlink:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return &PathError{Op: "capture", Path: rel, Err: err}
+		}
+		e.Kind, e.Target, e.Mode = checkpoints.KindSymlink, target, 0
+		c.st.Symlinks++
+	case typ == fs.ModeDevice|fs.ModeCharDevice && sys != nil && sys.Rdev == 0:
+		e = checkpoints.Entry{Path: rel, Kind: checkpoints.KindWhiteout}
+		c.st.Whiteouts++
+	default:
+		c.st.Skipped++
+		return nil
+	}
+	c.entries = append(c.entries, e)
+	return nil
+}
+
+// baseEntry is the entry of info at rel with its mode, owner and mtime.
+func baseEntry(rel string, info fs.FileInfo) (checkpoints.Entry, *syscall.Stat_t) {
+	e := checkpoints.Entry{Path: rel, Mode: uint32(info.Mode().Perm())}
+	if info.Mode()&fs.ModeSetuid != 0 {
+		e.Mode |= 0o4000
+	}
+	if info.Mode()&fs.ModeSetgid != 0 {
+		e.Mode |= 0o2000
+	}
+	if info.Mode()&fs.ModeSticky != 0 {
+		e.Mode |= 0o1000
+	}
+	sys, _ := info.Sys().(*syscall.Stat_t)
+	if sys != nil {
+		e.UID, e.GID = int(sys.Uid), int(sys.Gid)
+	}
+	e.ModTime = info.ModTime().UnixNano()
+	return e, sys
+}
+
+// file fills in the regular file e at p: the previous checkpoint's blob when
+// the file is unchanged (and not racy), else a blob of its contents.
+func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, info fs.FileInfo) error {
+	e.Kind = checkpoints.KindFile
+	e.Size = info.Size()
+	c.st.Files++
+	c.st.Bytes += e.Size
+	if old, ok := c.reuse[e.Path]; ok && old.Size == e.Size && old.ModTime == e.ModTime && old.Mode == e.Mode && e.ModTime < c.racyAfter {
+		if has, _ := c.blobs.Has(old.BlobKey); has {
+			e.BlobKey = old.BlobKey
+			c.st.ReusedFiles++
+			return nil
+		}
+	}
+	key, size, stored, err := storeFile(ctx, p, c.blobs)
+	if err != nil {
+		return err
+	}
+	e.BlobKey, e.Size = key, size
+	c.st.HashedFiles++
+	c.st.HashedBytes += size
+	if stored {
+		c.st.StoredBlobs++
+		c.st.StoredBytes += size
+	}
+	return nil
 }
 
 func storeFile(ctx context.Context, p string, blobs *BlobStore) (string, int64, bool, error) {

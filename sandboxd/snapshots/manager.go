@@ -115,7 +115,7 @@ func (m *Manager) acquire(ctx context.Context, thread string) (*checkpoints.Leas
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("acquire writer of %s: %w (last: %v)", thread, ctx.Err(), err)
+			return nil, fmt.Errorf("acquire writer of %s: %w (last: %w)", thread, ctx.Err(), err)
 		case <-t.C:
 		}
 		if wait < 50*m.cfg.RetryInterval {
