@@ -103,8 +103,40 @@ func bareRunc(b *testing.B) func() time.Duration {
 	if err := json.Unmarshal(raw, &sp); err != nil {
 		b.Fatal(err)
 	}
-	sp["root"] = map[string]any{"path": "/", "readonly": true}
+	// The root: the host's /usr and library directories bound read-only
+	// (links replicated), as the "host" image has them.
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "sys", "tmp"} {
+		st, err := os.Lstat("/" + d)
+		if err == nil && st.Mode()&os.ModeSymlink != 0 {
+			link, _ := os.Readlink("/" + d)
+			if err := os.Symlink(link, filepath.Join(rootfs, d)); err != nil {
+				b.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sp["root"] = map[string]any{"path": rootfs, "readonly": true}
+	binds := sp["mounts"].([]any)
+	for _, d := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if st, err := os.Lstat("/" + d); err == nil && st.IsDir() {
+			binds = append(binds, map[string]any{"destination": "/" + d, "type": "bind", "source": "/" + d, "options": []string{"rbind", "ro"}})
+		}
+	}
+	sp["mounts"] = binds
 	sp["linux"].(map[string]any)["cgroupsPath"] = "/alineo-bench-bare"
+	// runc 1.1 cannot bind this host's hybrid cgroup v1 tree for a spec
+	// without a user namespace; the bare run does without /sys/fs/cgroup.
+	var mounts []any
+	for _, m := range sp["mounts"].([]any) {
+		if m.(map[string]any)["destination"] != "/sys/fs/cgroup" {
+			mounts = append(mounts, m)
+		}
+	}
+	sp["mounts"] = mounts
 	proc := sp["process"].(map[string]any)
 	proc["terminal"] = false
 	proc["args"] = []string{"/bin/true"}

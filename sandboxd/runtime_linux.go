@@ -119,6 +119,7 @@ func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, err
 }
 
 func (l *launcher) run(ctx context.Context) (*proc, error) {
+	t0 := time.Now()
 	if err := l.open(); err != nil {
 		return nil, err
 	}
@@ -126,9 +127,13 @@ func (l *launcher) run(ctx context.Context) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	t1 := time.Now()
 	if err := l.start(cmd); err != nil {
 		return nil, err
 	}
+	defer func() {
+		l.s.log.Debug("sandboxd: launch", "id", l.rec.ID, "prepare", t1.Sub(t0), "run", time.Since(t1))
+	}()
 	if l.rec.Egress {
 		eg, err := l.s.newSidecar(l.rec)
 		if err != nil {
@@ -601,7 +606,14 @@ func (s *Server) prepareDisk(ctx context.Context, id string) error {
 	dir := s.sandboxDir(id)
 	mnt := filepath.Join(dir, diskDir)
 	if s.cfg.DiskQuota > 0 {
-		if err := makeDisk(ctx, filepath.Join(dir, diskImage), mnt, s.cfg.DiskQuota); err != nil {
+		img := filepath.Join(dir, diskImage)
+		if !s.disks.take(img) {
+			if err := formatDisk(ctx, img, s.cfg.DiskQuota); err != nil {
+				return fmt.Errorf("sandbox disk: %w", err)
+			}
+		}
+		s.refillDisks()
+		if err := mountDisk(img, mnt); err != nil {
 			return fmt.Errorf("sandbox disk: %w", err)
 		}
 	}
@@ -618,6 +630,17 @@ func (s *Server) prepareDisk(ctx context.Context, id string) error {
 // the run directory and its parents are world-traversable (0711), while the
 // data directory may be private.
 func (s *Server) prepareRuntime() error {
+	if s.cfg.DiskQuota > 0 {
+		// Spare disks of an earlier run may be of another size: start afresh.
+		dir := filepath.Join(s.dataDir, "run", "disks")
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		s.disks = &diskPool{dir: dir, size: s.cfg.DiskQuota, want: 2}
+	}
 	for _, d := range []string{filepath.Dir(s.runDir), s.runDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
@@ -696,4 +719,22 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// refillDisks formats disk images for the pool in the background.
+func (s *Server) refillDisks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.disks == nil {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := s.untilStop(time.Minute)
+		defer cancel()
+		if err := s.disks.fill(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("sandboxd: format a spare sandbox disk", "err", err)
+		}
+	}()
 }

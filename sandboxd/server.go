@@ -35,7 +35,8 @@ type Server struct {
 	probeErr  error
 	rt        *ociRuntime // set by checkIsolation
 	idmap     *idmapper
-	runDir    string // Config.RunDir/<hash of DataDir>
+	runDir    string    // Config.RunDir/<hash of DataDir>
+	disks     *diskPool // formatted disks ready for new sandboxes (nil: no quota)
 	hostOnce  sync.Once
 	host      rootfs
 	hostErr   error
@@ -194,6 +195,7 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	if err := s.checkIsolation(ctx); err != nil {
 		return "", err
 	}
+	s.refillDisks()
 	if err := s.prepareImages(ctx); err != nil {
 		return "", err
 	}
@@ -265,6 +267,11 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	if s.rt != nil {
 		if err := s.removeRunDirs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.disks != nil {
+		if err := os.RemoveAll(s.disks.dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -436,6 +443,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		failed(ReasonRuntimeError, err)
 		return
 	}
+	t0 := time.Now()
 	if err := s.prepareDisk(ctx, rec.ID); err != nil {
 		failed(ReasonRuntimeError, err)
 		s.removeRuntimeDirs(rec.ID)
@@ -449,6 +457,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		}
 	}
 	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.imageURI(), "snapshot", rec.SnapshotID, "rootfs", fs.Source)
+	t1 := time.Now()
 	p, err := s.launch(ctx, &rec, fs)
 	if err != nil {
 		reason := ReasonRuntimeError
@@ -475,6 +484,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	sb.rec.InitPID = p.pid()
 	sb.rec.ImageSource = fs.Source
 	sb.rec.setStatus(StateRunning, "running", "")
+	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
 	s.persist(&sb.rec)
 	sb.mu.Unlock()
 	s.bg.Add(1)
