@@ -207,6 +207,9 @@ func Parse(data []byte) (Spec, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return s, &SpecError{Reason: "trailing data after the JSON document"}
 	}
+	if err := checkDuplicateKeys(data); err != nil {
+		return s, err
+	}
 	if err := checkFields(raw, reflect.TypeFor[Spec](), ""); err != nil {
 		return s, err
 	}
@@ -217,6 +220,53 @@ func Parse(data []byte) (Spec, error) {
 		return Spec{}, err
 	}
 	return s, nil
+}
+
+// checkDuplicateKeys reports the first object key that appears twice in
+// one object of data (valid JSON): encoding/json would keep the last value
+// silently.
+func checkDuplicateKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dupValue(dec, "")
+}
+
+// dupValue reads one JSON value from dec, checking its objects' keys.
+func dupValue(dec *json.Decoder, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+			}
+			k, _ := kt.(string)
+			if seen[k] {
+				return &SpecError{Path: join(path, k), Reason: "duplicate key " + strconv.Quote(k)}
+			}
+			seen[k] = true
+			if err := dupValue(dec, join(path, k)); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // }
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := dupValue(dec, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // ]
+	}
+	if err != nil {
+		return &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+	}
+	return nil
 }
 
 func jsonReason(err error) string {

@@ -94,6 +94,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad env", `{` + ok + `,"env":{"A-B":"1"},"steps":[{"exec":{"command":"x"}}]}`, "env.A-B", "variable name"},
 		{"steps not array", `{` + ok + `,"steps":{}}`, "steps", "want"},
 		{"control in name", `{"name":"a\u0001","image":"i","steps":[{"exec":{"command":"x"}}]}`, "name", "control"},
+		{"duplicate top key", `{` + ok + `,"name":"m","steps":[{"exec":{"command":"x"}}]}`, "name", `duplicate key "name"`},
+		{"duplicate nested key", `{` + ok + `,"steps":[{"exec":{"command":"x"}},{"exec":{"command":"x","command":"y"}}]}`, "steps[1].exec.command", `duplicate key "command"`},
+		{"duplicate env key", `{` + ok + `,"env":{"A":"1","A":"2"},"steps":[{"exec":{"command":"x"}}]}`, "env.A", `duplicate key "A"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
