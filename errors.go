@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -27,6 +28,11 @@ var (
 	// when the session has bound credentials and ResumeOptions.ResolveCredential
 	// is nil.
 	ErrNoCredentialResolver = errors.New("alineo: no credential resolver")
+	// ErrNoReadModel (adapters.ErrNoReadModel) is wrapped by the calls that
+	// need a read model (listings, environments, Resume without
+	// ResumeOptions.Name) on a client whose Adapter is only a ledger and
+	// Options.ReadModel is nil.
+	ErrNoReadModel = adapters.ErrNoReadModel
 )
 
 // ReplayDivergedError is the error of an exec-like call on a resumed sandbox
@@ -112,7 +118,7 @@ func (e *ExecConnectionError) Error() string {
 
 func (e *ExecConnectionError) Unwrap() error { return e.Err }
 
-// ClientError is the seed's SandboxClientError: a client-level call failed with an
+// ClientError is the TypeScript SDK's SandboxClientError: a client-level call failed with an
 // HTTP-like status. 404: the session or sandbox is unknown; 408: the sandbox did
 // not reach Running in time; 409: the sandbox is in the wrong state; 500: the
 // sandbox failed (Failed or Terminated while waiting).

@@ -41,6 +41,10 @@ type ResumeOptions struct {
 // *CommandError when the call is strict, as live. Calls past the cached ones run
 // live on the restored filesystem, numbered on from there.
 //
+// With opts.Name set, Resume reads only the ledger (Options.Adapter). Without
+// it, the session is found in the read model; a client without one fails with
+// an error wrapping ErrNoReadModel.
+//
 // Errors: *ClientError 404 when no session has sandboxID (or several do and
 // opts.Name is empty), or it has no matching checkpoint; otherwise those of
 // Client.Sandbox.
@@ -80,7 +84,7 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
 	if name != "" {
-		d, err := c.store.GetSandboxDetails(ctx, name, sandboxID)
+		d, err := c.sessionDetails(ctx, name, sandboxID)
 		if err != nil {
 			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
 		}
@@ -167,7 +171,12 @@ func (c *Client) inheritedRunID(ctx context.Context, sandboxID string) string {
 }
 
 // sessionsOf returns the details of every session whose sandbox id is
-// sandboxID (sessions are keyed by name and sandbox id, so there may be several).
+// sandboxID (sessions are keyed by name and sandbox id, so there may be
+// several). It needs the read model: a ledger is read by session.
 func (c *Client) sessionsOf(ctx context.Context, sandboxID string) ([]SandboxDetails, error) {
-	return c.store.ListAllSandboxDetails(ctx, ListOptions{SandboxID: sandboxID})
+	rm, err := c.readModel(ctx, "find the sessions of "+sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("%w (or set ResumeOptions.Name)", err)
+	}
+	return rm.ListAllSandboxDetails(ctx, ListOptions{SandboxID: sandboxID})
 }

@@ -76,6 +76,22 @@ func (p *Projector) Progress() Progress {
 		Errors: p.errs.Load(), Lag: p.lag.Load()}
 }
 
+// Await returns once the projector has committed everything up to stream
+// sequence seq (its Offset is at least seq), or ctx's error. It polls. With a
+// bus.Ledger, l.Flush then Await(ctx, l.LastSeq()) is the barrier a reader of
+// the projected tables needs to read that ledger's writes (the SDK's
+// Options.AwaitReadModel). Safe for concurrent use.
+func (p *Projector) Await(ctx context.Context, seq uint64) error {
+	for p.offset.Load() < seq {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func (p *Projector) init() error {
 	if p.Bus == nil || p.Store == nil {
 		return fmt.Errorf("%w: Bus and Store are required", ErrInvalidConfig)
