@@ -59,7 +59,7 @@ type pendingEntry struct {
 }
 
 func newLedger(store adapters.Ledger, name, sandboxID string) *ledger {
-	trusted, _ := store.(validated.Appender)
+	trusted := validated.AppenderOf(store) // nil for a custom ledger, or a wrapper of ours
 	return &ledger{
 		store: store, trusted: trusted, name: name, sandboxID: sandboxID, now: time.Now,
 		slots: make(chan struct{}, ledgerQueueMax),

@@ -585,6 +585,10 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 	return l.append(ctx, e)
 }
 
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (l *Ledger) ValidatedSelf() any { return l }
+
 // AppendValidated appends entries the SDK's ledger writer validated, without
 // validating them again (see the adapters package doc): one entry as Append,
 // several as AppendBatch. Only this module can call it with entries.

@@ -403,9 +403,9 @@ func (p *Projector) committer(ctx context.Context, offset uint64, in <-chan *bat
 // applyFunc returns how decoded batches go into store. Decode validated every
 // entry (an invalid message is parked instead), so a store of this module
 // takes them through ApplyValidated and does not parse the payloads again;
-// any other store gets ApplyBatch.
+// any other store, a wrapper of one of ours included, gets ApplyBatch.
 func applyFunc(store adapters.ProjectionStore) func(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if va, ok := store.(validated.Applier); ok {
+	if va := validated.ApplierOf(store); va != nil {
 		return func(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 			return va.ApplyValidated(ctx, consumer, validated.Trust(es), offset)
 		}

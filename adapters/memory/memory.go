@@ -91,6 +91,10 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	return s.append(ctx, es...)
 }
 
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (s *Store) ValidatedSelf() any { return s }
+
 // AppendValidated appends entries the SDK's ledger writer validated, without
 // validating them again (see the adapters package doc). Only this module can
 // call it with entries.

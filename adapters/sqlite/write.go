@@ -82,6 +82,10 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	return s.append(ctx, e)
 }
 
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (s *Store) ValidatedSelf() any { return s }
+
 // AppendValidated appends entries the SDK's ledger writer validated, without
 // validating them again (see the adapters package doc): one entry as Append,
 // several as AppendBatch. Only this module can call it with entries.

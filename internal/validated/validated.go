@@ -57,6 +57,8 @@ func (v Entries) Len() int { return len(v.es) }
 // ledger's other checks (a closed store, ctx, its own limits) still apply.
 type Appender interface {
 	AppendValidated(ctx context.Context, v Entries) error
+	// ValidatedSelf returns the receiver itself; see AppenderOf.
+	ValidatedSelf() any
 }
 
 // Applier is a projection store that applies validated entries without
@@ -64,4 +66,27 @@ type Appender interface {
 // still checking the consumer name and each entry's Seq.
 type Applier interface {
 	ApplyValidated(ctx context.Context, consumer string, v Entries, offset uint64) error
+	// ValidatedSelf returns the receiver itself; see ApplierOf.
+	ValidatedSelf() any
+}
+
+// AppenderOf returns l as an Appender when l itself provides
+// AppendValidated, and nil otherwise. A type that embeds a store of this
+// module (to wrap its Append, say) inherits AppendValidated, but not the
+// identity ValidatedSelf returns: it is refused, so that its own Append is
+// the one called.
+func AppenderOf(l any) Appender {
+	if a, ok := l.(Appender); ok && a.ValidatedSelf() == l {
+		return a
+	}
+	return nil
+}
+
+// ApplierOf is AppenderOf for Applier: s when s itself provides
+// ApplyValidated, else nil.
+func ApplierOf(s any) Applier {
+	if a, ok := s.(Applier); ok && a.ValidatedSelf() == s {
+		return a
+	}
+	return nil
 }
