@@ -29,7 +29,7 @@ type CredentialBroker interface {
 
 // OpenSandboxBroker is the default CredentialBroker: it keeps each sandbox's
 // credentials in the credential vault of its egress API (port 18080,
-// /credential-vault, API-NOTES §8). Each credential is stored with a binding of
+// /credential-vault). Each credential is stored with a binding of
 // the same name. It serves an OpenSandbox server (the egress sidecar) and
 // sandboxd (its egress proxy) alike: both speak the same vault API with the
 // same status codes, so no second broker is needed. The vault must be enabled:

@@ -1,7 +1,9 @@
 // Package alineo is the SDK: a Client that creates sandboxes on an OpenSandbox
 // server, a Sandbox handle for each one, and an Exec handle for each command,
-// where everything that happens is appended to a ledger (an adapters.Store)
-// before the caller sees it.
+// where everything that happens is appended to a ledger (an adapters.Ledger:
+// a memory, SQLite or Postgres store, the bus ledger, or your own) before the
+// caller sees it. Listings and environments come from a read model
+// (adapters.ReadModel), which a store also is.
 //
 //	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
 //	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
@@ -10,7 +12,7 @@
 //	err = sb.Exec(ctx, "npm test").Pipe(os.Stdout)                  // stream it somewhere
 //	for chunk, err := range sb.Exec(ctx, "npm test").Stdout() { … } // chunk by chunk
 //
-// The ledger rules (storage.md, DESIGN.md §4.1 and §4.5):
+// The ledger rules (as the TypeScript SDK's storage documentation has them):
 //   - sandbox.created once the container is Running; sandbox.paused, sandbox.resumed
 //     and sandbox.closed at StepIndex -1.
 //   - Each Exec or ExecCode call takes the handle's next step number (1, 2, 3…)
