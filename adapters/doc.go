@@ -52,7 +52,12 @@
 // bus ledger, whose argument is made by validating or by the front that did),
 // rather than a flag in the context: the proof travels with the entries and
 // cannot be forged by a caller outside the module, and a store cannot be told
-// that a batch was checked when it was not. A custom Ledger needs none of
+// that a batch was checked when it was not. Validating at the front and again
+// in every store would cost two parses of every payload; trusting a store's
+// caller blindly would let an invalid entry from outside in. A type that
+// embeds one of the module's stores (to wrap its Append, say) does not
+// inherit the hand-over: the SDK and the projector call its own Append and
+// ApplyBatch. A custom Ledger needs none of
 // this: the SDK validates before it calls Append, and a custom Append that
 // also takes entries from elsewhere validates them itself.
 //
