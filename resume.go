@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
@@ -84,11 +85,13 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
 	if name != "" {
-		d, err := c.sessionDetails(ctx, name, sandboxID)
+		// The ledger is the authority on a named session (a read model kept
+		// asynchronously may not hold it yet).
+		es, err := c.store.ReadAll(ctx, name, sandboxID)
 		if err != nil {
 			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
 		}
-		if d == nil {
+		if adapters.DetailsOf(es) == nil {
 			return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
 		}
 		return name, nil
