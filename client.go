@@ -27,9 +27,11 @@ type Client struct {
 	store adapters.Ledger                 // Options.Adapter
 	rm    adapters.ReadModel              // Options.ReadModel or the Adapter's; nil for none
 	await func(ctx context.Context) error // Options.AwaitReadModel
-	sem   *semaphore
-	log   *slog.Logger
-	envs  envBuilds // environment builds in flight, by name and fingerprint
+	// rmIsStore: rm is the Adapter itself, a Store, so it never lags the ledger.
+	rmIsStore bool
+	sem       *semaphore
+	log       *slog.Logger
+	envs      envBuilds // environment builds in flight, by name and fingerprint
 
 	broker CredentialBroker // Options.CredentialBroker, or the vault broker
 }
@@ -60,7 +62,13 @@ func New(opts Options) (*Client, error) {
 	if rm == nil {
 		rm, _ = opts.Adapter.(adapters.ReadModel)
 	}
-	return &Client{os: osc, store: opts.Adapter, rm: rm, await: opts.AwaitReadModel,
+	// A Store keeps its details in the transaction of each append: its read
+	// model never lags its ledger.
+	sameStore := false
+	if s, ok := opts.Adapter.(adapters.Store); ok && rm != nil {
+		sameStore = any(rm) == any(s)
+	}
+	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: sameStore, await: opts.AwaitReadModel,
 		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
 }
 

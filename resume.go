@@ -85,13 +85,11 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
 	if name != "" {
-		// The ledger is the authority on a named session (a read model kept
-		// asynchronously may not hold it yet).
-		es, err := c.store.ReadAll(ctx, name, sandboxID)
+		d, err := c.namedSession(ctx, name, sandboxID)
 		if err != nil {
 			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
 		}
-		if adapters.DetailsOf(es) == nil {
+		if d == nil {
 			return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
 		}
 		return name, nil
@@ -112,6 +110,21 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 	}
 	return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID,
 		Message: "several sessions have this sandbox id (" + strings.Join(names, ", ") + "); set ResumeOptions.Name"}
+}
+
+// namedSession returns the details of the session (name, sandboxID), or nil.
+// The ledger is the authority on a named session: a read model kept
+// asynchronously may not hold it yet, so only a Store's own read model is
+// asked instead.
+func (c *Client) namedSession(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
+	if c.rmIsStore {
+		return c.rm.GetSandboxDetails(ctx, name, sandboxID)
+	}
+	es, err := c.store.ReadAll(ctx, name, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.DetailsOf(es), nil
 }
 
 // RestoreSnapshot creates a sandbox from a snapshot with a clean history:
