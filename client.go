@@ -58,17 +58,13 @@ func New(opts Options) (*Client, error) {
 	if broker == nil {
 		broker = NewOpenSandboxBroker(osc)
 	}
-	rm := opts.ReadModel
-	if rm == nil {
-		rm, _ = opts.Adapter.(adapters.ReadModel)
-	}
 	// A Store keeps its details in the transaction of each append: its read
 	// model never lags its ledger.
-	sameStore := false
-	if s, ok := opts.Adapter.(adapters.Store); ok && rm != nil {
-		sameStore = any(rm) == any(s)
+	rm, rmIsStore := opts.ReadModel, false
+	if rm == nil {
+		rm, rmIsStore = opts.Adapter.(adapters.ReadModel)
 	}
-	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: sameStore, await: opts.AwaitReadModel,
+	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: rmIsStore, await: opts.AwaitReadModel,
 		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
 }
 
