@@ -59,7 +59,7 @@ func (o Options) validate() error {
 		return &OptionError{Field: "BaseURL", Reason: "must be an absolute http(s) URL, got " + quote(o.BaseURL)}
 	}
 	if o.Adapter == nil {
-		return &OptionError{Field: "Adapter", Reason: "is nil; pass a ledger (a memory, sqlite or postgres store, a bus ledger, or your own adapters.Ledger)"}
+		return &OptionError{Field: "Adapter", Reason: "is nil; pass a storage adapter (memory, sqlite, postgres)"}
 	}
 	if o.MaxConcurrency < 0 {
 		return &OptionError{Field: "MaxConcurrency", Reason: "is negative"}
