@@ -59,9 +59,9 @@ type LedgerConfig struct {
 // Ledger is an adapters.Ledger whose writes publish to the ledger stream and
 // whose reads (ReadAll, LastCheckpoint, ListCheckpoints) read it back: an
 // event log and nothing more (the read model is what a projector keeps from
-// the stream). Safe for concurrent use. It is the writer of the sandboxes it appends to:
-// the first Append to a sandbox claims it (ErrFenced if another writer holds
-// it); Takeover claims it from another writer.
+// the stream). Safe for concurrent use. It is the writer of the sandboxes it
+// appends to: the first Append to a sandbox claims it (ErrFenced if another
+// writer holds it); Takeover claims it from another writer.
 type Ledger struct {
 	b      *Bus
 	js     jetstream.JetStream
@@ -586,7 +586,7 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 }
 
 // ValidatedSelf returns the receiver: a type embedding this one does not
-// inherit the validated hand-over of AppendValidated and ApplyValidated.
+// inherit the validated hand-over of AppendValidated.
 func (l *Ledger) ValidatedSelf() any { return l }
 
 // AppendValidated appends entries the SDK's ledger writer validated, without
