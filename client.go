@@ -24,10 +24,14 @@ const runningTimeout = 120 * time.Second
 // ledger. It is safe for concurrent use and holds no goroutines of its own.
 type Client struct {
 	os    *opensandbox.Client
-	store adapters.Store
-	sem   *semaphore
-	log   *slog.Logger
-	envs  envBuilds // environment builds in flight, by name and fingerprint
+	store adapters.Ledger                 // Options.Adapter
+	rm    adapters.ReadModel              // Options.ReadModel or the Adapter's; nil for none
+	await func(ctx context.Context) error // Options.AwaitReadModel
+	// rmIsStore: rm is the Adapter itself, a Store, so it never lags the ledger.
+	rmIsStore bool
+	sem       *semaphore
+	log       *slog.Logger
+	envs      envBuilds // environment builds in flight, by name and fingerprint
 
 	broker CredentialBroker // Options.CredentialBroker, or the vault broker
 }
@@ -54,7 +58,28 @@ func New(opts Options) (*Client, error) {
 	if broker == nil {
 		broker = NewOpenSandboxBroker(osc)
 	}
-	return &Client{os: osc, store: opts.Adapter, sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
+	// A Store keeps its details in the transaction of each append: its read
+	// model never lags its ledger.
+	rm, rmIsStore := opts.ReadModel, false
+	if rm == nil {
+		rm, rmIsStore = opts.Adapter.(adapters.ReadModel)
+	}
+	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: rmIsStore, await: opts.AwaitReadModel,
+		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
+}
+
+// readModel returns the client's read model for the call op, after
+// Options.AwaitReadModel, or an error wrapping ErrNoReadModel.
+func (c *Client) readModel(ctx context.Context, op string) (adapters.ReadModel, error) {
+	if c.rm == nil {
+		return nil, fmt.Errorf("alineo: %s: %w: the Adapter is only a ledger; set Options.ReadModel", op, ErrNoReadModel)
+	}
+	if c.await != nil {
+		if err := c.await(ctx); err != nil {
+			return nil, fmt.Errorf("alineo: %s: wait for the read model: %w", op, err)
+		}
+	}
+	return c.rm, nil
 }
 
 // OpenSandbox returns the underlying OpenSandbox client, for calls the SDK does
@@ -248,33 +273,63 @@ type SandboxDetails = adapters.SandboxDetails
 type ListOptions = adapters.ListOptions
 
 // Sandboxes is the ledger's session history. It reads and deletes ledger rows
-// only, never containers.
-type Sandboxes struct{ store adapters.Store }
+// only, never containers. Listings need a read model (Options.ReadModel);
+// Get, Delete and Events work from the ledger alone.
+type Sandboxes struct{ c *Client }
 
 // Sandboxes returns the ledger's session history.
-func (c *Client) Sandboxes() Sandboxes { return Sandboxes{store: c.store} }
+func (c *Client) Sandboxes() Sandboxes { return Sandboxes{c: c} }
 
-// List returns every session, newest first, filtered by opts.
+// List returns every session, newest first, filtered by opts. Without a read
+// model it fails with an error wrapping ErrNoReadModel.
 func (s Sandboxes) List(ctx context.Context, opts ListOptions) ([]SandboxDetails, error) {
-	return s.store.ListAllSandboxDetails(ctx, opts)
+	rm, err := s.c.readModel(ctx, "list sandboxes")
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListAllSandboxDetails(ctx, opts)
 }
 
 // ListByName returns the sessions named name, newest first, filtered by opts.
+// Without a read model it fails with an error wrapping ErrNoReadModel.
 func (s Sandboxes) ListByName(ctx context.Context, name string, opts ListOptions) ([]SandboxDetails, error) {
-	return s.store.ListSandboxDetails(ctx, name, opts)
+	rm, err := s.c.readModel(ctx, "list sandboxes")
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListSandboxDetails(ctx, name, opts)
 }
 
-// Get returns one session, or nil when it is unknown.
+// Get returns one session, or nil when it is unknown. Without a read model
+// the details are derived from the session's ledger entries.
 func (s Sandboxes) Get(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
-	return s.store.GetSandboxDetails(ctx, name, sandboxID)
+	return s.c.sessionDetails(ctx, name, sandboxID)
 }
 
-// Delete removes a session's ledger rows (not the container).
+// Delete removes a session's ledger rows (not the container), and with them
+// the details a Store keeps.
 func (s Sandboxes) Delete(ctx context.Context, name, sandboxID string) error {
-	return s.store.DeleteSandbox(ctx, name, sandboxID)
+	return s.c.store.DeleteSandbox(ctx, name, sandboxID)
 }
 
 // Events returns a session's ledger entries in (ts, seq) order.
 func (s Sandboxes) Events(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
-	return s.store.ReadAll(ctx, name, sandboxID)
+	return s.c.store.ReadAll(ctx, name, sandboxID)
+}
+
+// sessionDetails returns the details of the session (name, sandboxID), or
+// nil: from the read model when there is one, else from its ledger entries.
+func (c *Client) sessionDetails(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
+	if c.rm != nil {
+		rm, err := c.readModel(ctx, "get sandbox")
+		if err != nil {
+			return nil, err
+		}
+		return rm.GetSandboxDetails(ctx, name, sandboxID)
+	}
+	es, err := c.store.ReadAll(ctx, name, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.DetailsOf(es), nil
 }

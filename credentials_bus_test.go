@@ -38,11 +38,11 @@ func TestCredentialsNeverOnTheBus(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(pctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	l, err := bus.NewLedger(b, bus.LedgerConfig{ReadModel: rm})
+	l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: rm})
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}
-	e := newEgressEnv(t, l)
+	e := newEgressEnv(t, l, func(o *alineo.Options) { o.ReadModel = rm })
 	ctx := testCtx(t)
 
 	sb := e.sandbox(t, ctx, alineo.SandboxOptions{CredentialProxy: true, NetworkPolicy: &alineo.NetworkPolicy{

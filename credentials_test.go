@@ -89,7 +89,7 @@ type egressEnv struct {
 	plain, secure *upstream
 }
 
-func newEgressEnv(t *testing.T, store adapters.Store, opts ...func(*alineo.Options)) *egressEnv {
+func newEgressEnv(t *testing.T, store adapters.Ledger, opts ...func(*alineo.Options)) *egressEnv {
 	t.Helper()
 	plain, secure := newUpstream(t, false), newUpstream(t, true)
 	lo := netip.MustParseAddr("127.0.0.1")
@@ -109,7 +109,8 @@ func newEgressEnv(t *testing.T, store adapters.Store, opts ...func(*alineo.Optio
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &egressEnv{env: &env{url: url, store: store, client: c}, plain: plain, secure: secure}
+	st, _ := store.(adapters.Store) // nil for a bus ledger
+	return &egressEnv{env: &env{url: url, store: st, client: c}, plain: plain, secure: secure}
 }
 
 // curl runs curl in the sandbox and returns its output and whether it succeeded.

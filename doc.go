@@ -1,7 +1,9 @@
 // Package alineo is the SDK: a Client that creates sandboxes on an OpenSandbox
 // server, a Sandbox handle for each one, and an Exec handle for each command,
-// where everything that happens is appended to a ledger (an adapters.Store)
-// before the caller sees it.
+// where everything that happens is appended to a ledger (an adapters.Ledger:
+// a memory, SQLite or Postgres store, the bus ledger, or your own) before the
+// caller sees it. Listings and environments come from a read model
+// (adapters.ReadModel), which a store also is.
 //
 //	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
 //	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})

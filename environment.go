@@ -79,9 +79,15 @@ func (e *Environment) validate() error {
 	return nil
 }
 
-// Info returns the stored build, or nil before the first build.
+// Info returns the stored build, or nil before the first build. Environment
+// records live in the read model: without one (Options.ReadModel) every
+// method of an Environment fails with an error wrapping ErrNoReadModel.
 func (e *Environment) Info(ctx context.Context) (*EnvironmentRecord, error) {
-	rec, err := e.c.store.GetEnvironment(ctx, e.name)
+	rm, err := e.c.readModel(ctx, "environment "+quote(e.name))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := rm.GetEnvironment(ctx, e.name)
 	if err != nil {
 		return nil, fmt.Errorf("alineo: environment %s: %w", quote(e.name), err)
 	}
@@ -175,26 +181,39 @@ func (e *Environment) build(ctx context.Context) (rec *EnvironmentRecord, err er
 	}
 	r := EnvironmentRecord{Name: e.name, SnapshotID: snap, Image: e.opts.Image,
 		BuiltAt: time.Now().UnixMilli(), Fingerprint: e.opts.Fingerprint()}
-	if err := e.c.store.SaveEnvironment(ctx, r); err != nil {
+	rm, err := e.c.readModel(ctx, "build environment "+quote(e.name))
+	if err != nil {
+		return nil, err
+	}
+	if err := rm.SaveEnvironment(ctx, r); err != nil {
 		return nil, fmt.Errorf("alineo: build environment %s: save: %w", quote(e.name), err)
 	}
 	return &r, nil
 }
 
-// Environments are the ledger's environment records.
-type Environments struct{ store adapters.Store }
+// Environments are the environment records of the read model. Without one
+// (Options.ReadModel) their methods fail with an error wrapping ErrNoReadModel.
+type Environments struct{ c *Client }
 
-// Environments returns the ledger's environment records.
-func (c *Client) Environments() Environments { return Environments{store: c.store} }
+// Environments returns the read model's environment records.
+func (c *Client) Environments() Environments { return Environments{c: c} }
 
 // List returns every environment record, newest build first.
 func (s Environments) List(ctx context.Context) ([]EnvironmentRecord, error) {
-	return s.store.ListEnvironments(ctx)
+	rm, err := s.c.readModel(ctx, "list environments")
+	if err != nil {
+		return nil, err
+	}
+	return rm.ListEnvironments(ctx)
 }
 
 // Delete removes the named record (not its snapshot); an unknown name is a no-op.
 func (s Environments) Delete(ctx context.Context, name string) error {
-	return s.store.DeleteEnvironment(ctx, name)
+	rm, err := s.c.readModel(ctx, "delete environment "+quote(name))
+	if err != nil {
+		return err
+	}
+	return rm.DeleteEnvironment(ctx, name)
 }
 
 // envBuilds runs one build per key at a time; later callers of a key wait for

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -27,6 +28,11 @@ var (
 	// when the session has bound credentials and ResumeOptions.ResolveCredential
 	// is nil.
 	ErrNoCredentialResolver = errors.New("alineo: no credential resolver")
+	// ErrNoReadModel (adapters.ErrNoReadModel) is wrapped by the calls that
+	// need a read model (listings, environments, Resume without
+	// ResumeOptions.Name) on a client whose Adapter is only a ledger and
+	// Options.ReadModel is nil.
+	ErrNoReadModel = adapters.ErrNoReadModel
 )
 
 // ReplayDivergedError is the error of an exec-like call on a resumed sandbox

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 const (
@@ -28,8 +30,16 @@ const (
 // is retried entry by entry (AppendBatch is all or nothing), so a failed entry
 // fails only its own emitter. The writer goroutine exists only while the queue
 // is non-empty.
+//
+// The writer is where the SDK's entries enter the system: it validates each
+// one (events.Validate) before writing it, fails an invalid one alone, and
+// hands the valid ones to a store of this module through AppendValidated, so
+// the store does not validate them again (see the adapters package doc). A
+// custom Ledger gets Append and AppendBatch.
 type ledger struct {
-	store     adapters.Store
+	store     adapters.Ledger
+	trusted   validated.Appender // store, when it takes validated entries; else nil
+	one       [1]events.Entry    // appendOne's batch; used by the drain goroutine only
 	name      string
 	sandboxID string
 	now       func() time.Time
@@ -48,9 +58,10 @@ type pendingEntry struct {
 	chain *chain     // nil, or the exec the entry belongs to
 }
 
-func newLedger(store adapters.Store, name, sandboxID string) *ledger {
+func newLedger(store adapters.Ledger, name, sandboxID string) *ledger {
+	trusted := validated.AppenderOf(store) // nil for a custom ledger, or a wrapper of ours
 	return &ledger{
-		store: store, name: name, sandboxID: sandboxID, now: time.Now,
+		store: store, trusted: trusted, name: name, sandboxID: sandboxID, now: time.Now,
 		slots: make(chan struct{}, ledgerQueueMax),
 	}
 }
@@ -153,11 +164,16 @@ func (l *ledger) drain() {
 }
 
 func (l *ledger) writeBatch(batch []pendingEntry) {
-	// Entries whose chain already failed are not written.
+	// Entries whose chain already failed are not written; an invalid entry
+	// fails alone (and its chain).
 	live := make([]pendingEntry, 0, len(batch))
 	for _, p := range batch {
 		if p.chain != nil && p.chain.err != nil {
 			p.done <- &chainError{err: p.chain.err}
+			continue
+		}
+		if err := events.Validate(p.e); err != nil {
+			l.finish(p, fmt.Errorf("alineo: record %s: %w", p.e.Event, err))
 			continue
 		}
 		live = append(live, p)
@@ -168,14 +184,14 @@ func (l *ledger) writeBatch(batch []pendingEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
 	defer cancel()
 	if len(live) == 1 {
-		l.finish(live[0], l.store.Append(ctx, live[0].e))
+		l.finish(live[0], l.appendOne(ctx, live[0].e))
 		return
 	}
 	es := make([]events.Entry, len(live))
 	for i, p := range live {
 		es[i] = p.e
 	}
-	err := l.store.AppendBatch(ctx, es)
+	err := l.appendBatch(ctx, es)
 	if err == nil || errors.Is(err, adapters.ErrClosed) {
 		for _, p := range live {
 			l.finish(p, err)
@@ -189,9 +205,28 @@ func (l *ledger) writeBatch(batch []pendingEntry) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), ledgerWriteTimeout)
-		l.finish(p, l.store.Append(ctx, p.e))
+		l.finish(p, l.appendOne(ctx, p.e))
 		cancel()
 	}
+}
+
+// appendOne writes e, which passed events.Validate.
+func (l *ledger) appendOne(ctx context.Context, e events.Entry) error {
+	if l.trusted != nil {
+		l.one[0] = e
+		err := l.trusted.AppendValidated(ctx, validated.Trust(l.one[:]))
+		l.one[0] = events.Entry{}
+		return err
+	}
+	return l.store.Append(ctx, e)
+}
+
+// appendBatch writes es, each of which passed events.Validate, all or nothing.
+func (l *ledger) appendBatch(ctx context.Context, es []events.Entry) error {
+	if l.trusted != nil {
+		return l.trusted.AppendValidated(ctx, validated.Trust(es))
+	}
+	return l.store.AppendBatch(ctx, es)
 }
 
 // finish reports the result of p's write, and marks its chain failed on error.

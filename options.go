@@ -1,6 +1,7 @@
 package alineo
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -10,14 +11,29 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 )
 
-// Options configures a Client. They mirror the seed's SandboxClientOptions.
+// Options configures a Client. They mirror the SandboxClientOptions of the
+// TypeScript SDK, with the storage adapter split in its two halves.
 type Options struct {
 	// BaseURL is the OpenSandbox server URL, e.g. "http://localhost:8080". Required.
 	BaseURL string
 	// APIKey is the OpenSandbox API key; empty for a server without auth.
 	APIKey string
-	// Adapter is the ledger every event is appended to. Required.
-	Adapter adapters.Store
+	// Adapter is the ledger every event is appended to and Resume replays
+	// from. Required. A Store (memory, sqlite, postgres) is a Ledger and a
+	// ReadModel at once: passed here it serves as both, unless ReadModel is set.
+	Adapter adapters.Ledger
+	// ReadModel serves Sandboxes().List and ListByName, environments, and
+	// Resume without ResumeOptions.Name (to find the session of a sandbox id).
+	// Default: Adapter, when it is also an adapters.ReadModel. Without one,
+	// those calls fail with an error wrapping ErrNoReadModel, and
+	// Sandboxes().Get derives a session's details from the ledger.
+	ReadModel adapters.ReadModel
+	// AwaitReadModel, when set, is called before every ReadModel query, so
+	// that the client reads its own writes from a read model kept
+	// asynchronously (the tables a projector keeps from the bus): it returns
+	// once the read model holds everything the Adapter acknowledged so far
+	// (or ctx's error). Nil: queries go to the ReadModel at once.
+	AwaitReadModel func(ctx context.Context) error
 	// MaxConcurrency caps the sandboxes alive at once through this client: each
 	// holds a slot from creation until Close, and creators wait first come first
 	// served. 0 means no limit.
@@ -87,7 +103,8 @@ var DefaultEntrypoint = []string{"tail", "-f", "/dev/null"}
 // MinTimeout is the shortest sandbox Timeout the server accepts.
 const MinTimeout = 60 * time.Second
 
-// SandboxOptions configure one sandbox. They mirror the seed's SandboxOptions.
+// SandboxOptions configure one sandbox. They mirror the SandboxOptions of the
+// TypeScript SDK.
 type SandboxOptions struct {
 	// Image is the container image, e.g. "ubuntu:22.04". Required.
 	Image string

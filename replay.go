@@ -188,7 +188,7 @@ type resumePoint struct {
 // Errors: a *ClientError of status 404 when the session has no matching
 // checkpoint, or when a session of the chain is missing or lacks the
 // checkpoint its successor was created from.
-func buildResumePoint(ctx context.Context, store adapters.Store, name, sandboxID, tag string) (*resumePoint, error) {
+func buildResumePoint(ctx context.Context, store adapters.Ledger, name, sandboxID, tag string) (*resumePoint, error) {
 	es, err := store.ReadAll(ctx, name, sandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("read session %s/%s: %w", name, sandboxID, err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
@@ -40,6 +41,10 @@ type ResumeOptions struct {
 // recorded one fails with a *ReplayDivergedError; a replayed non-zero exit is a
 // *CommandError when the call is strict, as live. Calls past the cached ones run
 // live on the restored filesystem, numbered on from there.
+//
+// With opts.Name set, Resume reads only the ledger (Options.Adapter). Without
+// it, the session is found in the read model; a client without one fails with
+// an error wrapping ErrNoReadModel.
 //
 // Errors: *ClientError 404 when no session has sandboxID (or several do and
 // opts.Name is empty), or it has no matching checkpoint; otherwise those of
@@ -80,7 +85,7 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
 	if name != "" {
-		d, err := c.store.GetSandboxDetails(ctx, name, sandboxID)
+		d, err := c.namedSession(ctx, name, sandboxID)
 		if err != nil {
 			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
 		}
@@ -105,6 +110,21 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 	}
 	return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID,
 		Message: "several sessions have this sandbox id (" + strings.Join(names, ", ") + "); set ResumeOptions.Name"}
+}
+
+// namedSession returns the details of the session (name, sandboxID), or nil.
+// The ledger is the authority on a named session: a read model kept
+// asynchronously may not hold it yet, so only a Store's own read model is
+// asked instead.
+func (c *Client) namedSession(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
+	if c.rmIsStore {
+		return c.rm.GetSandboxDetails(ctx, name, sandboxID)
+	}
+	es, err := c.store.ReadAll(ctx, name, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return adapters.DetailsOf(es), nil
 }
 
 // RestoreSnapshot creates a sandbox from a snapshot with a clean history:
@@ -167,7 +187,12 @@ func (c *Client) inheritedRunID(ctx context.Context, sandboxID string) string {
 }
 
 // sessionsOf returns the details of every session whose sandbox id is
-// sandboxID (sessions are keyed by name and sandbox id, so there may be several).
+// sandboxID (sessions are keyed by name and sandbox id, so there may be
+// several). It needs the read model: a ledger is read by session.
 func (c *Client) sessionsOf(ctx context.Context, sandboxID string) ([]SandboxDetails, error) {
-	return c.store.ListAllSandboxDetails(ctx, ListOptions{SandboxID: sandboxID})
+	rm, err := c.readModel(ctx, "find the sessions of "+sandboxID)
+	if err != nil {
+		return nil, fmt.Errorf("%w (or set ResumeOptions.Name)", err)
+	}
+	return rm.ListAllSandboxDetails(ctx, ListOptions{SandboxID: sandboxID})
 }

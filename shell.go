@@ -24,7 +24,7 @@ func wrapShell(shell, cmd string) string {
 
 // lineBytes returns the exact bytes of one output line event of a shell command
 // stream, with its line terminator. execd sends one event per line without the
-// terminator, and "\n" for an empty line (API-NOTES §6.1). Text that is not valid
+// terminator, and "\n" for an empty line. Text that is not valid
 // UTF-8 arrives as U+FFFD replacements; sandboxd adds the exact bytes in a base64
 // "data" field, which is used when present.
 //

@@ -17,8 +17,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrFenced is returned to a writer that lost its right to write a sandbox's ledger.
 	ErrFenced = errors.New("writer fenced")
-	// ErrNoReadModel is returned by a store that cannot serve read-model queries
-	// (lists, details, environments) because none is configured.
+	// ErrNoReadModel is returned where a ReadModel is needed (listings,
+	// environment records) and only a Ledger is configured.
 	ErrNoReadModel = errors.New("no read model configured")
 	// ErrUnavailable wraps errors from a backend that cannot be reached (a database
 	// that is down, a broken connection). The same store works again once it is back.

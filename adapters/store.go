@@ -6,40 +6,58 @@ import (
 	"github.com/alineo-labs/alineo/events"
 )
 
-// Store is the ledger's storage contract, method for method the seed's
-// IStorageAdapter. A Store initialises itself lazily on first use (once, even
-// under concurrent first use): there is no Connect.
+// Ledger is the append-only event log: what a ledger keeps, in order, and
+// gives back for replay. Resume needs nothing else: a Ledger alone is enough
+// for an SDK client to record sandboxes and resume them.
 //
-// All methods are safe for concurrent use. After Close every method returns
-// ErrClosed. Stores do not retry: callers decide. Methods return nil results
-// (not ErrNotFound) where the seed returns null.
-type Store interface {
-	// Append persists e. It returns an error wrapping ErrInvalidEntry if e fails
-	// validation, and then writes nothing. e.Seq is ignored. Appends from one
-	// goroutine are read back in the order made.
+// A Ledger initialises itself lazily on first use (once, even under
+// concurrent first use): there is no Connect. All methods are safe for
+// concurrent use. After Close every method returns ErrClosed. Ledgers do not
+// retry: callers decide. Methods return nil results (not ErrNotFound) where
+// there is nothing to return.
+type Ledger interface {
+	// Append persists e. It returns an error wrapping ErrInvalidEntry if e
+	// fails events.Validate, and then writes nothing (see the package doc for
+	// who validates). e.Seq is ignored. Appends from one goroutine are read
+	// back in the order made.
 	Append(ctx context.Context, e events.Entry) error
 	// AppendBatch persists es atomically in order: all or nothing. Any invalid
 	// entry fails the whole batch with an error wrapping ErrInvalidEntry.
 	AppendBatch(ctx context.Context, es []events.Entry) error
-	// ReadAll returns the session's entries ordered by (Ts, Seq), each with its Seq.
+	// ReadAll returns the session's entries ordered by (Ts, Seq), each with its
+	// Seq (its position in the ledger); none for an unknown session.
 	ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error)
 	// LastCheckpoint returns the session's newest sandbox.checkpoint_created entry
 	// in (Ts, Seq) order, or nil when it has none.
 	LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error)
+	// ListCheckpoints returns the session's checkpoints in (Ts, Seq) order.
+	ListCheckpoints(ctx context.Context, name, sandboxID string) ([]CheckpointInfo, error)
+	// DeleteSandbox deletes every entry of the session (and, in a Store, its
+	// details). Deleting an unknown session is not an error.
+	DeleteSandbox(ctx context.Context, name, sandboxID string) error
+	// Close releases every resource. It is idempotent.
+	Close() error
+}
+
+// ReadModel is what is derived from the ledger and kept beside it: the
+// sessions' details, the listings over them, and the environment records
+// (which are not ledger events). It answers questions across sessions, which
+// an append-only log cannot answer without reading everything.
+//
+// All methods are safe for concurrent use. After Close every method returns
+// ErrClosed. Read models do not retry. Methods return nil results (not
+// ErrNotFound) for unknown names.
+type ReadModel interface {
 	// ListSandboxDetails returns the sessions named name, newest first, filtered by opts.
 	ListSandboxDetails(ctx context.Context, name string, opts ListOptions) ([]SandboxDetails, error)
 	// ListAllSandboxDetails returns every session, newest first, filtered by opts.
 	ListAllSandboxDetails(ctx context.Context, opts ListOptions) ([]SandboxDetails, error)
 	// GetSandboxDetails returns one session, or nil when it is unknown.
 	GetSandboxDetails(ctx context.Context, name, sandboxID string) (*SandboxDetails, error)
-	// DeleteSandbox deletes every entry of the session, and its details. Deleting
-	// an unknown session is not an error.
-	DeleteSandbox(ctx context.Context, name, sandboxID string) error
-	// ListCheckpoints returns the session's checkpoints in creation order.
-	ListCheckpoints(ctx context.Context, name, sandboxID string) ([]CheckpointInfo, error)
 	// GetEnvironment returns the named environment, or nil when it is unknown.
 	GetEnvironment(ctx context.Context, name string) (*EnvironmentRecord, error)
-	// SaveEnvironment inserts or replaces the environment named rec.Name.
+	// SaveEnvironment inserts or replaces the environment named rec.Name. A
+	// record without a name is an error wrapping ErrInvalidEntry.
 	SaveEnvironment(ctx context.Context, rec EnvironmentRecord) error
 	// DeleteEnvironment removes the named environment; an unknown name is a no-op.
 	DeleteEnvironment(ctx context.Context, name string) error
@@ -47,6 +65,16 @@ type Store interface {
 	ListEnvironments(ctx context.Context) ([]EnvironmentRecord, error)
 	// Close releases every resource. It is idempotent.
 	Close() error
+}
+
+// Store is a Ledger and the ReadModel derived from it, kept together in one
+// database, method for method the storage interface of the TypeScript SDK
+// (IStorageAdapter). A Store keeps the details of a session up to date in the
+// same transaction as the entries that change them, so its two halves always
+// agree. The memory, sqlite and postgres packages provide Stores.
+type Store interface {
+	Ledger
+	ReadModel
 }
 
 // ProjectionStore is implemented by stores a projector writes the bus ledger into.

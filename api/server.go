@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 )
 
@@ -32,11 +34,26 @@ const (
 	maxBodyBytes = jobs.MaxSpecBytes
 )
 
+// Store is what the API reads: the tables a projector keeps (an
+// adapters.Store such as sqlite.Store or postgres.Store serves it). Listings,
+// details and environments come from the read-model half; a session's
+// events and checkpoints, and DELETE, from the ledger half of the same
+// tables. Every method must be safe for concurrent use.
+type Store interface {
+	ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error)
+	ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error)
+	GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error)
+	ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error)
+	ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error)
+	ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error)
+	DeleteSandbox(ctx context.Context, name, sandboxID string) error
+}
+
 // Config configures New. Store is required; the zero value of every other
 // field is valid.
 type Config struct {
 	// Store is the read model the sandbox routes read (and DELETE deletes from).
-	Store adapters.Store
+	Store Store
 	// Bus feeds /v1/events/stream; nil answers it with 503.
 	Bus *bus.Bus
 	// Queue serves /v1/jobs; nil answers those routes with 503.

@@ -33,13 +33,14 @@ func TestBus(t *testing.T) {
 	bustest.Run(t, func(t *testing.T, cfg bus.Config) *bus.Bus { return openEmbedded(t, cfg) })
 }
 
-// TestAdapterConformance runs the storage suite against the bus ledger, with a
-// memory read model kept by a projector running in the test.
+// TestAdapterConformance runs the Ledger half of the storage suite against
+// the bus ledger (the bus serves no read model), with a memory projection
+// kept by a projector running in the test, as a fleet has one.
 func TestAdapterConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T) adapters.Store {
+	adaptertest.RunLedger(t, func(t *testing.T) adapters.Ledger {
 		b := openEmbedded(t, bus.Config{})
-		rm := memory.New()
-		p := &projections.Projector{Bus: b, Store: rm, BatchWait: 5 * time.Millisecond}
+		proj := memory.New()
+		p := &projections.Projector{Bus: b, Store: proj, BatchWait: 5 * time.Millisecond}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
@@ -49,19 +50,19 @@ func TestAdapterConformance(t *testing.T) {
 				t.Errorf("projector: %v", err)
 			}
 		})
-		l, err := bus.NewLedger(b, bus.LedgerConfig{
-			ReadModel: rm,
-			AwaitReadModel: func(ctx context.Context, seq uint64) error {
-				for p.Progress().Offset < seq {
-					select {
-					case <-ctx.Done():
-						return ctx.Err()
-					case <-time.After(2 * time.Millisecond):
-					}
-				}
-				return nil
-			},
-		})
+		l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: proj, AwaitProjection: p.Await})
+		if err != nil {
+			t.Fatalf("NewLedger: %v", err)
+		}
+		return l
+	})
+}
+
+// TestAdapterConformanceBare runs the Ledger half against a bus ledger with
+// nothing beside it: the stream is the whole ledger.
+func TestAdapterConformanceBare(t *testing.T) {
+	adaptertest.RunLedger(t, func(t *testing.T) adapters.Ledger {
+		l, err := bus.NewLedger(openEmbedded(t, bus.Config{}), bus.LedgerConfig{})
 		if err != nil {
 			t.Fatalf("NewLedger: %v", err)
 		}

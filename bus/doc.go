@@ -1,7 +1,9 @@
 // Package bus is the fleet-mode ledger: JetStream. It opens (or embeds) a NATS
 // server, creates the ledger stream idempotently, and provides Ledger, an
-// adapters.Store whose appends publish to the stream, plus ordered replay of one
-// sandbox's subject and live subscriptions.
+// adapters.Ledger whose appends publish to the stream, plus ordered replay of
+// one sandbox's subject and live subscriptions. The read model (details,
+// listings, environments) is not the bus's: a projector (package projections)
+// keeps it in an adapters.Store from the stream.
 //
 // # Subjects
 //
@@ -53,13 +55,20 @@
 // ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject with
 // an ordered consumer (after Sync, so a writer reads its own writes). When the
 // stream has lost messages to retention, the entries older than the first one
-// still in the stream come from LedgerConfig.ReadModel (the projected tables);
-// without one a truncated history is ErrHistoryTruncated. List, details and
-// environment calls go to the read model; AwaitReadModel lets them wait for
-// the projector. Subscribe delivers entries from any stream sequence, then
+// still in the stream come from LedgerConfig.Projection (the projected
+// tables); without one a truncated history is ErrHistoryTruncated. Subscribe delivers entries from any stream sequence, then
 // live. Messages projectors cannot decode are parked on alineo.dlq.ledger,
 // kept by the <stream>_DLQ stream.
 //
-// This package imports events, adapters, nats.go and the nats-server library;
+// # Validation
+//
+// Append and AppendBatch validate every entry (events.Validate) and refuse an
+// invalid one with an error wrapping adapters.ErrInvalidEntry, publishing
+// nothing; the SDK's ledger writer, which validated its entries already,
+// hands them over through AppendValidated instead. DecodeValidMsg is the
+// projector's front: what it accepts is not validated again by the store.
+//
+// This package imports events, adapters, internal/validated, nats.go and the
+// nats-server library;
 // never projections, the SDK or any database driver.
 package bus

@@ -12,11 +12,9 @@ var (
 	ErrClosed = adapters.ErrClosed
 	// ErrFenced is adapters.ErrFenced: another writer owns the sandbox's ledger.
 	ErrFenced = adapters.ErrFenced
-	// ErrNoReadModel is adapters.ErrNoReadModel: a list, details or environment
-	// call on a Ledger configured without a read model.
-	ErrNoReadModel = adapters.ErrNoReadModel
 	// ErrHistoryTruncated is returned by reads when the stream no longer holds
-	// the beginning of a sandbox's history and no read model can supply it.
+	// the beginning of a sandbox's history and no LedgerConfig.Projection can
+	// supply it.
 	ErrHistoryTruncated = errors.New("ledger history truncated by stream retention")
 	// ErrInvalidConfig reports a Config or LedgerConfig that cannot work.
 	ErrInvalidConfig = errors.New("invalid bus config")

@@ -21,17 +21,22 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
-var _ adapters.Store = (*Ledger)(nil)
+var (
+	_ adapters.Ledger    = (*Ledger)(nil)
+	_ validated.Appender = (*Ledger)(nil)
+)
 
 // LedgerConfig configures NewLedger. The zero value is valid.
 type LedgerConfig struct {
-	// ReadModel serves list, details and environment calls and is the replay
-	// source of last resort when retention removed a sandbox's history from the
-	// stream. Usually the store a projector keeps. Nil makes those calls return
-	// ErrNoReadModel.
-	ReadModel adapters.Store
+	// Projection is the ledger a projector keeps from this stream (the
+	// tables of an adapters.Store). It is the replay source of last resort
+	// when retention removed the start of a sandbox's history from the
+	// stream, and DeleteSandbox deletes the session there too. Nil: a
+	// truncated history is ErrHistoryTruncated.
+	Projection adapters.Ledger
 	// MaxPending bounds the async-publish window (unacknowledged publishes).
 	// Default 4096.
 	MaxPending int
@@ -41,20 +46,22 @@ type LedgerConfig struct {
 	// It must be unique among live writers: a Ledger re-claims (under a new
 	// epoch) a sandbox whose fence carries its own WriterID.
 	WriterID string
-	// AwaitReadModel, when set, is called before every read-model call with the
-	// stream sequence of the newest entry this Ledger has published, so that a
-	// caller reads its own writes: it should return once the projector keeping
-	// ReadModel has applied that sequence (or ctx's error).
-	AwaitReadModel func(ctx context.Context, seq uint64) error
+	// AwaitProjection, when set, is called by DeleteSandbox before it deletes
+	// anything, with the stream sequence of the newest entry this Ledger has
+	// published: it should return once the projector keeping Projection has
+	// applied that sequence (or ctx's error), so the projector never waits for
+	// a deleted message and never writes the session again after its delete.
+	AwaitProjection func(ctx context.Context, seq uint64) error
 	// Logger, default the bus's.
 	Logger *slog.Logger
 }
 
-// Ledger is an adapters.Store whose writes publish to the ledger stream and
-// whose replay reads (ReadAll, LastCheckpoint, ListCheckpoints) read it back.
-// Safe for concurrent use. It is the writer of the sandboxes it appends to:
-// the first Append to a sandbox claims it (ErrFenced if another writer holds
-// it); Takeover claims it from another writer.
+// Ledger is an adapters.Ledger whose writes publish to the ledger stream and
+// whose reads (ReadAll, LastCheckpoint, ListCheckpoints) read it back: an
+// event log and nothing more (the read model is what a projector keeps from
+// the stream). Safe for concurrent use. It is the writer of the sandboxes it
+// appends to: the first Append to a sandbox claims it (ErrFenced if another
+// writer holds it); Takeover claims it from another writer.
 type Ledger struct {
 	b      *Bus
 	js     jetstream.JetStream
@@ -315,7 +322,7 @@ func (l *Ledger) publishFence(ctx context.Context, sandboxID string, prev uint64
 		if isWrongLastSeq(err) {
 			return 0, &FencedError{SandboxID: sandboxID, Err: err}
 		}
-		return 0, fmt.Errorf("%w: publish fence for %s: %v", adapters.ErrUnavailable, sandboxID, err)
+		return 0, fmt.Errorf("%w: publish fence for %s: %w", adapters.ErrUnavailable, sandboxID, err)
 	}
 	return ack.Sequence, nil
 }
@@ -380,7 +387,7 @@ func (l *Ledger) startClaimLocked(ctx context.Context, w *writer) error {
 			if isWrongLastSeq(err) {
 				c.err = &FencedError{SandboxID: w.id, Err: err}
 			} else {
-				c.err = fmt.Errorf("%w: publish fence for %s: %v", adapters.ErrUnavailable, w.id, err)
+				c.err = fmt.Errorf("%w: publish fence for %s: %w", adapters.ErrUnavailable, w.id, err)
 			}
 		case <-l.done:
 			c.err = ErrClosed
@@ -533,7 +540,7 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 			prev = last.Sequence
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
-			return 0, fmt.Errorf("%w: read fence of %s: %v", adapters.ErrUnavailable, sandboxID, err)
+			return 0, fmt.Errorf("%w: read fence of %s: %w", adapters.ErrUnavailable, sandboxID, err)
 		}
 		epoch, err := l.publishFence(ctx, sandboxID, prev)
 		if err == nil {
@@ -572,10 +579,32 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.Seq = 0
 	if err := events.Validate(e); err != nil {
 		return err
 	}
+	return l.append(ctx, e)
+}
+
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated.
+func (l *Ledger) ValidatedSelf() any { return l }
+
+// AppendValidated appends entries the SDK's ledger writer validated, without
+// validating them again (see the adapters package doc): one entry as Append,
+// several as AppendBatch. Only this module can call it with entries.
+func (l *Ledger) AppendValidated(ctx context.Context, v validated.Entries) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if es := v.Slice(); len(es) == 1 {
+		return l.append(ctx, es[0])
+	}
+	return l.appendBatch(ctx, v.Slice())
+}
+
+// append publishes e, which passed events.Validate.
+func (l *Ledger) append(ctx context.Context, e events.Entry) error {
+	e.Seq = 0
 	data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
 	subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
 	if err != nil {
@@ -597,6 +626,14 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if _, err := validated.Check(es); err != nil {
+		return err
+	}
+	return l.appendBatch(ctx, es)
+}
+
+// appendBatch publishes es, each of which passed events.Validate.
+func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
 	type msg struct {
 		subj, name string
 		data       []byte
@@ -604,9 +641,6 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 	msgs := make([]msg, 0, len(es))
 	for _, e := range es {
 		e.Seq = 0
-		if err := events.Validate(e); err != nil {
-			return err
-		}
 		data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
 		subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
 		if err != nil {
@@ -713,7 +747,7 @@ func (l *Ledger) sendLocked(ctx context.Context, w *writer, subj, name string, d
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: publish %s: %v", adapters.ErrUnavailable, subj, err)
+		return fmt.Errorf("%w: publish %s: %w", adapters.ErrUnavailable, subj, err)
 	}
 }
 
@@ -773,7 +807,7 @@ func publishError(sandboxID string, epoch uint64, err error) error {
 	if isWrongLastSeq(err) {
 		return &FencedError{SandboxID: sandboxID, Epoch: epoch, Err: err}
 	}
-	return fmt.Errorf("%w: sandbox %s: publish not acknowledged: %v", adapters.ErrUnavailable, sandboxID, err)
+	return fmt.Errorf("%w: sandbox %s: publish not acknowledged: %w", adapters.ErrUnavailable, sandboxID, err)
 }
 
 func isWrongLastSeq(err error) bool {
@@ -857,87 +891,3 @@ func (l *Ledger) isClosed() bool {
 // LastSeq returns the stream sequence of the newest entry this Ledger has had
 // acknowledged.
 func (l *Ledger) LastSeq() uint64 { return l.lastSeq.Load() }
-
-func (l *Ledger) readModel(ctx context.Context) (adapters.Store, error) {
-	if l.isClosed() {
-		return nil, ErrClosed
-	}
-	if l.cfg.ReadModel == nil {
-		return nil, ErrNoReadModel
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if l.cfg.AwaitReadModel != nil {
-		if err := l.Flush(ctx); err != nil && ctx.Err() != nil {
-			return nil, err
-		}
-		if err := l.cfg.AwaitReadModel(ctx, l.lastSeq.Load()); err != nil {
-			return nil, err
-		}
-	}
-	return l.cfg.ReadModel, nil
-}
-
-// ListSandboxDetails is served by the read model.
-func (l *Ledger) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return rm.ListSandboxDetails(ctx, name, opts)
-}
-
-// ListAllSandboxDetails is served by the read model.
-func (l *Ledger) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return rm.ListAllSandboxDetails(ctx, opts)
-}
-
-// GetSandboxDetails is served by the read model.
-func (l *Ledger) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return rm.GetSandboxDetails(ctx, name, sandboxID)
-}
-
-// GetEnvironment is served by the read model.
-func (l *Ledger) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return rm.GetEnvironment(ctx, name)
-}
-
-// SaveEnvironment writes to the read model.
-func (l *Ledger) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return err
-	}
-	return rm.SaveEnvironment(ctx, rec)
-}
-
-// DeleteEnvironment writes to the read model.
-func (l *Ledger) DeleteEnvironment(ctx context.Context, name string) error {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return err
-	}
-	return rm.DeleteEnvironment(ctx, name)
-}
-
-// ListEnvironments is served by the read model.
-func (l *Ledger) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
-	rm, err := l.readModel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return rm.ListEnvironments(ctx)
-}

@@ -90,11 +90,11 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		defer cancel()
 		cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: ordered consumer on %s: %v", adapters.ErrUnavailable, filter, err)
+			return nil, nil, fmt.Errorf("%w: ordered consumer on %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+			return nil, nil, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		return cons, msgs, nil
 	}
@@ -137,11 +137,11 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return res, fmt.Errorf("%w: read %s: %v", adapters.ErrUnavailable, filter, err)
+			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		seq := md.Sequence.Stream
 		lastSeen = seq
@@ -171,17 +171,18 @@ func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) 
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, false, nil
 	case err != nil:
-		return 0, false, fmt.Errorf("%w: last message on %s: %v", adapters.ErrUnavailable, filter, err)
+		return 0, false, fmt.Errorf("%w: last message on %s: %w", adapters.ErrUnavailable, filter, err)
 	}
 	return m.Sequence, true, nil
 }
 
 // readSession reads one session's entries on filter from the stream and, when
-// retention removed the start of the stream, completes them from the read
-// model: the read model's entries older than anything the stream still holds
-// come first. fromRM returns the read model's entries for the same filter.
+// retention removed the start of the stream, completes them from the
+// projection: the projection's entries older than anything the stream still
+// holds come first. fromProj returns the projection's entries for the same
+// filter.
 func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string,
-	fromRM func(adapters.Store) ([]events.Entry, error)) ([]events.Entry, error) {
+	fromProj func(adapters.Ledger) ([]events.Entry, error)) ([]events.Entry, error) {
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
@@ -200,25 +201,25 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 	si, err := l.b.stream.Info(ictx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%w: stream info: %v", adapters.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: stream info: %w", adapters.ErrUnavailable, err)
 	}
 	es := res.entries
 	if si.State.FirstSeq > 1 || si.State.NumDeleted > 0 {
 		// The stream lost messages (retention removes the oldest; writer fences
 		// outlive them, so the loss can be a hole rather than a new FirstSeq);
 		// the head of this session's history may be among them.
-		if l.cfg.ReadModel == nil {
+		if l.cfg.Projection == nil {
 			if len(es) > 0 && es[0].Event != events.SandboxCreated {
-				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no read model)", name, sandboxID, ErrHistoryTruncated, si.State.FirstSeq)
+				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, si.State.FirstSeq)
 			}
 		} else {
-			old, err := fromRM(l.cfg.ReadModel)
+			old, err := fromProj(l.cfg.Projection)
 			if err != nil {
-				return nil, fmt.Errorf("read %s/%s from read model: %w", name, sandboxID, err)
+				return nil, fmt.Errorf("read %s/%s from the projection: %w", name, sandboxID, err)
 			}
 			// Everything from the first message the stream still holds on this
 			// subject on is read from the stream; older entries come from the
-			// read model.
+			// projection.
 			cut := uint64(math.MaxUint64)
 			if res.firstSeq != 0 {
 				cut = res.firstSeq
@@ -241,15 +242,15 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 // ReadAll returns the session's entries ordered by (Ts, Seq), Seq being the
 // stream sequence. It reads the sandbox's subject with an ordered consumer,
 // after waiting for this ledger's own pending publishes of the sandbox, and
-// falls back to the read model for history the stream no longer holds; without
-// a read model that is ErrHistoryTruncated.
+// falls back to LedgerConfig.Projection for history the stream no longer
+// holds; without one that is ErrHistoryTruncated.
 func (l *Ledger) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
 	if err != nil {
 		return nil, nil // no such subject can hold entries
 	}
-	return l.readSession(ctx, filter, name, sandboxID, func(rm adapters.Store) ([]events.Entry, error) {
-		return rm.ReadAll(ctx, name, sandboxID)
+	return l.readSession(ctx, filter, name, sandboxID, func(p adapters.Ledger) ([]events.Entry, error) {
+		return p.ReadAll(ctx, name, sandboxID)
 	})
 }
 
@@ -258,8 +259,8 @@ func (l *Ledger) checkpoints(ctx context.Context, name, sandboxID string) ([]eve
 	if err != nil {
 		return nil, nil
 	}
-	return l.readSession(ctx, filter, name, sandboxID, func(rm adapters.Store) ([]events.Entry, error) {
-		all, err := rm.ReadAll(ctx, name, sandboxID)
+	return l.readSession(ctx, filter, name, sandboxID, func(p adapters.Ledger) ([]events.Entry, error) {
+		all, err := p.ReadAll(ctx, name, sandboxID)
 		if err != nil {
 			return nil, err
 		}
@@ -296,8 +297,8 @@ func (l *Ledger) ListCheckpoints(ctx context.Context, name, sandboxID string) ([
 }
 
 // DeleteSandbox removes the session's messages from the stream (the whole
-// subject when it holds only this session) and, when configured, from the read
-// model. Deleting an unknown session is not an error. On a replicated stream
+// subject when it holds only this session) and, when configured, from
+// LedgerConfig.Projection (after AwaitProjection). Deleting an unknown session is not an error. On a replicated stream
 // a replay served by a lagging replica may still see the messages for a
 // moment.
 func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
@@ -316,9 +317,11 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 	}
 	// Let the projector apply everything first, or it could never reach an
 	// offset whose message is deleted below.
-	var rm adapters.Store
-	if l.cfg.ReadModel != nil {
-		if rm, err = l.readModel(ctx); err != nil {
+	if l.cfg.Projection != nil && l.cfg.AwaitProjection != nil {
+		if err := l.Flush(ctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		if err := l.cfg.AwaitProjection(ctx, l.lastSeq.Load()); err != nil {
 			return err
 		}
 	}
@@ -332,7 +335,7 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 		err := l.b.stream.Purge(pctx, jetstream.WithPurgeSubject(filter))
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%w: purge %s: %v", adapters.ErrUnavailable, filter, err)
+			return fmt.Errorf("%w: purge %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 	} else {
 		for _, e := range all.entries {
@@ -343,12 +346,12 @@ func (l *Ledger) DeleteSandbox(ctx context.Context, name, sandboxID string) erro
 			err := l.b.stream.DeleteMsg(dctx, e.Seq)
 			cancel()
 			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return fmt.Errorf("%w: delete message %d: %v", adapters.ErrUnavailable, e.Seq, err)
+				return fmt.Errorf("%w: delete message %d: %w", adapters.ErrUnavailable, e.Seq, err)
 			}
 		}
 	}
-	if rm == nil {
+	if l.cfg.Projection == nil {
 		return nil
 	}
-	return rm.DeleteSandbox(ctx, name, sandboxID)
+	return l.cfg.Projection.DeleteSandbox(ctx, name, sandboxID)
 }

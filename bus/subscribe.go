@@ -76,12 +76,12 @@ func (b *Bus) Subscribe(ctx context.Context, f Filter) (iter.Seq2[events.Entry, 
 	defer cancel()
 	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: subscribe: %v", adapters.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: subscribe: %w", adapters.ErrUnavailable, err)
 	}
 	// Start pulling now so the position is fixed when Subscribe returns.
 	msgs, err := cons.Messages(jetstream.PullMaxMessages(512))
 	if err != nil {
-		return nil, fmt.Errorf("%w: subscribe: %v", adapters.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: subscribe: %w", adapters.ErrUnavailable, err)
 	}
 	// Stop pulling when ctx is done, whether or not the result is ever ranged.
 	context.AfterFunc(ctx, msgs.Stop)
@@ -93,7 +93,7 @@ func (b *Bus) Subscribe(ctx context.Context, f Filter) (iter.Seq2[events.Entry, 
 				if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 					return
 				}
-				yield(events.Entry{}, fmt.Errorf("%w: subscription: %v", adapters.ErrUnavailable, err))
+				yield(events.Entry{}, fmt.Errorf("%w: subscription: %w", adapters.ErrUnavailable, err))
 				return
 			}
 			md, err := m.Metadata()

@@ -17,6 +17,11 @@
 // Rebuild projects the whole history from sequence 1 into a fresh store, and
 // Verify compares two projections row for row.
 //
-// This package imports events, adapters and bus; never a database driver, the
-// SDK or cmd.
+// The projector's decoder is where a message enters the system: it validates
+// every entry (an invalid one is parked), and a store of this module then
+// applies the batch without validating it again (see the adapters package
+// doc); any other ProjectionStore gets ApplyBatch.
+//
+// This package imports events, adapters, internal/validated and bus; never a
+// database driver, the SDK or cmd.
 package projections

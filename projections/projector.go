@@ -18,6 +18,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 // Defaults of Projector.
@@ -73,6 +74,22 @@ type Progress struct {
 func (p *Projector) Progress() Progress {
 	return Progress{Offset: p.offset.Load(), Applied: p.applied.Load(), Parked: p.parked.Load(),
 		Errors: p.errs.Load(), Lag: p.lag.Load()}
+}
+
+// Await returns once the projector has committed everything up to stream
+// sequence seq (its Offset is at least seq), or ctx's error. It polls. With a
+// bus.Ledger, l.Flush then Await(ctx, l.LastSeq()) is the barrier a reader of
+// the projected tables needs to read that ledger's writes (the SDK's
+// Options.AwaitReadModel). Safe for concurrent use.
+func (p *Projector) Await(ctx context.Context, seq uint64) error {
+	for p.offset.Load() < seq {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func (p *Projector) init() error {
@@ -354,13 +371,11 @@ func (p *Projector) collect(ctx context.Context, msgs jetstream.MessagesContext,
 // transaction (retried with backoff until it succeeds or ctx is done), and
 // acknowledges each batch after its commit.
 func (p *Projector) committer(ctx context.Context, offset uint64, in <-chan *batch) error {
-	// Decode validated every entry (an invalid message is parked instead):
-	// the store need not parse the payloads again.
-	applyCtx := adapters.WithValidatedEntries(ctx)
+	apply := applyFunc(p.Store)
 	for b := range in {
 		if b.lastSeq > offset {
 			if err := p.retry(ctx, "apply", func() error {
-				return p.Store.ApplyBatch(applyCtx, p.Consumer, b.es, b.lastSeq)
+				return apply(ctx, p.Consumer, b.es, b.lastSeq)
 			}); err != nil {
 				for range in { // let collect finish
 				}
@@ -383,6 +398,19 @@ func (p *Projector) committer(ctx context.Context, offset uint64, in <-chan *bat
 		p.m.offset.Set(float64(offset))
 	}
 	return nil
+}
+
+// applyFunc returns how decoded batches go into store. Decode validated every
+// entry (an invalid message is parked instead), so a store of this module
+// takes them through ApplyValidated and does not parse the payloads again;
+// any other store, a wrapper of one of ours included, gets ApplyBatch.
+func applyFunc(store adapters.ProjectionStore) func(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	if va := validated.ApplierOf(store); va != nil {
+		return func(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+			return va.ApplyValidated(ctx, consumer, validated.Trust(es), offset)
+		}
+	}
+	return store.ApplyBatch
 }
 
 // park publishes an undecodable message to the dead-letter subject (stored by

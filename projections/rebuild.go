@@ -61,8 +61,9 @@ func RebuildAs(ctx context.Context, b *bus.Bus, into adapters.ProjectionStore, c
 	prefix := b.Config().SubjectPrefix
 	batch := make([]events.Entry, 0, DefaultBatchSize)
 	var seen, seq uint64
+	apply := applyFunc(into) // Decode validates
 	flush := func() error {
-		if err := into.ApplyBatch(ctx, consumer, batch, seq); err != nil {
+		if err := apply(ctx, consumer, batch, seq); err != nil {
 			return fmt.Errorf("rebuild: apply up to %d: %w", seq, err)
 		}
 		st.Applied += uint64(len(batch))

@@ -28,12 +28,24 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// Run runs the Store conformance suite. newStore returns a fresh, empty store
-// for each subtest and closes it with t.Cleanup (or lets the suite's Close do it).
+// Run runs both halves of the Store conformance suite, RunLedger and
+// RunReadModel, as every Store passes them. newStore returns a fresh, empty
+// store for each subtest and closes it with t.Cleanup (or lets the suite's
+// Close do it).
 func Run(t *testing.T, newStore func(t *testing.T) adapters.Store) {
+	t.Run("Ledger", func(t *testing.T) {
+		RunLedger(t, func(t *testing.T) adapters.Ledger { return newStore(t) })
+	})
+	t.Run("ReadModel", func(t *testing.T) { RunReadModel(t, newStore) })
+}
+
+// RunLedger runs the Ledger half of the suite: appends, validation, read
+// order, payloads, checkpoints, delete, concurrency, Close. newLedger returns
+// a fresh, empty ledger for each subtest.
+func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 	cases := []struct {
 		name string
-		f    func(t *testing.T, s adapters.Store)
+		f    func(t *testing.T, s adapters.Ledger)
 	}{
 		{"RoundTrip", testRoundTrip},
 		{"SameMillisecondKeepsAppendOrder", testSameMillisecond},
@@ -47,15 +59,40 @@ func Run(t *testing.T, newStore func(t *testing.T) adapters.Store) {
 		{"AppendBatchInvalidWritesNothing", testAppendBatchInvalid},
 		{"LastCheckpoint", testLastCheckpoint},
 		{"ListCheckpoints", testListCheckpoints},
+		{"DeleteSandbox", testDeleteSandbox},
+		{"ConcurrentAppends", testConcurrentAppends},
+		{"CanceledContext", testCanceledContext},
+		{"Close", testClose},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newLedger(t)
+			t.Cleanup(func() { _ = s.Close() })
+			c.f(t, s)
+		})
+	}
+}
+
+// RunReadModel runs the ReadModel half of the suite against a Store: the
+// details its appends keep (of sessions, across names, with filters, after
+// batches, invalid entries and deletes) and the environment records.
+// newStore returns a fresh, empty store for each subtest.
+func RunReadModel(t *testing.T, newStore func(t *testing.T) adapters.Store) {
+	cases := []struct {
+		name string
+		f    func(t *testing.T, s adapters.Store)
+	}{
+		{"OddNames", testOddNamesDetails},
+		{"InvalidEntriesHaveNoDetails", testInvalidEntriesDetails},
+		{"AppendBatch", testAppendBatchDetails},
+		{"AppendBatchInvalidHasNoDetails", testAppendBatchInvalidDetails},
 		{"Details", testDetails},
 		{"DetailsFilters", testDetailsFilters},
 		{"DetailsByName", testDetailsByName},
 		{"DetailsWithoutCreated", testDetailsWithoutCreated},
-		{"DeleteSandbox", testDeleteSandbox},
+		{"DeleteSandbox", testDeleteSandboxDetails},
 		{"Environments", testEnvironments},
-		{"ConcurrentAppends", testConcurrentAppends},
-		{"CanceledContext", testCanceledContext},
-		{"Close", testClose},
+		{"Close", testCloseReadModel},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,7 +121,7 @@ func entry(ts int64, name, id string, step int, ev events.Event) events.Entry {
 	return events.New(ts, name, id, step, ev, p)
 }
 
-func mustAppend(t *testing.T, s adapters.Store, es ...events.Entry) {
+func mustAppend(t *testing.T, s adapters.Ledger, es ...events.Entry) {
 	t.Helper()
 	for _, e := range es {
 		if err := s.Append(ctx(t), e); err != nil {
@@ -93,7 +130,7 @@ func mustAppend(t *testing.T, s adapters.Store, es ...events.Entry) {
 	}
 }
 
-func mustRead(t *testing.T, s adapters.Store, name, id string) []events.Entry {
+func mustRead(t *testing.T, s adapters.Ledger, name, id string) []events.Entry {
 	t.Helper()
 	es, err := s.ReadAll(ctx(t), name, id)
 	if err != nil {
@@ -164,7 +201,7 @@ func sameEntries(t *testing.T, got, want []events.Entry) {
 	}
 }
 
-func testRoundTrip(t *testing.T, s adapters.Store) {
+func testRoundTrip(t *testing.T, s adapters.Ledger) {
 	a := []events.Entry{
 		entry(T0, "job", "sbx-1", events.SandboxLevel, events.SandboxCreated),
 		entry(T0+1, "job", "sbx-1", 1, events.ExecStarted),
@@ -202,7 +239,7 @@ func testRoundTrip(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testSameMillisecond(t *testing.T, s adapters.Store) {
+func testSameMillisecond(t *testing.T, s adapters.Ledger) {
 	var want []events.Entry
 	for i := range 50 {
 		e := events.New(T0, "job", "sbx-1", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte(fmt.Sprintf("chunk %02d", i))))
@@ -212,7 +249,7 @@ func testSameMillisecond(t *testing.T, s adapters.Store) {
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), want)
 }
 
-func testTsOrder(t *testing.T, s adapters.Store) {
+func testTsOrder(t *testing.T, s adapters.Ledger) {
 	// Appended out of ts order: read back by ts, ties in append order.
 	in := []events.Entry{
 		entry(T0+20, "job", "sbx-1", 2, events.ExecStarted),
@@ -225,7 +262,7 @@ func testTsOrder(t *testing.T, s adapters.Store) {
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), []events.Entry{in[4], in[1], in[3], in[0], in[2]})
 }
 
-func testPayloads(t *testing.T, s adapters.Store) {
+func testPayloads(t *testing.T, s adapters.Ledger) {
 	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 	tests := []struct {
 		name    string
@@ -263,7 +300,7 @@ func testPayloads(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testBinaryOutput(t *testing.T, s adapters.Store) {
+func testBinaryOutput(t *testing.T, s adapters.Ledger) {
 	chunks := [][]byte{
 		{0xff, 0xfe, 'a', 0x00, 0x80},
 		[]byte("valid ✓"),
@@ -287,7 +324,7 @@ func testBinaryOutput(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testBranchAndError(t *testing.T, s adapters.Store) {
+func testBranchAndError(t *testing.T, s adapters.Ledger) {
 	zero, one := 0, 1
 	in := []events.Entry{entry(T0, "job", "sbx-1", 1, events.ExecStarted), entry(T0+1, "job", "sbx-1", 1, events.ExecStarted), entry(T0+2, "job", "sbx-1", 1, events.ExecStarted)}
 	in[1].Branch = &zero
@@ -297,21 +334,35 @@ func testBranchAndError(t *testing.T, s adapters.Store) {
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), in)
 }
 
-func testOddNames(t *testing.T, s adapters.Store) {
-	names := []string{
-		`agent "quoted"; DROP TABLE alineo_events;--`,
-		"it's",
-		"line\nbreak\ttab",
-		"emoji 👋🏽 日本",
-		`back\slash %_ like`,
-	}
-	for i, n := range names {
+// oddNames are session names that break naive SQL or string handling.
+var oddNames = []string{
+	`agent "quoted"; DROP TABLE alineo_events;--`,
+	"it's",
+	"line\nbreak\ttab",
+	"emoji 👋🏽 日本",
+	`back\slash %_ like`,
+}
+
+func testOddNames(t *testing.T, s adapters.Ledger) {
+	for i, n := range oddNames {
 		id := fmt.Sprintf("sbx-%d'\"", i)
 		mustAppend(t, s, entry(T0+int64(i), n, id, events.SandboxLevel, events.SandboxCreated))
 		got := mustRead(t, s, n, id)
 		if len(got) != 1 || got[0].Name != n || got[0].SandboxID != id {
 			t.Fatalf("ReadAll(%q, %q) = %+v, want one entry with the same name and id", n, id, got)
 		}
+	}
+	// A LIKE pattern must not match: names compare exactly.
+	if got := mustRead(t, s, `back\slash %`, "sbx-4'\""); len(got) != 0 {
+		t.Fatalf("ReadAll with a prefix of a name = %d entries, want 0", len(got))
+	}
+}
+
+func testOddNamesDetails(t *testing.T, s adapters.Store) {
+	names := oddNames
+	for i, n := range names {
+		id := fmt.Sprintf("sbx-%d'\"", i)
+		mustAppend(t, s, entry(T0+int64(i), n, id, events.SandboxLevel, events.SandboxCreated))
 		d, err := s.GetSandboxDetails(ctx(t), n, id)
 		if err != nil || d == nil || d.Name != n || d.SandboxID != id {
 			t.Fatalf("GetSandboxDetails(%q, %q) = %+v, %v", n, id, d, err)
@@ -324,10 +375,6 @@ func testOddNames(t *testing.T, s adapters.Store) {
 	if got, want := len(all), len(names); got != want {
 		t.Fatalf("ListAllSandboxDetails = %d sessions, want %d", got, want)
 	}
-	// A LIKE pattern must not match: names compare exactly.
-	if got := mustRead(t, s, `back\slash %`, "sbx-4'\""); len(got) != 0 {
-		t.Fatalf("ReadAll with a prefix of a name = %d entries, want 0", len(got))
-	}
 	if err := s.SaveEnvironment(ctx(t), adapters.EnvironmentRecord{Name: names[0], SnapshotID: "s", Image: "i'm", BuiltAt: T0}); err != nil {
 		t.Fatal(err)
 	}
@@ -336,20 +383,24 @@ func testOddNames(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testInvalidEntries(t *testing.T, s adapters.Store) {
-	tests := []struct {
-		name  string
-		edit  func(*events.Entry)
-		field string
-	}{
-		{"empty name", func(e *events.Entry) { e.Name = "" }, "name"},
-		{"empty sandbox id", func(e *events.Entry) { e.SandboxID = "" }, "sandboxId"},
-		{"unknown event", func(e *events.Entry) { e.Event = "exec_complete" }, "event"},
-		{"payload not json", func(e *events.Entry) { e.Payload = json.RawMessage(`{"seq":`) }, "payload"},
-		{"zero ts", func(e *events.Entry) { e.Ts = 0 }, "ts"},
-		{"negative ts", func(e *events.Entry) { e.Ts = -1 }, "ts"},
-	}
-	for _, tt := range tests {
+// invalidEntries are edits that make an entry fail events.Validate, and the
+// field its *events.ValidationError names.
+var invalidEntries = []struct {
+	name  string
+	edit  func(*events.Entry)
+	field string
+}{
+	{"empty name", func(e *events.Entry) { e.Name = "" }, "name"},
+	{"empty sandbox id", func(e *events.Entry) { e.SandboxID = "" }, "sandboxId"},
+	{"unknown event", func(e *events.Entry) { e.Event = "exec_complete" }, "event"},
+	{"payload not json", func(e *events.Entry) { e.Payload = json.RawMessage(`{"seq":`) }, "payload"},
+	{"zero ts", func(e *events.Entry) { e.Ts = 0 }, "ts"},
+	{"negative ts", func(e *events.Entry) { e.Ts = -1 }, "ts"},
+}
+
+// appendInvalid appends each of invalidEntries, checking each is refused.
+func appendInvalid(t *testing.T, s adapters.Ledger) {
+	for _, tt := range invalidEntries {
 		t.Run(tt.name, func(t *testing.T) {
 			e := entry(T0, "job", "sbx-bad", 1, events.ExecCompleted)
 			tt.edit(&e)
@@ -357,9 +408,17 @@ func testInvalidEntries(t *testing.T, s adapters.Store) {
 			checkInvalid(t, err, tt.field)
 		})
 	}
+}
+
+func testInvalidEntries(t *testing.T, s adapters.Ledger) {
+	appendInvalid(t, s)
 	if got := mustRead(t, s, "job", "sbx-bad"); len(got) != 0 {
 		t.Fatalf("invalid entries wrote %d rows, want 0", len(got))
 	}
+}
+
+func testInvalidEntriesDetails(t *testing.T, s adapters.Store) {
+	appendInvalid(t, s)
 	if d, err := s.GetSandboxDetails(ctx(t), "job", "sbx-bad"); err != nil || d != nil {
 		t.Fatalf("GetSandboxDetails after invalid appends = %+v, %v; want nil, nil", d, err)
 	}
@@ -379,10 +438,10 @@ func checkInvalid(t *testing.T, err error, field string) {
 	}
 }
 
-func testAppendBatch(t *testing.T, s adapters.Store) {
-	if err := s.AppendBatch(ctx(t), nil); err != nil {
-		t.Fatalf("AppendBatch(nil) = %v, want nil", err)
-	}
+// appendBatches appends a session of 2502 entries in two batches and
+// returns it.
+func appendBatches(t *testing.T, s adapters.Ledger) []events.Entry {
+	t.Helper()
 	var want []events.Entry
 	want = append(want, entry(T0, "job", "sbx-1", -1, events.SandboxCreated))
 	for i := range 2500 {
@@ -395,7 +454,19 @@ func testAppendBatch(t *testing.T, s adapters.Store) {
 	if err := s.AppendBatch(ctx(t), want[1:]); err != nil {
 		t.Fatal(err)
 	}
+	return want
+}
+
+func testAppendBatch(t *testing.T, s adapters.Ledger) {
+	if err := s.AppendBatch(ctx(t), nil); err != nil {
+		t.Fatalf("AppendBatch(nil) = %v, want nil", err)
+	}
+	want := appendBatches(t, s)
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), want)
+}
+
+func testAppendBatchDetails(t *testing.T, s adapters.Store) {
+	appendBatches(t, s)
 	d, err := s.GetSandboxDetails(ctx(t), "job", "sbx-1")
 	if err != nil || d == nil {
 		t.Fatalf("GetSandboxDetails = %v, %v", d, err)
@@ -405,7 +476,10 @@ func testAppendBatch(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testAppendBatchInvalid(t *testing.T, s adapters.Store) {
+// appendInvalidBatch appends a batch whose last entry is invalid, checking
+// it is refused.
+func appendInvalidBatch(t *testing.T, s adapters.Ledger) {
+	t.Helper()
 	es := []events.Entry{
 		entry(T0, "job", "sbx-1", -1, events.SandboxCreated),
 		entry(T0+1, "job", "sbx-1", 1, events.ExecStarted),
@@ -413,9 +487,17 @@ func testAppendBatchInvalid(t *testing.T, s adapters.Store) {
 	}
 	es[2].Ts = 0
 	checkInvalid(t, s.AppendBatch(ctx(t), es), "ts")
+}
+
+func testAppendBatchInvalid(t *testing.T, s adapters.Ledger) {
+	appendInvalidBatch(t, s)
 	if got := mustRead(t, s, "job", "sbx-1"); len(got) != 0 {
 		t.Fatalf("a batch with an invalid entry wrote %d rows, want 0", len(got))
 	}
+}
+
+func testAppendBatchInvalidDetails(t *testing.T, s adapters.Store) {
+	appendInvalidBatch(t, s)
 	if d, err := s.GetSandboxDetails(ctx(t), "job", "sbx-1"); err != nil || d != nil {
 		t.Fatalf("GetSandboxDetails = %+v, %v; want nil, nil", d, err)
 	}
@@ -425,7 +507,7 @@ func checkpoint(ts int64, name, id, snap, tag string) events.Entry {
 	return events.New(ts, name, id, events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: snap, Name: tag})
 }
 
-func testLastCheckpoint(t *testing.T, s adapters.Store) {
+func testLastCheckpoint(t *testing.T, s adapters.Ledger) {
 	got, err := s.LastCheckpoint(ctx(t), "job", "sbx-1")
 	if err != nil || got != nil {
 		t.Fatalf("LastCheckpoint with none = %+v, %v; want nil, nil", got, err)
@@ -452,7 +534,7 @@ func testLastCheckpoint(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testListCheckpoints(t *testing.T, s adapters.Store) {
+func testListCheckpoints(t *testing.T, s adapters.Ledger) {
 	if got, err := s.ListCheckpoints(ctx(t), "job", "sbx-1"); err != nil || len(got) != 0 {
 		t.Fatalf("ListCheckpoints with none = %v, %v", got, err)
 	}
@@ -481,7 +563,7 @@ func testListCheckpoints(t *testing.T, s adapters.Store) {
 
 // session appends a whole session: created at start, execs completed, closed
 // at end (0: still running).
-func session(t *testing.T, s adapters.Store, name, id string, start int64, execs int, end int64) {
+func session(t *testing.T, s adapters.Ledger, name, id string, start int64, execs int, end int64) {
 	t.Helper()
 	es := []events.Entry{entry(start, name, id, -1, events.SandboxCreated)}
 	for i := 1; i <= execs; i++ {
@@ -692,21 +774,25 @@ func testDetailsWithoutCreated(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testDeleteSandbox(t *testing.T, s adapters.Store) {
+// deleteOne writes three sessions (two sharing a sandbox id, two a name),
+// deletes job/sbx-1 and returns how many entries the others held.
+func deleteOne(t *testing.T, s adapters.Ledger) (before2, before3 int) {
+	t.Helper()
 	session(t, s, "job", "sbx-1", T0, 2, T0+50)
 	session(t, s, "job", "sbx-2", T0+1, 1, 0)
 	session(t, s, "other", "sbx-1", T0+2, 1, 0)
 	mustAppend(t, s, checkpoint(T0+3, "job", "sbx-1", "snap", "t"))
-	before2, before3 := len(mustRead(t, s, "job", "sbx-2")), len(mustRead(t, s, "other", "sbx-1"))
-
+	before2, before3 = len(mustRead(t, s, "job", "sbx-2")), len(mustRead(t, s, "other", "sbx-1"))
 	if err := s.DeleteSandbox(ctx(t), "job", "sbx-1"); err != nil {
 		t.Fatal(err)
 	}
+	return before2, before3
+}
+
+func testDeleteSandbox(t *testing.T, s adapters.Ledger) {
+	before2, before3 := deleteOne(t, s)
 	if got := mustRead(t, s, "job", "sbx-1"); len(got) != 0 {
 		t.Fatalf("ReadAll after delete = %d entries, want 0", len(got))
-	}
-	if d, err := s.GetSandboxDetails(ctx(t), "job", "sbx-1"); err != nil || d != nil {
-		t.Fatalf("GetSandboxDetails after delete = %+v, %v; want nil, nil", d, err)
 	}
 	if cp, err := s.LastCheckpoint(ctx(t), "job", "sbx-1"); err != nil || cp != nil {
 		t.Fatalf("LastCheckpoint after delete = %+v, %v; want nil, nil", cp, err)
@@ -717,12 +803,24 @@ func testDeleteSandbox(t *testing.T, s adapters.Store) {
 	if got := len(mustRead(t, s, "other", "sbx-1")); got != before3 {
 		t.Fatalf("other/sbx-1 has %d entries after deleting job/sbx-1, want %d", got, before3)
 	}
+	if err := s.DeleteSandbox(ctx(t), "job", "sbx-404"); err != nil {
+		t.Fatalf("DeleteSandbox of an unknown session = %v, want nil", err)
+	}
+	// The session can be written again from scratch.
+	session(t, s, "job", "sbx-1", T0+100, 1, 0)
+	if got, want := len(mustRead(t, s, "job", "sbx-1")), 5; got != want {
+		t.Fatalf("ReadAll after rewrite = %d entries, want %d", got, want)
+	}
+}
+
+func testDeleteSandboxDetails(t *testing.T, s adapters.Store) {
+	deleteOne(t, s)
+	if d, err := s.GetSandboxDetails(ctx(t), "job", "sbx-1"); err != nil || d != nil {
+		t.Fatalf("GetSandboxDetails after delete = %+v, %v; want nil, nil", d, err)
+	}
 	all, err := s.ListAllSandboxDetails(ctx(t), adapters.ListOptions{})
 	if err != nil || len(all) != 2 {
 		t.Fatalf("ListAllSandboxDetails after delete = %+v, %v; want 2 sessions", all, err)
-	}
-	if err := s.DeleteSandbox(ctx(t), "job", "sbx-404"); err != nil {
-		t.Fatalf("DeleteSandbox of an unknown session = %v, want nil", err)
 	}
 	// The session can be written again from scratch.
 	session(t, s, "job", "sbx-1", T0+100, 1, 0)
@@ -792,7 +890,7 @@ func testEnvironments(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testConcurrentAppends(t *testing.T, s adapters.Store) {
+func testConcurrentAppends(t *testing.T, s adapters.Ledger) {
 	const workers, per = 8, 60
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -852,7 +950,7 @@ func testConcurrentAppends(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testCanceledContext(t *testing.T, s adapters.Store) {
+func testCanceledContext(t *testing.T, s adapters.Ledger) {
 	c, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := s.Append(c, entry(T0, "job", "sbx-1", -1, events.SandboxCreated))
@@ -867,8 +965,9 @@ func testCanceledContext(t *testing.T, s adapters.Store) {
 	}
 }
 
-func testClose(t *testing.T, s adapters.Store) {
-	c := ctx(t)
+// closeTwice appends an entry, then closes s twice.
+func closeTwice(t *testing.T, s adapters.Ledger) {
+	t.Helper()
 	mustAppend(t, s, entry(T0, "job", "sbx-1", -1, events.SandboxCreated))
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close = %v", err)
@@ -876,8 +975,22 @@ func testClose(t *testing.T, s adapters.Store) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close = %v, want nil", err)
 	}
+}
+
+func checkClosed(t *testing.T, calls map[string]func() error) {
+	t.Helper()
+	for name, f := range calls {
+		if err := f(); !errors.Is(err, adapters.ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+}
+
+func testClose(t *testing.T, s adapters.Ledger) {
+	c := ctx(t)
+	closeTwice(t, s)
 	e := entry(T0+1, "job", "sbx-1", 1, events.ExecStarted)
-	calls := map[string]func() error{
+	checkClosed(t, map[string]func() error{
 		"Append":      func() error { return s.Append(c, e) },
 		"AppendBatch": func() error { return s.AppendBatch(c, []events.Entry{e}) },
 		"ReadAll":     func() error { _, err := s.ReadAll(c, "job", "sbx-1"); return err },
@@ -885,6 +998,15 @@ func testClose(t *testing.T, s adapters.Store) {
 			_, err := s.LastCheckpoint(c, "job", "sbx-1")
 			return err
 		},
+		"DeleteSandbox":   func() error { return s.DeleteSandbox(c, "job", "sbx-1") },
+		"ListCheckpoints": func() error { _, err := s.ListCheckpoints(c, "job", "sbx-1"); return err },
+	})
+}
+
+func testCloseReadModel(t *testing.T, s adapters.Store) {
+	c := ctx(t)
+	closeTwice(t, s)
+	checkClosed(t, map[string]func() error{
 		"ListSandboxDetails": func() error {
 			_, err := s.ListSandboxDetails(c, "job", adapters.ListOptions{})
 			return err
@@ -894,20 +1016,13 @@ func testClose(t *testing.T, s adapters.Store) {
 			return err
 		},
 		"GetSandboxDetails": func() error { _, err := s.GetSandboxDetails(c, "job", "sbx-1"); return err },
-		"DeleteSandbox":     func() error { return s.DeleteSandbox(c, "job", "sbx-1") },
-		"ListCheckpoints":   func() error { _, err := s.ListCheckpoints(c, "job", "sbx-1"); return err },
 		"GetEnvironment":    func() error { _, err := s.GetEnvironment(c, "x"); return err },
 		"SaveEnvironment": func() error {
 			return s.SaveEnvironment(c, adapters.EnvironmentRecord{Name: "x", SnapshotID: "s", Image: "i", BuiltAt: 1})
 		},
 		"DeleteEnvironment": func() error { return s.DeleteEnvironment(c, "x") },
 		"ListEnvironments":  func() error { _, err := s.ListEnvironments(c); return err },
-	}
-	for name, f := range calls {
-		if err := f(); !errors.Is(err, adapters.ErrClosed) {
-			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
-		}
-	}
+	})
 }
 
 // otherStatus returns the status that the session of sandbox id in all does

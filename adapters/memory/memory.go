@@ -12,11 +12,14 @@ import (
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 var (
 	_ adapters.Store           = (*Store)(nil)
 	_ adapters.ProjectionStore = (*Store)(nil)
+	_ validated.Appender       = (*Store)(nil)
+	_ validated.Applier        = (*Store)(nil)
 )
 
 // Store keeps a ledger in memory. The zero value is not usable; call New.
@@ -70,27 +73,36 @@ func (s *Store) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Append implements adapters.Store.
+// Append implements adapters.Ledger: it validates e.
 func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	if err := events.Validate(e); err != nil {
 		return fmt.Errorf("append: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	s.insert(e, 0)
-	return nil
+	return s.append(ctx, e)
 }
 
-// AppendBatch implements adapters.Store.
+// AppendBatch implements adapters.Ledger: it validates every entry first.
 func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	for i, e := range es {
 		if err := events.Validate(e); err != nil {
 			return fmt.Errorf("append batch: entry %d: %w", i, err)
 		}
 	}
+	return s.append(ctx, es...)
+}
+
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (s *Store) ValidatedSelf() any { return s }
+
+// AppendValidated appends entries the SDK's ledger writer validated, without
+// validating them again (see the adapters package doc). Only this module can
+// call it with entries.
+func (s *Store) AppendValidated(ctx context.Context, v validated.Entries) error {
+	return s.append(ctx, v.Slice()...)
+}
+
+func (s *Store) append(ctx context.Context, es ...events.Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
@@ -102,11 +114,24 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	return nil
 }
 
-// ApplyBatch implements adapters.ProjectionStore.
+// ApplyBatch implements adapters.ProjectionStore: it validates every entry.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 	if err := entries.ValidateProjected(consumer, es); err != nil {
 		return fmt.Errorf("apply batch: %w", err)
 	}
+	return s.apply(ctx, consumer, es, offset)
+}
+
+// ApplyValidated is ApplyBatch for entries the projector validated as it
+// decoded them: it checks only the consumer and each entry's Seq.
+func (s *Store) ApplyValidated(ctx context.Context, consumer string, v validated.Entries, offset uint64) error {
+	if err := entries.CheckProjectedSeqs(consumer, v.Slice()); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
+	}
+	return s.apply(ctx, consumer, v.Slice(), offset)
+}
+
+func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx); err != nil {
@@ -192,7 +217,7 @@ func clone(e events.Entry) events.Entry {
 	return e
 }
 
-// ReadAll implements adapters.Store.
+// ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -207,7 +232,7 @@ func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.E
 	return out, nil
 }
 
-// LastCheckpoint implements adapters.Store.
+// LastCheckpoint implements adapters.Ledger.
 func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -224,7 +249,7 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 	return nil, nil
 }
 
-// ListCheckpoints implements adapters.Store.
+// ListCheckpoints implements adapters.Ledger.
 func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -243,12 +268,12 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 	return out, nil
 }
 
-// ListSandboxDetails implements adapters.Store.
+// ListSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.list(ctx, &name, opts)
 }
 
-// ListAllSandboxDetails implements adapters.Store.
+// ListAllSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.list(ctx, nil, opts)
 }
@@ -305,7 +330,7 @@ func (d *sessionSummary) details(k events.Session) (adapters.SandboxDetails, boo
 	return sd, true
 }
 
-// GetSandboxDetails implements adapters.Store.
+// GetSandboxDetails implements adapters.ReadModel.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -324,7 +349,7 @@ func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (
 	return &sd, nil
 }
 
-// DeleteSandbox implements adapters.Store.
+// DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -342,7 +367,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error
 	return nil
 }
 
-// GetEnvironment implements adapters.Store.
+// GetEnvironment implements adapters.ReadModel.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -356,7 +381,7 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.Envi
 	return &rec, nil
 }
 
-// SaveEnvironment implements adapters.Store.
+// SaveEnvironment implements adapters.ReadModel.
 func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
 	if err := validateEnvironment(rec); err != nil {
 		return err
@@ -378,7 +403,7 @@ func validateEnvironment(rec adapters.EnvironmentRecord) error {
 	return nil
 }
 
-// DeleteEnvironment implements adapters.Store.
+// DeleteEnvironment implements adapters.ReadModel.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -389,7 +414,7 @@ func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
 	return nil
 }
 
-// ListEnvironments implements adapters.Store.
+// ListEnvironments implements adapters.ReadModel.
 func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -409,7 +434,7 @@ func compareEnv(a, b adapters.EnvironmentRecord) int {
 	return cmp.Or(cmp.Compare(b.BuiltAt, a.BuiltAt), cmp.Compare(a.Name, b.Name))
 }
 
-// Close implements adapters.Store. It drops the contents.
+// Close implements adapters.Ledger. It drops the contents.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -63,13 +63,13 @@ func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.E
 	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
-// ReadAll implements adapters.Store.
+// ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = $1 AND sandbox_id = $2 ORDER BY ts, id`, name, sandboxID)
 }
 
-// LastCheckpoint implements adapters.Store.
+// LastCheckpoint implements adapters.Ledger.
 func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
 	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts DESC, id DESC LIMIT 1`,
@@ -80,7 +80,7 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 	return &es[0], nil
 }
 
-// ListCheckpoints implements adapters.Store.
+// ListCheckpoints implements adapters.Ledger.
 func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
 	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts, id`,
@@ -108,12 +108,12 @@ func scanDetails(row pgx.CollectableRow) (adapters.SandboxDetails, error) {
 	return d, err
 }
 
-// ListSandboxDetails implements adapters.Store.
+// ListSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.details(ctx, "list sandbox details", &name, opts)
 }
 
-// ListAllSandboxDetails implements adapters.Store.
+// ListAllSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.details(ctx, "list all sandbox details", nil, opts)
 }
@@ -129,7 +129,7 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 	return collect(ctx, s, op, scanDetails, q, a...)
 }
 
-// GetSandboxDetails implements adapters.Store.
+// GetSandboxDetails implements adapters.ReadModel.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
 	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = $1 AND sandbox_id = $2 AND started_at IS NOT NULL`, name, sandboxID)
@@ -151,7 +151,7 @@ func (s *Store) environments(ctx context.Context, op, q string, a ...any) ([]ada
 	return collect(ctx, s, op, scanEnv, q, a...)
 }
 
-// GetEnvironment implements adapters.Store.
+// GetEnvironment implements adapters.ReadModel.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
 	recs, err := s.environments(ctx, "get environment", `SELECT `+envCols+` FROM alineo_environments WHERE name = $1`, name)
 	if err != nil || len(recs) == 0 {
@@ -160,7 +160,7 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.Envi
 	return &recs[0], nil
 }
 
-// ListEnvironments implements adapters.Store.
+// ListEnvironments implements adapters.ReadModel.
 func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
 	return s.environments(ctx, "list environments", `SELECT `+envCols+` FROM alineo_environments ORDER BY built_at DESC, name COLLATE "C"`)
 }

@@ -12,11 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 var (
 	_ adapters.Store           = (*Store)(nil)
 	_ adapters.ProjectionStore = (*Store)(nil)
+	_ validated.Appender       = (*Store)(nil)
+	_ validated.Applier        = (*Store)(nil)
 )
 
 // Config tunes a Store. The zero value is valid.

@@ -12,6 +12,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 // columns of alineo_events that a write sets, in the order of row.
@@ -63,11 +64,29 @@ func row(e events.Entry, seq uint64) []any {
 	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq}
 }
 
-// Append implements adapters.Store.
+// Append implements adapters.Ledger: it validates e.
 func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	if err := events.Validate(e); err != nil {
 		return fmt.Errorf("postgres: append: %w", err)
 	}
+	return s.append(ctx, e)
+}
+
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (s *Store) ValidatedSelf() any { return s }
+
+// AppendValidated appends entries the SDK's ledger writer validated, without
+// validating them again (see the adapters package doc): one entry as Append,
+// several as AppendBatch. Only this module can call it with entries.
+func (s *Store) AppendValidated(ctx context.Context, v validated.Entries) error {
+	if es := v.Slice(); len(es) == 1 {
+		return s.append(ctx, es[0])
+	}
+	return s.appendBatch(ctx, v.Slice())
+}
+
+func (s *Store) append(ctx context.Context, e events.Entry) error {
 	p, err := s.db(ctx)
 	if err != nil {
 		return s.translate(ctx, "append", err)
@@ -85,13 +104,18 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	return s.translate(ctx, "append", p.SendBatch(ctx, b).Close())
 }
 
-// AppendBatch implements adapters.Store. It copies the entries in with COPY.
+// AppendBatch implements adapters.Ledger: it validates every entry first,
+// then copies the entries in with COPY.
 func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	for i, e := range es {
 		if err := events.Validate(e); err != nil {
 			return fmt.Errorf("postgres: append batch: entry %d: %w", i, err)
 		}
 	}
+	return s.appendBatch(ctx, es)
+}
+
+func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -124,11 +148,24 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 // one transaction. When a sequence is stored already (a unique violation: a
 // redelivery, or another consumer projecting into the same tables), or the
 // batch repeats one, it applies the batch with one INSERT ... ON CONFLICT DO
-// NOTHING instead, which skips the stored rows.
+// NOTHING instead, which skips the stored rows. It validates every entry.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := checkProjected(ctx, consumer, es); err != nil {
+	if err := entries.ValidateProjected(consumer, es); err != nil {
 		return fmt.Errorf("postgres: apply batch: %w", err)
 	}
+	return s.apply(ctx, consumer, es, offset)
+}
+
+// ApplyValidated is ApplyBatch for entries the projector validated as it
+// decoded them: it checks only the consumer and each entry's Seq.
+func (s *Store) ApplyValidated(ctx context.Context, consumer string, v validated.Entries, offset uint64) error {
+	if err := entries.CheckProjectedSeqs(consumer, v.Slice()); err != nil {
+		return fmt.Errorf("postgres: apply batch: %w", err)
+	}
+	return s.apply(ctx, consumer, v.Slice(), offset)
+}
+
+func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 	p, err := s.db(ctx)
 	if err != nil {
 		return s.translate(ctx, "apply batch", err)
@@ -191,23 +228,6 @@ func finishApply(ctx context.Context, tx pgx.Tx, d *summary.Deltas, consumer str
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// checkProjected is entries.ValidateProjected, except that it does not
-// validate again entries the caller marked with adapters.WithValidatedEntries.
-func checkProjected(ctx context.Context, consumer string, es []events.Entry) error {
-	if !adapters.EntriesValidated(ctx) {
-		return entries.ValidateProjected(consumer, es)
-	}
-	if err := entries.ValidateProjected(consumer, nil); err != nil {
-		return err
-	}
-	for i, e := range es {
-		if e.Seq == 0 {
-			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
-		}
-	}
-	return nil
-}
-
 // insertArrays inserts projected entries in one statement and returns the
 // ledger sequences it stored (those not stored before).
 func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64]bool, error) {
@@ -251,7 +271,7 @@ func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64
 	return stored, nil
 }
 
-// DeleteSandbox implements adapters.Store.
+// DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
 	p, err := s.db(ctx)
 	if err != nil {
@@ -263,7 +283,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error
 	return s.translate(ctx, "delete sandbox", p.SendBatch(ctx, b).Close())
 }
 
-// SaveEnvironment implements adapters.Store.
+// SaveEnvironment implements adapters.ReadModel.
 func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
 	if rec.Name == "" {
 		return fmt.Errorf("postgres: save environment: %w", &events.ValidationError{Field: "environment.name", Reason: "is empty"})
@@ -284,7 +304,7 @@ func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRec
 	return s.translate(ctx, "save environment", err)
 }
 
-// DeleteEnvironment implements adapters.Store.
+// DeleteEnvironment implements adapters.ReadModel.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
 	p, err := s.db(ctx)
 	if err != nil {

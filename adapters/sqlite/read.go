@@ -74,13 +74,13 @@ func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.E
 	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
-// ReadAll implements adapters.Store.
+// ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = ? AND sandbox_id = ? ORDER BY ts, id`, name, sandboxID)
 }
 
-// LastCheckpoint implements adapters.Store.
+// LastCheckpoint implements adapters.Ledger.
 func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
 	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts DESC, id DESC LIMIT 1`,
@@ -91,7 +91,7 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 	return &es[0], nil
 }
 
-// ListCheckpoints implements adapters.Store.
+// ListCheckpoints implements adapters.Ledger.
 func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
 	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
 		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts, id`,
@@ -108,12 +108,12 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 
 const detailsCols = `name, sandbox_id, status, started_at, COALESCE(completed_at, 0), exec_count, COALESCE(run_id, sandbox_id)`
 
-// ListSandboxDetails implements adapters.Store.
+// ListSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListSandboxDetails(ctx context.Context, name string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.details(ctx, "list sandbox details", &name, opts)
 }
 
-// ListAllSandboxDetails implements adapters.Store.
+// ListAllSandboxDetails implements adapters.ReadModel.
 func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	return s.details(ctx, "list all sandbox details", nil, opts)
 }
@@ -135,7 +135,7 @@ func scanDetails(rows *sql.Rows) (adapters.SandboxDetails, error) {
 	return d, err
 }
 
-// GetSandboxDetails implements adapters.Store.
+// GetSandboxDetails implements adapters.ReadModel.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
 	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL`, name, sandboxID)
@@ -161,7 +161,7 @@ func scanEnv(rows *sql.Rows) (adapters.EnvironmentRecord, error) {
 	return rec, err
 }
 
-// GetEnvironment implements adapters.Store.
+// GetEnvironment implements adapters.ReadModel.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.EnvironmentRecord, error) {
 	recs, err := s.environments(ctx, "get environment", `SELECT `+envCols+` FROM alineo_environments WHERE name = ?`, name)
 	if err != nil || len(recs) == 0 {
@@ -170,7 +170,7 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (*adapters.Envi
 	return &recs[0], nil
 }
 
-// ListEnvironments implements adapters.Store.
+// ListEnvironments implements adapters.ReadModel.
 func (s *Store) ListEnvironments(ctx context.Context) ([]adapters.EnvironmentRecord, error) {
 	return s.environments(ctx, "list environments", `SELECT `+envCols+` FROM alineo_environments ORDER BY built_at DESC, name`)
 }

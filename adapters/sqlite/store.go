@@ -15,11 +15,14 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 var (
 	_ adapters.Store           = (*Store)(nil)
 	_ adapters.ProjectionStore = (*Store)(nil)
+	_ validated.Appender       = (*Store)(nil)
+	_ validated.Applier        = (*Store)(nil)
 )
 
 // Memory is the path of an in-memory ledger: one database for the store's

@@ -10,6 +10,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/validated"
 )
 
 const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq) VALUES `
@@ -73,11 +74,29 @@ func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 	return s.translate(op, tx.Commit())
 }
 
-// Append implements adapters.Store.
+// Append implements adapters.Ledger: it validates e.
 func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	if err := events.Validate(e); err != nil {
 		return fmt.Errorf("sqlite: append: %w", err)
 	}
+	return s.append(ctx, e)
+}
+
+// ValidatedSelf returns the receiver: a type embedding this one does not
+// inherit the validated hand-over of AppendValidated and ApplyValidated.
+func (s *Store) ValidatedSelf() any { return s }
+
+// AppendValidated appends entries the SDK's ledger writer validated, without
+// validating them again (see the adapters package doc): one entry as Append,
+// several as AppendBatch. Only this module can call it with entries.
+func (s *Store) AppendValidated(ctx context.Context, v validated.Entries) error {
+	if es := v.Slice(); len(es) == 1 {
+		return s.append(ctx, es[0])
+	}
+	return s.appendBatch(ctx, v.Slice())
+}
+
+func (s *Store) append(ctx context.Context, e events.Entry) error {
 	if !summary.Summarised(e.Event) {
 		// One statement: atomic without an explicit transaction.
 		w, _, err := s.dbs(ctx)
@@ -97,13 +116,17 @@ func (s *Store) Append(ctx context.Context, e events.Entry) error {
 	})
 }
 
-// AppendBatch implements adapters.Store.
+// AppendBatch implements adapters.Ledger: it validates every entry first.
 func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	for i, e := range es {
 		if err := events.Validate(e); err != nil {
 			return fmt.Errorf("sqlite: append batch: entry %d: %w", i, err)
 		}
 	}
+	return s.appendBatch(ctx, es)
+}
+
+func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -148,9 +171,22 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 // the immediate transaction, so the answer holds until commit), then inserts
 // the others with prepared multi-row INSERTs.
 func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
-	if err := checkProjected(ctx, consumer, es); err != nil {
+	if err := entries.ValidateProjected(consumer, es); err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
+	return s.apply(ctx, consumer, es, offset)
+}
+
+// ApplyValidated is ApplyBatch for entries the projector validated as it
+// decoded them: it checks only the consumer and each entry's Seq.
+func (s *Store) ApplyValidated(ctx context.Context, consumer string, v validated.Entries, offset uint64) error {
+	if err := entries.CheckProjectedSeqs(consumer, v.Slice()); err != nil {
+		return fmt.Errorf("sqlite: apply batch: %w", err)
+	}
+	return s.apply(ctx, consumer, v.Slice(), offset)
+}
+
+func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
 		fresh, err := unstored(ctx, tx, es)
 		if err != nil {
@@ -196,23 +232,6 @@ func (s *Store) ApplyBatch(ctx context.Context, consumer string, es []events.Ent
 	})
 }
 
-// checkProjected is entries.ValidateProjected, except that it does not
-// validate again entries the caller marked with adapters.WithValidatedEntries.
-func checkProjected(ctx context.Context, consumer string, es []events.Entry) error {
-	if !adapters.EntriesValidated(ctx) {
-		return entries.ValidateProjected(consumer, es)
-	}
-	if err := entries.ValidateProjected(consumer, nil); err != nil {
-		return err
-	}
-	for i, e := range es {
-		if e.Seq == 0 {
-			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
-		}
-	}
-	return nil
-}
-
 // unstored returns the entries of es whose ledger sequence is not stored yet,
 // each sequence once, in order. It returns es itself in the usual case (in
 // order, none stored).
@@ -255,7 +274,7 @@ func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entr
 	return fresh, nil
 }
 
-// DeleteSandbox implements adapters.Store.
+// DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
 	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
@@ -266,7 +285,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error
 	})
 }
 
-// SaveEnvironment implements adapters.Store.
+// SaveEnvironment implements adapters.ReadModel.
 func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRecord) error {
 	if rec.Name == "" {
 		return fmt.Errorf("sqlite: save environment: %w", &events.ValidationError{Field: "environment.name", Reason: "is empty"})
@@ -285,7 +304,7 @@ func (s *Store) SaveEnvironment(ctx context.Context, rec adapters.EnvironmentRec
 	})
 }
 
-// DeleteEnvironment implements adapters.Store.
+// DeleteEnvironment implements adapters.ReadModel.
 func (s *Store) DeleteEnvironment(ctx context.Context, name string) error {
 	return s.write(ctx, "delete environment", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM alineo_environments WHERE name = ?`, name)

@@ -163,15 +163,13 @@ func openFleet(ctx context.Context, c *config, getenv func(string) string, log *
 	if err != nil {
 		return nil, err
 	}
-	// Resume needs the session's details; without a database they are
-	// derived from the stream.
-	rm := &cli.StreamReadModel{}
-	l, err := bus.NewLedger(b, bus.LedgerConfig{Logger: log, ReadModel: rm})
+	// The ledger is all a worker needs: jobs resume by session name, which
+	// the SDK reads from the stream.
+	l, err := bus.NewLedger(b, bus.LedgerConfig{Logger: log})
 	if err != nil {
 		b.Close()
 		return nil, err
 	}
-	rm.Ledger = l
 	url, stop, err := cli.Sandboxd(ctx, c.sandbox, getenv, log)
 	if err != nil {
 		l.Close()

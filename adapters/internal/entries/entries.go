@@ -31,6 +31,21 @@ func ValidateProjected(consumer string, es []events.Entry) error {
 	return nil
 }
 
+// CheckProjectedSeqs is ValidateProjected for entries that already passed
+// events.Validate (validated.Entries): it checks the consumer name and that
+// every entry carries its ledger sequence.
+func CheckProjectedSeqs(consumer string, es []events.Entry) error {
+	if consumer == "" {
+		return &events.ValidationError{Field: "consumer", Reason: "is empty"}
+	}
+	for i, e := range es {
+		if e.Seq == 0 {
+			return fmt.Errorf("entry %d: %w", i, &events.ValidationError{Field: "seq", Reason: "must be > 0 for a projected entry"})
+		}
+	}
+	return nil
+}
+
 // Checkpoints returns the checkpoints of sandbox.checkpoint_created entries es, in order. A
 // payload that does not decode is an error naming the entry's Seq.
 func Checkpoints(es []events.Entry) ([]adapters.CheckpointInfo, error) {

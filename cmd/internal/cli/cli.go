@@ -24,14 +24,15 @@ import (
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
-// Defaults shared by the binaries (DESIGN §5).
+// Defaults shared by the binaries: everything embedded, under the working directory.
 const (
 	DefaultSQLite  = "./alineo.db"
 	DefaultNATSDir = "./.alineo/nats"
 	NoIsolationEnv = "ALINEO_SANDBOXD_NO_ISOLATION"
 )
 
-// Store is a read-model store a projector writes and the API reads.
+// Store is the store a projector writes (ProjectionStore) and the API reads:
+// its ledger tables and the read model kept beside them.
 type Store interface {
 	adapters.Store
 	adapters.ProjectionStore
