@@ -75,6 +75,10 @@ type Config struct {
 	MaxMsgs  int64
 	// DuplicateWindow is how long message ids are remembered. Default 2 min.
 	DuplicateWindow time.Duration
+	// SetupTimeout bounds how long Open keeps retrying the creation of its
+	// streams while the cluster cannot place them (a peer offline, a meta
+	// leader being elected). Default 30 s.
+	SetupTimeout time.Duration
 	// Logger receives operational logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -101,12 +105,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDupeWindow
 	}
+	if c.SetupTimeout == 0 {
+		c.SetupTimeout = 30 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
+	case c.SetupTimeout < 0:
+		return c, fmt.Errorf("%w: negative setup timeout", ErrInvalidConfig)
 	case c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0:
 		return c, fmt.Errorf("%w: negative retention limit", ErrInvalidConfig)
 	case strings.ContainsAny(c.SubjectPrefix, "*> ") || strings.ContainsAny(c.FencePrefix, "*> "):
@@ -210,24 +219,60 @@ func (b *Bus) StreamConfig() jetstream.StreamConfig {
 }
 
 func (b *Bus) ensureStream(ctx context.Context) error {
-	sc := b.StreamConfig()
-	var err error
-	for attempt := 0; ; attempt++ {
-		b.stream, err = b.js.CreateOrUpdateStream(ctx, sc)
+	st, err := b.createStream(ctx, b.StreamConfig())
+	b.stream = st
+	return err
+}
+
+// createStream creates or updates the stream sc, retrying for up to
+// Config.SetupTimeout while the cluster cannot do it yet: no meta leader, no
+// suitable peers for placement (a peer offline), a request timed out. An error
+// the server gives for the request itself (a bad config, a conflict with an
+// existing stream) is returned at once.
+func (b *Bus) createStream(ctx context.Context, sc jetstream.StreamConfig) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.SetupTimeout)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		rctx, rcancel := opCtx(ctx)
+		st, err := b.js.CreateOrUpdateStream(rctx, sc)
+		rcancel()
 		if err == nil {
-			return nil
+			return st, nil
 		}
-		// A cluster may still be electing its meta leader; a concurrent Open may
-		// have created the stream between our lookup and our create.
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.Code < 500 || attempt >= 20 || ctx.Err() != nil {
-			return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+		if !retryableSetup(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("create or update stream %s: %w", sc.Name, err)
 		}
+		b.cfg.Logger.Warn("bus: stream not created yet; retrying", "stream", sc.Name, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
+			return nil, fmt.Errorf("create or update stream %s: %w (last: %w)", sc.Name, ctx.Err(), err)
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// JetStream error codes (nats-server's errors.json) that jetstream does not name.
+const (
+	errCodeNoSuitablePeers     jetstream.ErrorCode = 10005 // JSClusterNoPeersErrF
+	errCodeClusterNotAvailable jetstream.ErrorCode = 10008 // JSClusterNotAvailErr
+	errCodeNoMetaLeader        jetstream.ErrorCode = 10009 // JSClusterNotLeaderErr
+)
+
+// retryableSetup reports whether a stream creation error may go away by
+// itself: the cluster is not ready (placement, no leader, timeouts), as
+// opposed to an answer about the request.
+func retryableSetup(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return true // a timeout, a lost connection: nothing was decided
+	}
+	switch apiErr.ErrorCode {
+	case errCodeNoSuitablePeers, errCodeNoMetaLeader, errCodeClusterNotAvailable:
+		return true
+	}
+	return apiErr.Code >= 500
 }
 
 // DLQStream is the name of the stream that keeps parked messages: the ledger
@@ -235,7 +280,7 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 func (b *Bus) DLQStream() string { return b.cfg.Stream + "_DLQ" }
 
 func (b *Bus) ensureDLQ(ctx context.Context) error {
-	_, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err := b.createStream(ctx, jetstream.StreamConfig{
 		Name:        b.DLQStream(),
 		Description: "alineo: ledger messages projectors could not decode",
 		Subjects:    []string{b.cfg.DLQSubject},
@@ -244,10 +289,7 @@ func (b *Bus) ensureDLQ(ctx context.Context) error {
 		Replicas:    b.cfg.Replicas,
 		MaxAge:      30 * 24 * time.Hour,
 	})
-	if err != nil {
-		return fmt.Errorf("create or update stream %s: %w", b.DLQStream(), err)
-	}
-	return nil
+	return err
 }
 
 // Config returns the configuration in effect, defaults filled in.

@@ -2,8 +2,11 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,5 +99,88 @@ func TestBusClusterR3(t *testing.T) {
 			b.Close()
 		})
 		return b
+	})
+}
+
+// logSink is a slog handler target that counts the lines holding a word.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, string(p))
+	return len(p), nil
+}
+
+func (s *logSink) count(word string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.lines {
+		if strings.Contains(l, word) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOpenWithoutQuorum: while two of three peers are down the cluster
+// answers no stream creation; Open retries until they are back, and gives
+// up after SetupTimeout with the last error.
+func TestOpenWithoutQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster: not with -short")
+	}
+	c := testenv.StartNATSCluster(t, 3)
+	url := c.URLs()[0]
+	c.Stop(1)
+	c.Stop(2)
+
+	t.Run("gives up", func(t *testing.T) {
+		start := time.Now()
+		_, err := bus.Open(context.Background(), bus.Config{URL: url, Replicas: 3, Stream: "GIVEUP", SubjectPrefix: "g.ledger", FencePrefix: "g.fence", DLQSubject: "g.dlq", SetupTimeout: 2 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "create or update stream GIVEUP") {
+			t.Fatalf("Open without quorum = %v, want the stream's creation error", err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("Open gave up after %s, want about SetupTimeout (2 s)", d)
+		}
+	})
+	t.Run("retries until the peers are back", func(t *testing.T) {
+		sink := &logSink{}
+		type result struct {
+			b   *bus.Bus
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			b, err := bus.Open(context.Background(), bus.Config{URL: url, Replicas: 3, Stream: "RETRY", SubjectPrefix: "r.ledger", FencePrefix: "r.fence", DLQSubject: "r.dlq",
+				SetupTimeout: 2 * time.Minute, Logger: slog.New(slog.NewTextHandler(sink, nil))})
+			done <- result{b, err}
+		}()
+		testenv.Eventually(t, 30*time.Second, func() error {
+			if sink.count("retrying") == 0 {
+				return errors.New("Open has not retried yet")
+			}
+			return nil
+		})
+		c.Restart(1)
+		c.Restart(2)
+		select {
+		case r := <-done:
+			if r.err != nil {
+				t.Fatalf("Open after the peers came back: %v", r.err)
+			}
+			defer r.b.Close()
+			si, err := r.b.Stream().Info(context.Background())
+			if err != nil || si.Config.Replicas != 3 {
+				t.Fatalf("stream info = %+v, %v; want 3 replicas", si, err)
+			}
+		case <-time.After(100 * time.Second):
+			t.Fatal("Open did not return within 100 s of the peers' restart")
+		}
 	})
 }
