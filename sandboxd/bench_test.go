@@ -60,17 +60,7 @@ func BenchmarkCreateRunning(b *testing.B) {
 		var got, ref []time.Duration
 		for range n {
 			start := time.Now()
-			id := create(b, base, nil)
-			for {
-				sb := getSandbox(b, base, id)
-				if sb.Status.State == sandboxd.StateRunning {
-					break
-				}
-				if sb.Status.State.Final() {
-					b.Fatalf("sandbox %s: %+v", id, sb.Status)
-				}
-				time.Sleep(500 * time.Microsecond)
-			}
+			id := createRunning(b, base)
 			got = append(got, time.Since(start))
 			wantStatus(b, call(b, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
 			ref = append(ref, bare())
@@ -79,6 +69,22 @@ func BenchmarkCreateRunning(b *testing.B) {
 		b.ReportMetric(ms(percentile(got, 99)), "p99-ms")
 		b.ReportMetric(ms(percentile(ref, 50)), "bare-runc-p50-ms")
 		b.ReportMetric(float64(percentile(got, 50))/float64(percentile(ref, 50)), "ratio-p50")
+	}
+}
+
+// createRunning creates a sandbox and polls (every 500µs) until it runs.
+func createRunning(b *testing.B, base string) string {
+	b.Helper()
+	id := create(b, base, nil)
+	for {
+		sb := getSandbox(b, base, id)
+		if sb.Status.State == sandboxd.StateRunning {
+			return id
+		}
+		if sb.Status.State.Final() {
+			b.Fatalf("sandbox %s: %+v", id, sb.Status)
+		}
+		time.Sleep(500 * time.Microsecond)
 	}
 }
 
@@ -167,17 +173,7 @@ func BenchmarkCreateFirstExec(b *testing.B) {
 		var got, ref []time.Duration
 		for range n {
 			start := time.Now()
-			id := create(b, base, nil)
-			for {
-				sb := getSandbox(b, base, id)
-				if sb.Status.State == sandboxd.StateRunning {
-					break
-				}
-				if sb.Status.State.Final() {
-					b.Fatalf("sandbox %s: %+v", id, sb.Status)
-				}
-				time.Sleep(500 * time.Microsecond)
-			}
+			id := createRunning(b, base)
 			u, tok := execdEndpoint(b, base, id, false)
 			if lines, code := run(b, u, tok, "echo hi"); code != 0 || len(lines) != 1 {
 				b.Fatalf("first exec: %q exit %d", lines, code)
