@@ -444,6 +444,8 @@ func TestServerCrash(t *testing.T) {
 			t.Errorf("cgroup of %s left behind", id)
 		}
 	}
+	// Nor its mounts, disks, network namespaces or runtime state.
+	assertNoLeftovers(t, dir, []string{running, paused})
 }
 
 func TestDataDirInUse(t *testing.T) {

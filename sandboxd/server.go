@@ -131,6 +131,11 @@ func New(cfg Config) (*Server, error) {
 		s.log.Warn("sandboxd: unmount what an earlier run left", "err", err)
 	}
 	s.runDir = runDirFor(cfg.RunDir, s.dataDir)
+	// The run directory is this data directory's alone (named after it, and
+	// the data directory is locked): what is mounted there an earlier run left.
+	if err := unmountSandbox(s.runDir); err != nil {
+		s.log.Warn("sandboxd: unmount what an earlier run left", "dir", s.runDir, "err", err)
+	}
 	recs, err := s.loadRecords()
 	if err != nil {
 		lock.Close()
