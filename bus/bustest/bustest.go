@@ -438,7 +438,13 @@ func testClaims(t *testing.T, open OpenFunc) {
 			t.Errorf("%s: epoch %d, want the fence's sequence, before the first entry's", id, epoch)
 		}
 	}
-	// Close with a claim in flight flushes it, and ends the claim's goroutine.
+	closeWithClaim(t, b, a)
+}
+
+// closeWithClaim checks that Close with a claim in flight flushes it, and
+// ends the claim's goroutine; reader reads the result.
+func closeWithClaim(t *testing.T, b *bus.Bus, reader *bus.Ledger) {
+	ctx := ctxT(t)
 	d, err := bus.NewLedger(b, bus.LedgerConfig{WriterID: "d"})
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
@@ -456,7 +462,7 @@ func testClaims(t *testing.T, open OpenFunc) {
 	if err := d.Append(ctx, es[0]); !errors.Is(err, bus.ErrClosed) {
 		t.Fatalf("Append after Close = %v, want ErrClosed", err)
 	}
-	got, err := a.ReadAll(ctx, "n", id)
+	got, err := reader.ReadAll(ctx, "n", id)
 	if err != nil || Same(es, got) != nil {
 		t.Fatalf("after Close: %d entries, %v; want the %d appended", len(got), err, len(es))
 	}
