@@ -3,7 +3,6 @@ package sandboxd
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -77,16 +76,16 @@ func (r *ociRuntime) kill(ctx context.Context, id string) error {
 // exist is not an error.
 func (r *ociRuntime) delete(ctx context.Context, id string) error {
 	err := r.do(ctx, "delete", "--force", id)
-	if err != nil && r.gone(id) {
+	if err != nil && r.gone(ctx, id) {
 		return nil
 	}
 	return err
 }
 
-// gone reports whether the runtime keeps no state for container id.
-func (r *ociRuntime) gone(id string) bool {
-	_, err := os.Stat(r.root + "/" + id)
-	return errors.Is(err, os.ErrNotExist)
+// gone reports whether the runtime knows no container id (its state
+// command fails).
+func (r *ociRuntime) gone(ctx context.Context, id string) bool {
+	return r.do(ctx, "state", id) != nil
 }
 
 // killCgroup kills every process left in the cgroups of container id below
