@@ -329,14 +329,20 @@ func (l *launcher) next(ctx context.Context) (initMsg, error) {
 		}
 		return m, nil
 	case <-l.p.done:
+		// The init's last word (its entrypoint's exit, say) may still be on
+		// its way: the pipe closes once every writer is gone, or not at all
+		// when an orphan of a dead runtime holds it.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
 		select {
-		case m, ok := <-l.msgs: // a last word, if it has one
+		case m, ok := <-l.msgs:
 			if ok {
 				return m, nil
 			}
-		default:
+			return m, l.failure(m, false)
+		case <-t.C:
+			return initMsg{}, l.failure(initMsg{}, false)
 		}
-		return initMsg{}, l.failure(initMsg{}, false)
 	case <-ctx.Done():
 		return initMsg{}, fmt.Errorf("sandbox start: %w", ctx.Err())
 	}
