@@ -397,6 +397,13 @@ func TestResourceLimits(t *testing.T) {
 	if lines, code := run(t, u, tok, "echo alive"); code != 0 || strings.Join(lines, "") != "alive" {
 		t.Errorf("after the OOM kill: %q exit %d, want execd alive", lines, code)
 	}
+	// resourceLimits without memory get Config.DefaultMemory.
+	_, base2 := startServer(t, sandboxd.Config{DefaultMemory: 80 << 20})
+	id2 := create(t, base2, map[string]any{"resourceLimits": map[string]string{"cpu": "250m"}})
+	file := filepath.Join(root, "memory/alineo-sandboxd/"+id2+"/memory.limit_in_bytes")
+	if b, err := os.ReadFile(file); strings.TrimSpace(string(b)) != strconv.Itoa(80<<20) {
+		t.Errorf("default memory limit = %q (%v), want %d", b, err, 80<<20)
+	}
 }
 
 // TestServerCrash kills a server process outright: its sandboxes, even a
