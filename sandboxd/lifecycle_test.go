@@ -298,13 +298,18 @@ func TestListFiltersAndPagination(t *testing.T) {
 	for i, meta := range []map[string]string{
 		{"group": "a"}, {"group": "a", "note": "Demo Test"}, {"group": "a"}, {"group": "b"}, {"group": "b"},
 	} {
-		ids = append(ids, create(t, base, map[string]any{"metadata": meta}))
-		_ = i
+		req := map[string]any{"metadata": meta}
+		if i == 0 {
+			// A deleted sandbox leaves the list at once (TestLifecycle); one
+			// whose entrypoint exits stays, Failed.
+			req["entrypoint"] = []string{"true"}
+		}
+		ids = append(ids, create(t, base, req))
 	}
-	for _, id := range ids {
+	waitState(t, base, ids[0], sandboxd.StateFailed)
+	for _, id := range ids[1:] {
 		waitState(t, base, id, sandboxd.StateRunning)
 	}
-	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+ids[0], nil), http.StatusNoContent)
 
 	type page struct {
 		Items      []sandboxd.Sandbox
@@ -326,8 +331,9 @@ func TestListFiltersAndPagination(t *testing.T) {
 		{"", ids},
 		{meta("group=a"), ids[:3]},
 		{"state=Running&" + meta("group=a"), ids[1:3]},
-		{"state=Terminated", ids[:1]},
-		{"state=Running&state=Terminated", ids},
+		{"state=Failed", ids[:1]},
+		{"state=Running&state=Failed", ids},
+		{"state=Terminated", nil},
 		{"state=Paused", nil},
 		{meta("group=a&note=Demo%20Test"), ids[1:2]},
 		{meta("group=c"), nil},
