@@ -240,7 +240,7 @@ func (s *Server) mkdirBelow(p string, allowed func(string) bool) error {
 	if err != nil {
 		return err
 	}
-	if !allowed(rp) && !slices.Contains(s.volumeRoots, filepath.Join(rp, filepath.Base(p))) {
+	if !allowed(rp) {
 		return fmt.Errorf("%s resolves outside the volume roots", parent)
 	}
 	if err := os.Mkdir(filepath.Join(rp, filepath.Base(p)), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
