@@ -154,3 +154,35 @@ type countWriter struct{ n int }
 func (w *countWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
 
 var _ io.Writer = (*countWriter)(nil)
+
+// BenchmarkExactOutput compares recording 200 MB of output (1000-byte lines)
+// as exact chunks (sandboxd's extension, the default) with recording execd's
+// line format, both through the SDK into a SQLite ledger, on one sandbox.
+// ratio = exact MB/s / line-format MB/s (target >= 0.9).
+func BenchmarkExactOutput(b *testing.B) {
+	ctx, sb, _ := benchEnv(b)
+	size := 200_000_000
+	if testing.Short() {
+		size = 20_000_000
+	}
+	cmd := `yes "$(head -c 999 /dev/zero | tr '\0' x)" | head -c ` + strconv.Itoa(size)
+	run := func(lines bool) time.Duration {
+		alineo.SetLineOutput(sb, lines)
+		start := time.Now()
+		cw := &countWriter{}
+		if err := sb.Exec(ctx, cmd).Pipe(cw); err != nil || cw.n != size {
+			b.Fatalf("lines=%v: piped %d bytes, %v; want %d", lines, cw.n, err, size)
+		}
+		return time.Since(start)
+	}
+	var exact, line time.Duration
+	for b.Loop() {
+		line += run(true)
+		exact += run(false)
+	}
+	alineo.SetLineOutput(sb, false)
+	mb := float64(size) * float64(b.N) / 1e6
+	b.ReportMetric(mb/exact.Seconds(), "exact-MB/s")
+	b.ReportMetric(mb/line.Seconds(), "line-MB/s")
+	b.ReportMetric(line.Seconds()/exact.Seconds(), "ratio")
+}

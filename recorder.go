@@ -134,6 +134,9 @@ func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-c
 		return &ExecConnectionError{SandboxID: e.sb.id, Step: e.step, Err: err}
 	}
 	r.stream = stream
+	if stream.Exact() {
+		r.lines = false // chunks of exact bytes, not lines to terminate
+	}
 	return nil
 }
 
@@ -298,8 +301,13 @@ func streamOf(ev opensandbox.Event) events.Stream {
 
 // bytesOf appends ev's exact bytes to dst.
 func (r *recorder) bytesOf(dst []byte, ev opensandbox.Event) []byte {
-	if r.lines {
+	switch {
+	case r.lines:
 		return appendLine(dst, ev)
+	case len(ev.Data) > 0:
+		return append(dst, ev.Data...)
+	case !hasExact(ev):
+		return append(dst, ev.Text...)
 	}
 	return append(dst, rawBytes(ev)...)
 }

@@ -27,6 +27,9 @@ type Sandbox struct {
 	shell     string
 	ledger    *ledger
 	release   func() // frees the concurrency slot; idempotent
+	// lineOutput asks execd for its line format instead of exact output
+	// chunks (tests and benchmarks only).
+	lineOutput bool
 
 	mu       sync.Mutex
 	ex       *opensandbox.Execd // nil until resolved, and again after Pause
@@ -117,7 +120,7 @@ func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Ex
 	if shell != "" {
 		wire = wrapShell(shell, cmd)
 	}
-	req := opensandbox.CommandRequest{Command: wire, Cwd: o.Cwd, Envs: o.Env, Timeout: o.Timeout}
+	req := opensandbox.CommandRequest{Command: wire, Cwd: o.Cwd, Envs: o.Env, Timeout: o.Timeout, ExactOutput: !s.lineOutput}
 	text := s.redactText(cmd) // what is recorded and reported
 	payload := events.ExecStartedPayload{Kind: events.KindCommand, Cmd: text, Fingerprint: events.Fingerprint(events.KindCommand, text)}
 	return s.start(ctx, execCall{text: text, strict: o.strict(), bad: bad, started: payload, lines: true,
@@ -141,7 +144,7 @@ func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions
 	case code == "":
 		bad = &OptionError{Field: "code", Reason: "is empty"}
 	}
-	req := opensandbox.CodeRequest{Code: code}
+	req := opensandbox.CodeRequest{Code: code, ExactOutput: !s.lineOutput}
 	if o.Language != "" || o.ContextID != "" {
 		req.Context = &opensandbox.CodeContext{ID: o.ContextID, Language: o.Language}
 	}

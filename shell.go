@@ -51,7 +51,8 @@ func hasExact(ev opensandbox.Event) bool {
 	return len(ev.Raw) > 0 && (strings.Contains(ev.Text, "\uFFFD") || strings.IndexByte(ev.Text, 0) >= 0)
 }
 
-// rawBytes returns the exact bytes of a raw (Jupyter) output chunk.
+// rawBytes returns the exact bytes of an output chunk: a Jupyter chunk, or one of
+// a stream of exact output (opensandbox.Stream.Exact).
 func rawBytes(ev opensandbox.Event) []byte { return exactBytes(ev) }
 
 // dataKey starts the "data" member of an event object. It cannot occur inside a
@@ -59,6 +60,9 @@ func rawBytes(ev opensandbox.Event) []byte { return exactBytes(ev) }
 var dataKey = []byte(`"data":"`)
 
 func exactBytes(ev opensandbox.Event) []byte {
+	if len(ev.Data) > 0 {
+		return ev.Data
+	}
 	if hasExact(ev) {
 		if i := bytes.Index(ev.Raw, dataKey); i >= 0 {
 			rest := ev.Raw[i+len(dataKey):]

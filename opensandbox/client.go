@@ -27,6 +27,9 @@ const (
 	HeaderExecdToken  = "X-EXECD-ACCESS-TOKEN"
 	HeaderEgressToken = "OPENSANDBOX-EGRESS-AUTH"
 	HeaderRequestID   = "X-Request-ID"
+	// HeaderExactOutput asks execd for output chunks of exact bytes, and in a
+	// stream's response says they are (sandboxd's extension; see ExactOutput).
+	HeaderExactOutput = "X-Alineo-Exact-Output"
 )
 
 // userAgent is sent unless Config.Headers sets one.

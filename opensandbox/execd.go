@@ -228,6 +228,19 @@ type CommandRequest struct {
 	Background bool
 	UID        *int // run as this user
 	GID        *int // needs UID
+	// ExactOutput asks for output as chunks of exact bytes (the server's
+	// extension, sandboxd's; HeaderExactOutput) instead of execd's lines with
+	// their terminators stripped. A server without the extension ignores it:
+	// Stream.Exact says which format came.
+	ExactOutput bool
+}
+
+// exactHeader is the request header of a stream that asks for exact output.
+func exactHeader(on bool) http.Header {
+	if !on {
+		return nil
+	}
+	return http.Header{HeaderExactOutput: {"1"}}
 }
 
 type commandWire struct {
@@ -267,7 +280,7 @@ func (e *Execd) RunCommand(ctx context.Context, req CommandRequest) (*Stream, er
 	}
 	w := commandWire{Command: req.Command, Cwd: req.Cwd, Background: req.Background, Timeout: ms,
 		UID: req.UID, GID: req.GID, Envs: req.Envs}
-	s, err := e.openStream(ctx, "command", request{method: "POST", path: "/command", json: w})
+	s, err := e.openStream(ctx, "command", request{method: "POST", path: "/command", json: w, header: exactHeader(req.ExactOutput)})
 	if err != nil {
 		return nil, fmt.Errorf("run command: %w", err)
 	}
@@ -285,6 +298,8 @@ type CodeContext struct {
 type CodeRequest struct {
 	Code    string
 	Context *CodeContext
+	// ExactOutput: see CommandRequest.ExactOutput.
+	ExactOutput bool
 }
 
 // RunCode runs code and returns its event stream (see RunCommand).
@@ -296,7 +311,7 @@ func (e *Execd) RunCode(ctx context.Context, req CodeRequest) (*Stream, error) {
 		Code    string       `json:"code"`
 		Context *CodeContext `json:"context,omitempty"`
 	}{req.Code, req.Context}
-	s, err := e.openStream(ctx, "code", request{method: "POST", path: "/code", json: w})
+	s, err := e.openStream(ctx, "code", request{method: "POST", path: "/code", json: w, header: exactHeader(req.ExactOutput)})
 	if err != nil {
 		return nil, fmt.Errorf("run code: %w", err)
 	}
@@ -456,6 +471,8 @@ type SessionRunRequest struct {
 	Command string
 	Cwd     string
 	Timeout time.Duration // 0: no limit
+	// ExactOutput: see CommandRequest.ExactOutput.
+	ExactOutput bool
 }
 
 // RunInSession runs a command in a session and returns its event stream (see
@@ -476,7 +493,7 @@ func (e *Execd) RunInSession(ctx context.Context, sessionID string, req SessionR
 		Cwd     string `json:"cwd,omitempty"`
 		Timeout int64  `json:"timeout,omitempty"`
 	}{req.Command, req.Cwd, ms}
-	s, err := e.openStream(ctx, "session run", request{method: "POST", path: "/session/" + pathEscape(sessionID) + "/run", json: w})
+	s, err := e.openStream(ctx, "session run", request{method: "POST", path: "/session/" + pathEscape(sessionID) + "/run", json: w, header: exactHeader(req.ExactOutput)})
 	if err != nil {
 		return nil, fmt.Errorf("run in session %s: %w", sessionID, err)
 	}

@@ -20,7 +20,7 @@ type EventKind string
 const (
 	EventInit              EventKind = "init"               // first; Text is the command or context id
 	EventPing              EventKind = "ping"               // keep-alive
-	EventStdout            EventKind = "stdout"             // one line, newline stripped ("\n" for an empty line)
+	EventStdout            EventKind = "stdout"             // one line, newline stripped ("\n" for an empty line); a chunk of exact bytes when Stream.Exact
 	EventStderr            EventKind = "stderr"             // same for stderr
 	EventResult            EventKind = "result"             // Jupyter result; see Results
 	EventError             EventKind = "error"              // terminal failure; Error.EValue holds the exit code
@@ -48,6 +48,10 @@ type Event struct {
 	Timestamp      int64          `json:"timestamp,omitempty"`      // Unix milliseconds
 	Results        map[string]any `json:"results,omitempty"`        // MIME-keyed; execd renames text/plain to "text"
 	Error          *ExecError     `json:"error,omitempty"`
+	// Data is the output's exact bytes when Text cannot hold them (they are
+	// not valid UTF-8): sandboxd's extension, base64 on the wire. Empty
+	// otherwise; then Text is exact.
+	Data []byte `json:"data,omitempty"`
 	// Raw is the event's JSON exactly as received.
 	Raw json.RawMessage `json:"-"`
 }
@@ -139,13 +143,22 @@ type Stream struct {
 	done     bool
 	err      error
 
+	exact bool
+
 	mu       sync.Mutex
 	released bool
 }
 
 func newStream(ctx context.Context, cancel context.CancelFunc, op string, resp *http.Response, owner *Execd) *Stream {
-	return &Stream{op: op, ctx: ctx, cancel: cancel, body: resp.Body, fr: newFrameReader(resp.Body), owner: owner}
+	return &Stream{op: op, ctx: ctx, cancel: cancel, body: resp.Body, fr: newFrameReader(resp.Body), owner: owner,
+		exact: resp.Header.Get(HeaderExactOutput) == "1"}
 }
+
+// Exact reports whether the server streams output as chunks of exact bytes
+// (it answered a request with ExactOutput, or streams Python code so): each
+// stdout/stderr event is then a chunk, its bytes Data if set, else Text. If
+// false, output events are execd's lines without their terminators.
+func (s *Stream) Exact() bool { return s.exact }
 
 // Next advances to the next event and reports whether there is one. It returns
 // false after the terminal event, or on failure (see Err).

@@ -233,6 +233,8 @@ type record struct {
 	EgressToken     string `json:"egressToken,omitempty"`
 	// EgressAPIPort is the host loopback port of the egress API while it runs.
 	EgressAPIPort int `json:"egressApiPort,omitempty"`
+	// Volumes are the sandbox's bind mounts (host and pvc volumes).
+	Volumes []volumeMount `json:"volumes,omitempty"`
 	// Seq orders sandboxes created in the same millisecond.
 	Seq int64 `json:"seq"`
 	// History is the last transitions, oldest first, for diagnostics.
@@ -327,12 +329,20 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 	if req.SecureAccess {
 		return lim, invalid("INVALID_REQUEST", "secureAccess", "secureAccess is only supported by the Kubernetes gateway")
 	}
-	if len(req.Volumes) > 0 && string(req.Volumes) != "null" && string(req.Volumes) != "[]" {
-		return lim, invalid("INVALID_REQUEST", "volumes", "volumes are not supported by this server")
+	if _, err := parseVolumes(req.Volumes); err != nil {
+		return lim, err
 	}
-	for k := range req.Env {
+	for k, v := range req.Env {
 		if !envName.MatchString(k) {
 			return lim, invalid("INVALID_REQUEST", "env", "invalid environment variable name %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return lim, invalid("INVALID_REQUEST", "env", "the value of %s contains a NUL byte", k)
+		}
+	}
+	for i, a := range req.Entrypoint {
+		if strings.IndexByte(a, 0) >= 0 {
+			return lim, invalid("INVALID_REQUEST", "entrypoint", "element %d contains a NUL byte", i)
 		}
 	}
 	if err := validateMetadata(req.Metadata); err != nil {
@@ -343,7 +353,11 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 	} else if on && c.NoIsolation {
 		return lim, invalid("INVALID_REQUEST", "networkPolicy", "networkPolicy and credentialProxy need namespace isolation; this server runs without it (NoIsolation) and cannot enforce them")
 	}
-	return parseLimits(req.ResourceLimits)
+	lim, err := parseLimits(req.ResourceLimits)
+	if err == nil && lim.MemoryBytes == 0 && c.DefaultMemory > 0 {
+		lim.MemoryBytes = c.DefaultMemory
+	}
+	return lim, err
 }
 
 // hasNetworkPolicy reports whether req carries a networkPolicy (not absent or null).

@@ -46,6 +46,16 @@ type Config struct {
 	RunDir string
 	// ShmSize is the size of each sandbox's /dev/shm. Default 64 MiB, as Docker.
 	ShmSize int64
+	// VolumeRoots are the host directories below which a create request's
+	// `host` volumes may bind host paths (each a bind mount, read-only when the
+	// volume says so). A host path outside every one is refused with 400;
+	// without any, every host volume is. New resolves each to a clean absolute
+	// path without symbolic links.
+	VolumeRoots []string
+	// DefaultMemory is the memory limit, in bytes, of a sandbox whose
+	// resourceLimits name no memory. Default 2 GiB (what the official SDKs
+	// ask for by default); negative means no limit.
+	DefaultMemory int64
 	// AllowHosts are "IP:PORT" (or "localhost:PORT") destinations on this
 	// host (its loopback or interface addresses) that sandboxes may reach
 	// through their egress proxy when their policy allows it. Every other
@@ -162,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShmSize == 0 {
 		c.ShmSize = 64 << 20
+	}
+	if c.DefaultMemory == 0 {
+		c.DefaultMemory = 2 << 30
 	}
 	return c
 }

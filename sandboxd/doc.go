@@ -79,6 +79,19 @@
 // users may not read (/etc/shadow, /etc/ssl/private, database credentials):
 // a sandbox sees of them what any unprivileged host user sees.
 //
+// # Volumes
+//
+// A create request's volumes are bind mounts in the OCI spec: host volumes
+// below Config.VolumeRoots (anything else is refused), and pvc volumes, named
+// directories under DataDir/volumes owned by the sandboxes' root and kept across
+// sandboxes. Volumes are not part of snapshots.
+//
+// # Timing
+//
+// Create answers once the sandbox is Running (or Failed), pause and resume
+// once the state is reached, and a deleted sandbox is forgotten (404), as the
+// real server's providers do.
+//
 // # State and restart
 //
 // Records are JSON files under DataDir/sandboxes/<id>/sandbox.json. They

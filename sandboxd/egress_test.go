@@ -395,8 +395,9 @@ func TestEgressAcrossPauseAndDelete(t *testing.T) {
 		res.Body.Close()
 		t.Fatalf("egress API still answers after delete: %s", res.Status)
 	}
+	// A deleted sandbox is gone, as on the real server.
 	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d", base, id, egress.Port), nil)
-	wantStatus(t, r, http.StatusConflict)
+	wantStatus(t, r, http.StatusNotFound)
 }
 
 // TestDefaultNetwork: a sandbox created without a networkPolicy has its own

@@ -34,6 +34,8 @@ type RequestError struct {
 	Code    string
 	Field   string
 	Message string
+	// Status is the HTTP status it is answered with; 0 means 400.
+	Status int
 }
 
 func (e *RequestError) Error() string {
@@ -80,3 +82,19 @@ func (e *SnapshotStateError) Error() string {
 
 // Unwrap returns ErrConflict.
 func (e *SnapshotStateError) Unwrap() error { return ErrConflict }
+
+// OpError is a pause or resume the runtime failed to carry out; the sandbox is
+// back in the state it was in. It is answered 500 with code
+// SANDBOX_<OP>_FAILED, as the real server does.
+type OpError struct {
+	SandboxID string
+	Op        string
+	Err       error
+}
+
+func (e *OpError) Error() string {
+	return fmt.Sprintf("%s sandbox %s: %v", e.Op, e.SandboxID, e.Err)
+}
+
+// Unwrap returns the runtime's error.
+func (e *OpError) Unwrap() error { return e.Err }

@@ -56,6 +56,6 @@ func Example() {
 	}
 	fmt.Println(sb.Status.State)
 	// Output:
-	// 202 Pending
+	// 202 Running
 	// Running
 }

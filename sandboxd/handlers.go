@@ -16,7 +16,10 @@ import (
 	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
-const maxBody = 1 << 20
+const (
+	maxBody    = 1 << 20
+	drainLimit = 64 << 20 // bytes of an oversized body read before the 413
+)
 
 // routes builds the lifecycle API, mounted under /v1 and at the root.
 func (s *Server) routes() http.Handler {
@@ -95,9 +98,16 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // writeErr maps an error to its status and {code,message} body.
 func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	var re *RequestError
+	var oe *OpError
 	switch {
 	case errors.As(err, &re):
-		writeError(w, http.StatusBadRequest, re.Code, re.Error())
+		status := http.StatusBadRequest
+		if re.Status != 0 {
+			status = re.Status
+		}
+		writeError(w, status, re.Code, re.Error())
+	case errors.As(err, &oe):
+		writeError(w, http.StatusInternalServerError, "SANDBOX_"+strings.ToUpper(oe.Op)+"_FAILED", err.Error())
 	case errors.Is(err, ErrSnapshotNotFound):
 		writeError(w, http.StatusNotFound, "SNAPSHOT_NOT_FOUND", err.Error())
 	case errors.Is(err, ErrNotFound):
@@ -119,7 +129,12 @@ func decode(r *http.Request, v any) error {
 		return invalid("INVALID_REQUEST", "", "read body: %v", err)
 	}
 	if len(b) > maxBody {
-		return invalid("INVALID_REQUEST", "", "body larger than %d bytes", maxBody)
+		// Read (and drop) the rest, bounded, so that the client reads this
+		// answer rather than a connection reset.
+		_, _ = io.CopyN(io.Discard, r.Body, drainLimit)
+		e := invalid("REQUEST_TOO_LARGE", "body", "larger than %d bytes", maxBody)
+		e.Status = http.StatusRequestEntityTooLarge
+		return e
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return invalid("INVALID_REQUEST", "", "empty body; a JSON object is required")
@@ -140,11 +155,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err)
 		return
 	}
-	sb, err := s.create(&req)
+	_, h, err := s.create(&req)
 	if err != nil {
 		s.writeErr(w, err)
 		return
 	}
+	// As the real server, answer once the sandbox runs (or failed to start):
+	// clients ask for its endpoint at once.
+	sb := s.awaitStart(r.Context(), h)
 	w.Header().Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/"+sb.ID)
 	writeJSON(w, http.StatusAccepted, createResponse{
 		ID: sb.ID, Platform: sb.Platform, Status: sb.Status, Metadata: sb.Metadata,
@@ -254,7 +272,7 @@ func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	if err := s.pause(r.PathValue("id")); err != nil {
+	if err := s.pause(r.Context(), r.PathValue("id")); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -262,7 +280,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	if err := s.resume(r.PathValue("id")); err != nil {
+	if err := s.resume(r.Context(), r.PathValue("id")); err != nil {
 		s.writeErr(w, err)
 		return
 	}
@@ -317,6 +335,9 @@ func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A Pending sandbox (created by a client that did not wait for the
+	// answer) gets its endpoint once it runs, bounded by StartTimeout.
+	s.awaitStart(r.Context(), sb)
 	sb.mu.Lock()
 	st, execdPort, token := sb.rec.Status.State, sb.rec.ExecdPort, sb.rec.ExecdToken
 	hasEgress, egressPort, egressToken := sb.rec.Egress, sb.rec.EgressAPIPort, sb.rec.EgressToken

@@ -32,8 +32,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	var created sandboxd.Sandbox
 	r.decode(t, &created)
-	if created.ID == "" || created.Status.State != sandboxd.StatePending {
-		t.Fatalf("created = %+v, want an id and state Pending", created)
+	// As the real server: the answer comes once the sandbox runs.
+	if created.ID == "" || created.Status.State != sandboxd.StateRunning {
+		t.Fatalf("created = %+v, want an id and state Running", created)
 	}
 	if got, want := r.Header.Get("Location"), "/v1/sandboxes/"+created.ID; got != want {
 		t.Errorf("Location = %q, want %q", got, want)
@@ -166,20 +167,25 @@ func TestLifecycle(t *testing.T) {
 		wantCode(t, r, "BAD_GATEWAY")
 	})
 
+	// A deleted sandbox is gone at once, as on the real server: 404 on every
+	// route, and out of the list.
 	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
-	sb = getSandbox(t, base, id)
-	if sb.Status.State != sandboxd.StateTerminated || sb.Status.Reason != "user_delete" {
-		t.Errorf("after delete: %+v, want Terminated/user_delete", sb.Status)
-	}
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id, nil), http.StatusNotFound)
 	if _, _, err := runErr(t.Context(), u, tok, "true"); err == nil {
 		t.Error("execd still answers after delete")
 	}
 	for _, op := range []string{"pause", "resume"} {
-		wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/"+op, nil), http.StatusConflict)
+		wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/"+op, nil), http.StatusNotFound)
 	}
-	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id+"/endpoints/44772", nil), http.StatusConflict)
-	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
-	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id, nil), http.StatusNotFound)
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id+"/endpoints/44772", nil), http.StatusNotFound)
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNotFound)
+	var list struct{ Items []sandboxd.Sandbox }
+	call(t, "GET", base+"/v1/sandboxes", nil).decode(t, &list)
+	for _, it := range list.Items {
+		if it.ID == id {
+			t.Errorf("deleted sandbox still listed: %+v", it.Status)
+		}
+	}
 }
 
 func wantCode(t testing.TB, r resp, code string) {
@@ -221,7 +227,21 @@ func TestErrors(t *testing.T) {
 		{"reserved metadata", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["metadata"] = map[string]string{"opensandbox.io/x": "y"} }), 400, "INVALID_METADATA_FORMAT"},
 		{"bad env name", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["env"] = map[string]string{"A=B": "c"} }), 400, "INVALID_REQUEST"},
 		{"platform", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["platform"] = map[string]string{"os": "windows", "arch": "amd64"} }), 400, "INVALID_REQUEST"},
-		{"volumes", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["volumes"] = []any{map[string]any{"name": "v"}} }), 400, "INVALID_REQUEST"},
+		{"volume without backend", "POST", "/v1/sandboxes", valid(func(m map[string]any) {
+			m["volumes"] = []any{map[string]any{"name": "v", "mountPath": "/data"}}
+		}), 400, "VOLUME::INVALID_BACKEND"},
+		{"volume ossfs", "POST", "/v1/sandboxes", valid(func(m map[string]any) {
+			m["volumes"] = []any{map[string]any{"name": "v", "mountPath": "/data", "ossfs": map[string]any{"bucket": "b"}}}
+		}), 400, "VOLUME::UNSUPPORTED_BACKEND"},
+		{"volume host not allowed", "POST", "/v1/sandboxes", valid(func(m map[string]any) {
+			m["volumes"] = []any{map[string]any{"name": "v", "mountPath": "/data", "host": map[string]any{"path": "/etc"}}}
+		}), 400, "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{"volume mount path", "POST", "/v1/sandboxes", valid(func(m map[string]any) {
+			m["volumes"] = []any{map[string]any{"name": "v", "mountPath": "/proc/x", "pvc": map[string]any{"claimName": "c"}}}
+		}), 400, "VOLUME::INVALID_MOUNT_PATH"},
+		{"nul in entrypoint", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["entrypoint"] = []string{"sleep", "1\x00"} }), 400, "INVALID_REQUEST"},
+		{"nul in env", "POST", "/v1/sandboxes", valid(func(m map[string]any) { m["env"] = map[string]string{"A": "\x00"} }), 400, "INVALID_REQUEST"},
+		{"body too large", "POST", "/v1/sandboxes", `{"metadata":{"a":"` + strings.Repeat("x", 5<<20) + `"}}`, 413, "REQUEST_TOO_LARGE"},
 		{"unknown snapshot", "POST", "/v1/sandboxes", map[string]any{"snapshotId": "snap"}, 404, "SNAPSHOT_NOT_FOUND"},
 		{"get unknown", "GET", unknown, nil, 404, "SANDBOX_NOT_FOUND"},
 		{"delete unknown", "DELETE", unknown, nil, 404, "SANDBOX_NOT_FOUND"},
@@ -278,13 +298,18 @@ func TestListFiltersAndPagination(t *testing.T) {
 	for i, meta := range []map[string]string{
 		{"group": "a"}, {"group": "a", "note": "Demo Test"}, {"group": "a"}, {"group": "b"}, {"group": "b"},
 	} {
-		ids = append(ids, create(t, base, map[string]any{"metadata": meta}))
-		_ = i
+		req := map[string]any{"metadata": meta}
+		if i == 0 {
+			// A deleted sandbox leaves the list at once (TestLifecycle); one
+			// whose entrypoint exits stays, Failed.
+			req["entrypoint"] = []string{"true"}
+		}
+		ids = append(ids, create(t, base, req))
 	}
-	for _, id := range ids {
+	waitState(t, base, ids[0], sandboxd.StateFailed)
+	for _, id := range ids[1:] {
 		waitState(t, base, id, sandboxd.StateRunning)
 	}
-	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+ids[0], nil), http.StatusNoContent)
 
 	type page struct {
 		Items      []sandboxd.Sandbox
@@ -306,8 +331,9 @@ func TestListFiltersAndPagination(t *testing.T) {
 		{"", ids},
 		{meta("group=a"), ids[:3]},
 		{"state=Running&" + meta("group=a"), ids[1:3]},
-		{"state=Terminated", ids[:1]},
-		{"state=Running&state=Terminated", ids},
+		{"state=Failed", ids[:1]},
+		{"state=Running&state=Failed", ids},
+		{"state=Terminated", nil},
 		{"state=Paused", nil},
 		{meta("group=a&note=Demo%20Test"), ids[1:2]},
 		{meta("group=c"), nil},

@@ -56,6 +56,7 @@ type specInput struct {
 	Pids     int64
 	ShmBytes int64
 	Cgroup   string // cgroupsPath
+	Volumes  []volumeMount
 }
 
 // buildSpec returns the OCI runtime spec of a sandbox: Docker's default
@@ -112,6 +113,16 @@ func buildSpec(in specInput) (*specs.Spec, error) {
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
 		},
+	}
+	// Volumes are bind mounts of host directories (the pvc ones under
+	// DataDir/volumes). In the user namespace the host's ids outside the
+	// mapped range show as nobody.
+	for _, v := range in.Volumes {
+		opts := []string{"rbind", "rprivate", "nosuid", "nodev"}
+		if v.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: v.Destination, Type: "bind", Source: v.Source, Options: opts})
 	}
 	prof, err := seccomp.GetDefaultProfile(sp)
 	if err != nil {

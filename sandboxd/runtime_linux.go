@@ -232,7 +232,7 @@ func (l *launcher) bundle() (string, error) {
 	sp, err := buildSpec(specInput{
 		ID: l.rec.ID, Root: merged, InitBin: l.s.initBin(), Hostname: shortID(l.rec.ID), Netns: l.netns,
 		Limits: l.rec.Limits, Pids: int64(l.s.cfg.MaxProcesses), ShmBytes: l.s.cfg.ShmSize,
-		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID,
+		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID, Volumes: l.rec.Volumes,
 	})
 	if err != nil {
 		return "", err

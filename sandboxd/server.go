@@ -41,6 +41,9 @@ type Server struct {
 	host      rootfs
 	hostErr   error
 	importMu  sync.Mutex
+	// volumeRoots are Config.VolumeRoots, resolved.
+	volumeRoots []string
+	volMu       sync.Mutex // creates of managed volumes
 
 	// apiPort is the port Start listens on, which egress proxies never dial.
 	apiPort atomic.Int32
@@ -74,6 +77,39 @@ type sandbox struct {
 	proc   *proc
 	cancel context.CancelFunc // cancels a launch in progress
 	ended  time.Time          // when it reached a final state
+	// changed is closed and replaced at every state change (setStatus).
+	changed chan struct{}
+}
+
+// setStatus records a state change and wakes the waiters. sb.mu must be held.
+func (sb *sandbox) setStatus(s State, reason, msg string) {
+	sb.rec.setStatus(s, reason, msg)
+	if sb.changed != nil {
+		close(sb.changed)
+	}
+	sb.changed = make(chan struct{})
+}
+
+// waitWhile waits until sb's state is not one of states, or ctx ends, and
+// returns the state it saw last.
+func (sb *sandbox) waitWhile(ctx context.Context, states ...State) State {
+	for {
+		sb.mu.Lock()
+		st := sb.rec.Status.State
+		if sb.changed == nil {
+			sb.changed = make(chan struct{})
+		}
+		ch := sb.changed
+		sb.mu.Unlock()
+		if !slices.Contains(states, st) {
+			return st
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st
+		}
+	}
 }
 
 func (sb *sandbox) snapshot() Sandbox {
@@ -107,7 +143,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}}
+	roots, err := resolveVolumeRoots(cfg.VolumeRoots)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}, volumeRoots: roots}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
 		if err != nil {
@@ -148,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 	for _, r := range recs {
 		sb := &sandbox{rec: *r}
 		if !r.Status.State.Final() {
-			sb.rec.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
+			sb.setStatus(StateTerminated, ReasonRestart, fmt.Sprintf("sandboxd restarted while the sandbox was %s; its processes did not survive", r.Status.State))
 			sb.rec.ExecdPort, sb.rec.EgressAPIPort, sb.rec.InitPID = 0, 0, 0
 			if err := s.saveRecord(&sb.rec); err != nil {
 				s.snap.db.Close()
@@ -328,11 +368,11 @@ func (s *Server) get(id string) (*sandbox, error) {
 }
 
 // create validates req, records a Pending sandbox and launches it in the
-// background.
-func (s *Server) create(req *CreateRequest) (Sandbox, error) {
+// background. It returns the sandbox handle too (awaitStart waits on it).
+func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 	lim, err := s.cfg.validateCreate(req)
 	if err != nil {
-		return Sandbox{}, err
+		return Sandbox{}, nil, err
 	}
 	now := sandboxTime(time.Now())
 	rec := record{
@@ -350,7 +390,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	if req.SnapshotID != "" {
 		snap, err := s.readySnapshot(req.SnapshotID)
 		if err != nil {
-			return Sandbox{}, err
+			return Sandbox{}, nil, err
 		}
 		rec.SnapshotID, rec.LowerImage = snap.ID, snap.Image
 		if len(rec.Entrypoint) == 0 {
@@ -367,10 +407,17 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		exp := now.Add(ttl)
 		rec.ExpiresAt = &exp
 	}
+	vols, err := parseVolumes(req.Volumes)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	if rec.Volumes, err = s.resolveVolumes(vols); err != nil {
+		return Sandbox{}, nil, err
+	}
 	rec.setStatus(StatePending, "provisioning", "starting the sandbox")
 	pol, netns, err := parseNetworkPolicy(req)
 	if err != nil {
-		return Sandbox{}, err
+		return Sandbox{}, nil, err
 	}
 	if !hasNetworkPolicy(req) && !s.cfg.NoIsolation && !s.cfg.HostNetwork {
 		pol, netns = HostPolicy(), true // with or without the credential proxy
@@ -386,7 +433,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	if s.closed {
 		s.mu.Unlock()
 		cancel()
-		return Sandbox{}, ErrClosed
+		return Sandbox{}, nil, ErrClosed
 	}
 	live := 0
 	for _, o := range s.sandboxes {
@@ -399,14 +446,14 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 	if live >= s.cfg.MaxSandboxes {
 		s.mu.Unlock()
 		cancel()
-		return Sandbox{}, fmt.Errorf("%w: %d live sandboxes, the configured maximum", ErrConflict, live)
+		return Sandbox{}, nil, fmt.Errorf("%w: %d live sandboxes, the configured maximum", ErrConflict, live)
 	}
 	s.seq++
 	sb.rec.Seq = s.seq
 	if err := s.saveRecord(&sb.rec); err != nil {
 		s.mu.Unlock()
 		cancel()
-		return Sandbox{}, err
+		return Sandbox{}, nil, err
 	}
 	out := cloneSandbox(sb.rec.Sandbox)
 	s.sandboxes[rec.ID] = sb
@@ -420,7 +467,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, error) {
 		defer cancel()
 		s.start(ctx, sb)
 	}()
-	return out, nil
+	return out, sb, nil
 }
 
 // start runs with sb.op held.
@@ -434,9 +481,10 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		if sb.rec.Status.State != StatePending {
 			return
 		}
-		sb.rec.setStatus(StateFailed, reason, err.Error())
+		sb.setStatus(StateFailed, reason, err.Error())
 		sb.ended = time.Now()
 		s.persist(&sb.rec)
+		s.removeVolumes(sb.rec.Volumes)
 		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
 	}
 	if err := s.checkIsolation(ctx); err != nil {
@@ -488,7 +536,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	sb.rec.EgressAPIPort = p.eg.apiPort()
 	sb.rec.InitPID = p.pid()
 	sb.rec.ImageSource = fs.Source
-	sb.rec.setStatus(StateRunning, "running", "")
+	sb.setStatus(StateRunning, "running", "")
 	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
 	s.persist(&sb.rec)
 	sb.mu.Unlock()
@@ -517,7 +565,7 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 	if p.lastMsg().Exit != nil {
 		reason = ReasonEntrypointExit
 	}
-	sb.rec.setStatus(StateFailed, reason, msg)
+	sb.setStatus(StateFailed, reason, msg)
 	sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 	sb.ended = time.Now()
 	sb.proc = nil
@@ -526,6 +574,7 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
 	s.kill(p)
 	s.removeRuntimeDirs(id)
+	s.removeVolumes(sb.rec.Volumes)
 }
 
 // terminate stops a live sandbox and records it Terminated with reason. It
@@ -538,7 +587,7 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 		return false
 	}
 	if st != StateStopping {
-		sb.rec.setStatus(StateStopping, reason, msg)
+		sb.setStatus(StateStopping, reason, msg)
 		s.persist(&sb.rec)
 	}
 	if sb.cancel != nil {
@@ -556,9 +605,10 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 		s.kill(p)
 	}
 	s.removeRuntimeDirs(sb.rec.ID)
+	s.removeVolumes(sb.rec.Volumes)
 	sb.mu.Lock()
 	if !sb.rec.Status.State.Final() {
-		sb.rec.setStatus(StateTerminated, reason, msg)
+		sb.setStatus(StateTerminated, reason, msg)
 		sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 		sb.ended = time.Now()
 		s.persist(&sb.rec)
@@ -567,18 +617,25 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 	return true
 }
 
-// remove deletes a sandbox: a live one is terminated (and its record kept as
-// Terminated until Retention passes), a final one is forgotten at once.
+// remove deletes a sandbox: a live one is terminated, and its record is
+// forgotten, so that it is 404 from then on, as on the real server.
 func (s *Server) remove(id string) error {
 	sb, err := s.get(id)
 	if err != nil {
 		return err
 	}
-	if s.terminate(sb, ReasonUserDelete, "deleted by the user") {
-		return nil
-	}
+	s.terminate(sb, ReasonUserDelete, "deleted by the user")
 	s.forget(id)
 	return nil
+}
+
+// awaitStart waits, up to StartTimeout and while ctx lasts, for sb to leave
+// Pending, and returns what it looks like then.
+func (s *Server) awaitStart(ctx context.Context, sb *sandbox) Sandbox {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout+5*time.Second)
+	defer cancel()
+	sb.waitWhile(ctx, StatePending)
+	return sb.snapshot()
 }
 
 func (s *Server) forget(id string) {
@@ -597,28 +654,33 @@ func (s *Server) forget(id string) {
 	}
 }
 
-// pause moves a Running sandbox to Pausing and freezes it in the background.
-func (s *Server) pause(id string) error {
-	return s.transition(id, "pause", StateRunning, StatePausing, StatePaused, s.freeze)
+// pause moves a Running sandbox to Pausing, freezes it and returns once it is
+// Paused (or the freeze failed: then it is Running again and the error is an
+// *OpError), as the real server answers only then. The freeze goes on in the
+// background if ctx ends first.
+func (s *Server) pause(ctx context.Context, id string) error {
+	return s.transition(ctx, id, "pause", StateRunning, StatePausing, StatePaused, s.freeze)
 }
 
-// resume moves a Paused sandbox to Resuming and thaws it in the background.
-func (s *Server) resume(id string) error {
-	return s.transition(id, "resume", StatePaused, StateResuming, StateRunning, s.thaw)
+// resume moves a Paused sandbox to Resuming and thaws it, returning once it is
+// Running (see pause).
+func (s *Server) resume(ctx context.Context, id string) error {
+	return s.transition(ctx, id, "resume", StatePaused, StateResuming, StateRunning, s.thaw)
 }
 
-func (s *Server) transition(id, op string, from, via, to State, f func(context.Context, *proc) error) error {
+func (s *Server) transition(ctx context.Context, id, op string, from, via, to State, f func(context.Context, *proc) error) error {
 	sb, err := s.get(id)
 	if err != nil {
 		return err
 	}
+	done := make(chan error, 1)
 	sb.mu.Lock()
 	if sb.rec.Status.State != from || sb.proc == nil {
 		st := sb.rec.Status.State
 		sb.mu.Unlock()
 		return &StateError{SandboxID: id, Op: op, State: st}
 	}
-	sb.rec.setStatus(via, op+"_requested", "")
+	sb.setStatus(via, op+"_requested", "")
 	s.persist(&sb.rec)
 	sb.mu.Unlock()
 	s.mu.Lock()
@@ -630,31 +692,45 @@ func (s *Server) transition(id, op string, from, via, to State, f func(context.C
 	s.mu.Unlock()
 	go func() {
 		defer s.bg.Done()
-		sb.op.Lock()
-		defer sb.op.Unlock()
-		sb.mu.Lock()
-		p := sb.proc
-		if sb.rec.Status.State != via || p == nil {
-			sb.mu.Unlock()
-			return
-		}
-		sb.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := f(ctx, p)
-		cancel()
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		if sb.rec.Status.State != via {
-			return
-		}
-		if err != nil {
-			s.log.Error("sandboxd: "+op, "id", id, "err", err)
-			sb.rec.setStatus(from, op+"_failed", err.Error())
-		} else {
-			sb.rec.setStatus(to, "", "")
-		}
-		s.persist(&sb.rec)
+		done <- s.runTransition(sb, op, from, via, to, f)
 	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runTransition runs f on sb's process with sb.op held and records the state
+// it led to: to, or from again when f failed. It returns the failure as an
+// *OpError, or a *StateError when the sandbox left via meanwhile (a delete).
+func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *proc) error) error {
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	sb.mu.Lock()
+	p, id := sb.proc, sb.rec.ID
+	if st := sb.rec.Status.State; st != via || p == nil {
+		sb.mu.Unlock()
+		return &StateError{SandboxID: id, Op: op, State: st}
+	}
+	sb.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := f(ctx, p)
+	cancel()
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if st := sb.rec.Status.State; st != via {
+		return &StateError{SandboxID: id, Op: op, State: st}
+	}
+	if err != nil {
+		s.log.Error("sandboxd: "+op, "id", id, "err", err)
+		sb.setStatus(from, op+"_failed", err.Error())
+		s.persist(&sb.rec)
+		return &OpError{SandboxID: id, Op: op, Err: err}
+	}
+	sb.setStatus(to, "", "")
+	s.persist(&sb.rec)
 	return nil
 }
 

@@ -78,6 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	pids := fs.Int("max-processes", 1024, "pids limit of each sandbox (fork-bomb guard)")
 	allowHosts := &listFlag{}
 	fs.Var(allowHosts, "allow-host", "open IP:PORT (or localhost:PORT) of this host to sandboxes whose policy allows it (repeatable); every other address of this host is closed to every sandbox")
+	defMem := fs.String("default-memory", "2GiB", "memory limit of a sandbox whose resourceLimits name none; 0 means no limit")
+	volumeRoots := &listFlag{}
+	fs.Var(volumeRoots, "volume-root", "host directory below which `host` volumes may bind host paths (repeatable); without one, host volumes are refused")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -92,6 +95,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	shmBytes, err := sandboxd.ParseSize(*shm)
 	if err != nil || shmBytes <= 0 {
 		return fmt.Errorf("--shm-size: want a size such as 64MiB, got %q", *shm)
+	}
+	memBytes, err := sandboxd.ParseSize(*defMem)
+	if err != nil {
+		return fmt.Errorf("--default-memory: %w", err)
+	}
+	if memBytes == 0 {
+		memBytes = -1 // Config: negative means no limit
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -108,7 +118,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
-		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts})
+		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
+		VolumeRoots: *volumeRoots})
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,9 @@ func TestRunBadArgs(t *testing.T) {
 		{"--disk-quota", "lots", "--data", t.TempDir()},
 		{"--shm-size", "0", "--data", t.TempDir()},
 		{"--allow-host", "example.com:80", "--data", t.TempDir()},
+		{"--default-memory", "lots", "--data", t.TempDir()},
+		{"--volume-root", "relative/dir", "--data", t.TempDir()},
+		{"--volume-root", "/does/not/exist", "--data", t.TempDir()},
 	} {
 		if err := run(context.Background(), args, env(nil), &syncBuffer{}); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)

@@ -96,6 +96,9 @@ type procSpec struct {
 	gid    *uint32
 	stdout *os.File
 	stderr *os.File
+	// raw streams output as chunks of exact bytes, as read from the pipes,
+	// instead of one event per line (see ExactOutputHeader).
+	raw bool
 }
 
 // start starts c as described by spec, in its own process group, registers it and reaps it in
@@ -223,6 +226,9 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 	}
 
 	sw := newStreamWriter(w)
+	if spec.raw {
+		w.Header().Set(ExactOutputHeader, "1")
+	}
 	var sendMu sync.Mutex
 	send := func(ev event) {
 		sendMu.Lock()
@@ -236,8 +242,12 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go s.pump(outR, evStdout, send, &readers)
-	go s.pump(errR, evStderr, send, &readers)
+	pump := s.pump
+	if spec.raw {
+		pump = s.pumpRaw
+	}
+	go pump(outR, evStdout, send, &readers)
+	go pump(errR, evStderr, send, &readers)
 	rd := make(chan struct{})
 	var readersDone <-chan struct{} = rd
 	go func() { readers.Wait(); close(rd) }()
@@ -292,6 +302,29 @@ func (s *Server) pump(f *os.File, typ string, send func(event), wg *sync.WaitGro
 	_ = sp.Flush()
 }
 
+// pumpRaw reads f to EOF (or its read deadline) and sends what each read
+// returns as one event of exact bytes (text, and data when they are not
+// UTF-8), holding back a character cut at the end of a read for the next one.
+func (s *Server) pumpRaw(f *os.File, typ string, send func(event), wg *sync.WaitGroup) {
+	defer wg.Done()
+	cw := &chunkWriter{max: s.cfg.MaxLine, emit: func(b []byte) { send(chunkEvent(typ, b)) }}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			_, _ = cw.Write(buf[:n])
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			drainAvailable(f, buf, cw)
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	cw.Flush()
+}
+
 // drainAvailable reads what is already buffered in pipe f without waiting for more. The read
 // deadline set after the process exit only stops waiting for writers that never close the pipe
 // (a lingering grandchild); output the process wrote before exiting must not be lost just
@@ -341,6 +374,18 @@ type runCommandRequest struct {
 	Envs       map[string]string `json:"envs"`
 }
 
+// validateScript refuses a script execve cannot pass: one with a NUL byte or
+// longer than MaxCommand. field names the request field in the message.
+func validateScript(field, script string) error {
+	if i := strings.IndexByte(script, 0); i >= 0 {
+		return badRequest(CodeInvalidRequestBody, "%s: contains a NUL byte at offset %d", field, i)
+	}
+	if len(script) > MaxCommand {
+		return badRequest(CodeInvalidRequestBody, "%s: %d bytes, longer than the maximum of %d", field, len(script), MaxCommand)
+	}
+	return nil
+}
+
 // startError is the API error of a command that could not be started: 503 while execd
 // shuts down, else a runtime error.
 func startError(err error) error {
@@ -350,10 +395,18 @@ func startError(err error) error {
 	return runtimeError(err, "%v", err)
 }
 
+// MaxCommand is the longest command (or code) accepted, in bytes: the kernel's
+// bound on one argument of execve (MAX_ARG_STRLEN), which `shell -c script`
+// passes the script as.
+const MaxCommand = 128<<10 - 1
+
 // validateRun checks the command and timeout (milliseconds) of a /command or session run.
 func validateRun(command string, timeoutMS int64) error {
 	if strings.TrimSpace(command) == "" {
 		return badRequest(CodeInvalidRequestBody, "command is required")
+	}
+	if err := validateScript("command", command); err != nil {
+		return err
 	}
 	if timeoutMS < 0 {
 		return badRequest(CodeInvalidRequestBody, "timeout must be >= 0 milliseconds, got %d", timeoutMS)
@@ -377,6 +430,7 @@ func (s *Server) handleRunCommand(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	timeout := time.Duration(req.Timeout) * time.Millisecond
+	spec.raw = wantsExact(r)
 	c := newCommand(req.Command, req.Background)
 	if !req.Background {
 		return s.runStream(w, r, c, spec, timeout)
@@ -414,9 +468,12 @@ func (s *Server) shellSpec(script, cwd string, envs map[string]string) (procSpec
 	if err != nil {
 		return procSpec{}, err
 	}
-	for k := range envs {
+	for k, v := range envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return procSpec{}, badRequest(CodeInvalidRequestBody, "invalid environment variable name %q", k)
+			return procSpec{}, badRequest(CodeInvalidRequestBody, "envs: invalid environment variable name %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return procSpec{}, badRequest(CodeInvalidRequestBody, "envs: the value of %s contains a NUL byte", k)
 		}
 	}
 	return procSpec{argv: []string{s.shell, "-c", script}, dir: dir, env: mergeEnv(s.env, envs)}, nil
@@ -493,13 +550,15 @@ func (s *Server) handleCommandGet(w http.ResponseWriter, r *http.Request) error 
 	case b == "logs":
 		return s.commandLogs(w, r, a)
 	}
-	return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no route %s %s", r.Method, r.URL.Path)
+	notFoundPage(w, r)
+	return nil
 }
 
 func (s *Server) commandStatus(w http.ResponseWriter, id string) error {
 	c := s.lookupCommand(id)
 	if c == nil {
-		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no such command: %s", id)
+		// The real execd: 404 with code INVALID_REQUEST_BODY.
+		return apiErr(http.StatusNotFound, CodeInvalidRequestBody, ErrNotFound, "command not found: %s", id)
 	}
 	c.mu.Lock()
 	st := commandStatus{ID: c.id, Content: c.content, Running: !c.exited, StartedAt: c.started.UTC().Format(time.RFC3339Nano)}
@@ -521,7 +580,8 @@ const TailCursorHeader = "EXECD-COMMANDS-TAIL-CURSOR"
 func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) error {
 	c := s.lookupCommand(id)
 	if c == nil {
-		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no such command: %s", id)
+		// The real execd: 400 INVALID_REQUEST_BODY, as for a foreground command.
+		return apiErr(http.StatusBadRequest, CodeInvalidRequestBody, ErrNotFound, "command not found: %s", id)
 	}
 	if !c.background {
 		return badRequest(CodeInvalidRequestBody, "command %s is not a background command; its output was streamed", id)

@@ -30,11 +30,13 @@ func TestPingAndAuth(t *testing.T) {
 	if b := wantStatus(t, e.do("GET", "/ping", nil, execd.TokenHeader, "s3cret"), 200); len(b) != 0 {
 		t.Fatalf("ping body = %q, want empty", b)
 	}
-	wantError(t, e.do("GET", "/ping", nil), 401, "UNAUTHORIZED")
-	wantError(t, e.do("GET", "/ping", nil, execd.TokenHeader, "wrong"), 401, "UNAUTHORIZED")
-	wantError(t, e.do("POST", "/command", `{"command":"true"}`), 401, "UNAUTHORIZED")
-	wantError(t, e.do("GET", "/files/info?path=/", nil), 401, "UNAUTHORIZED")
-	wantError(t, e.do("GET", "/nope", nil, execd.TokenHeader, "s3cret"), 404, "NOT_FOUND")
+	wantUnauthorized(t, e.do("GET", "/ping", nil))
+	wantUnauthorized(t, e.do("GET", "/ping", nil, execd.TokenHeader, "wrong"))
+	wantUnauthorized(t, e.do("POST", "/command", `{"command":"true"}`))
+	wantUnauthorized(t, e.do("GET", "/files/info?path=/", nil))
+	wantNotFoundPage(t, e.do("GET", "/nope", nil, execd.TokenHeader, "s3cret"))
+	wantNotFoundPage(t, e.do("PUT", "/files/info", nil, execd.TokenHeader, "s3cret"))
+	wantNotFoundPage(t, e.do("GET", "/command/a/b", nil, execd.TokenHeader, "s3cret"))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -409,8 +411,9 @@ func TestBackgroundCommandStatusAndLogs(t *testing.T) {
 	}
 	wantError(t, e.do("GET", "/command/"+res.id+"/logs?cursor=-1", nil), 400, "INVALID_REQUEST_BODY")
 	wantError(t, e.do("GET", "/command/"+res.id+"/logs?cursor=x", nil), 400, "INVALID_REQUEST_BODY")
-	wantError(t, e.do("GET", "/command/nope/logs", nil), 404, "NOT_FOUND")
-	wantError(t, e.do("GET", "/command/status/nope", nil), 404, "NOT_FOUND")
+	// As the real execd: logs of an unknown id 400, status 404, both INVALID_REQUEST_BODY.
+	wantError(t, e.do("GET", "/command/nope/logs", nil), 400, "INVALID_REQUEST_BODY")
+	wantError(t, e.do("GET", "/command/status/nope", nil), 404, "INVALID_REQUEST_BODY")
 
 	fg := e.run("echo fg")
 	wantError(t, e.do("GET", "/command/"+fg.id+"/logs", nil), 400, "INVALID_REQUEST_BODY")

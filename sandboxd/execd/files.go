@@ -5,9 +5,9 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,13 +17,9 @@ import (
 
 // eachQueryPath calls fn, in order, with every `path` query parameter of r and its host path
 // (resolved without following a final symlink), stopping at the first error. A request without
-// a path is a CodeMissingQuery error.
+// a path does nothing, as in the real execd.
 func (s *Server) eachQueryPath(r *http.Request, fn func(p, host string) error) error {
-	ps := r.URL.Query()["path"]
-	if len(ps) == 0 {
-		return badRequest(CodeMissingQuery, "missing query parameter path")
-	}
-	for _, p := range ps {
+	for _, p := range r.URL.Query()["path"] {
 		host, err := s.resolve(p, false)
 		if err != nil {
 			return err
@@ -63,16 +59,20 @@ func (s *Server) handleFilesInfo(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleDeleteFiles(w http.ResponseWriter, r *http.Request) error {
-	return s.eachQueryPath(r, func(_, host string) error {
+	// As the real execd: a missing path is no error (200), a directory a 500.
+	return s.eachQueryPath(r, func(p, host string) error {
 		fi, err := os.Lstat(host)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
-			return s.fsError(err, host)
+			return runtimeError(err, "error removing file %s. %v", p, scrubPath(err, s.root))
 		}
 		if fi.IsDir() {
-			return badRequest(CodeInvalidFile, "%s is a directory; use DELETE /directories", s.clientPath(host))
+			return runtimeError(ErrInvalid, "error removing file %s. path is a directory: %s", p, p)
 		}
 		if err := os.Remove(host); err != nil {
-			return s.fsError(err, host)
+			return runtimeError(err, "error removing file %s. %v", p, scrubPath(err, s.root))
 		}
 		return nil
 	})
@@ -89,8 +89,10 @@ func (s *Server) handleChmod(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		// The real execd answers every failure here, a missing path
+		// included, with 500 RUNTIME_ERROR.
 		if _, err := os.Stat(host); err != nil {
-			return s.fsError(err, host)
+			return runtimeError(err, "error changing permissions for %s. %v", p, scrubPath(err, s.root))
 		}
 		if err := s.applyPermission(host, req[p], names); err != nil {
 			return err
@@ -411,7 +413,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) error {
 		r.Header.Set("Range", fixed)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(host)}))
+	w.Header().Set("Content-Disposition", contentDisposition(filepath.Base(host)))
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 	return nil
 }
@@ -544,4 +546,22 @@ func dropEmptySuffixRanges(h string) (string, bool) {
 func isZero(s string) bool {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return err == nil && n == 0
+}
+
+// contentDisposition is the real execd's header: the name always quoted, and
+// for a non-ASCII name the percent-encoded form both quoted and as RFC 5987
+// filename*.
+func contentDisposition(name string) string {
+	ascii := true
+	for _, r := range name {
+		if r > 127 {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return `attachment; filename="` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(name) + `"`
+	}
+	enc := url.PathEscape(name)
+	return `attachment; filename="` + enc + `"; filename*=UTF-8''` + enc
 }

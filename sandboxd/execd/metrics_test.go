@@ -41,7 +41,7 @@ func TestMetrics(t *testing.T) {
 	e := newEnv(t, execd.Config{})
 	resp := e.do("GET", "/metrics", nil)
 	checkMetrics(t, wantStatus(t, resp, 200))
-	if got := resp.Header.Get("Content-Type"); got != "application/json" {
+	if got := resp.Header.Get("Content-Type"); got != "application/json; charset=utf-8" {
 		t.Fatalf("Content-Type = %q", got)
 	}
 }

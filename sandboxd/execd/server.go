@@ -192,9 +192,9 @@ func (s *Server) routes() {
 	h("/proxy/{port}/{rest...}", s.handleProxy)
 	h("/proxy/{port}", s.handleProxy)
 
-	h("/", func(w http.ResponseWriter, r *http.Request) error {
-		return apiErr(http.StatusNotFound, CodeNotFound, ErrNotFound, "no route %s %s", r.Method, r.URL.Path)
-	})
+	// An unknown route (or a known path with another method) answers as gin's
+	// default: text/plain "404 page not found".
+	m.HandleFunc("/", notFoundPage)
 	s.mux = m
 }
 
@@ -203,8 +203,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" {
 		got := r.Header.Get(TokenHeader)
 		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
-			writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthorized, ErrUnauthorized,
-				"Unauthorized: invalid or missing header %s", TokenHeader))
+			// The real execd answers {"error": ...} here, not {code, message}.
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: invalid or missing header " + TokenHeader})
 			return
 		}
 	}
@@ -300,14 +300,37 @@ func writeError(w http.ResponseWriter, e *APIError) {
 	writeJSON(w, e.Status, map[string]string{"code": e.Code, "message": e.Message})
 }
 
+// jsonContentType is what the real execd (gin) sends with every JSON answer.
+const jsonContentType = "application/json; charset=utf-8"
+
+// writeJSON answers v as gin's c.JSON does: no trailing newline.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"code":"UNKNOWN","message":"encode response"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", jsonContentType)
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
+}
+
+// notFoundPage is gin's answer to a request no route matches.
+func notFoundPage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, "404 page not found")
+}
+
+// drainLimit bounds the bytes of an oversized request body read (and dropped)
+// before the 413 answer, so that the client reads the answer instead of a
+// connection reset.
+const drainLimit = 64 << 20
+
+// tooLarge answers 413 for a body over limit after draining it (bounded).
+func tooLarge(r *http.Request, limit int64, field string) *APIError {
+	_, _ = io.CopyN(io.Discard, r.Body, drainLimit)
+	return apiErr(http.StatusRequestEntityTooLarge, CodeInvalidRequestBody, ErrInvalid,
+		"%s: request body larger than %d bytes", field, limit)
 }
 
 // decodeJSON reads a JSON request body into v. An empty body is an error unless allowEmpty.
@@ -317,7 +340,7 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 		return badRequest(CodeInvalidRequestBody, "read request body: %v", err)
 	}
 	if len(b) > maxJSONBody {
-		return badRequest(CodeInvalidRequestBody, "request body larger than %d bytes", maxJSONBody)
+		return tooLarge(r, maxJSONBody, "body")
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		if allowEmpty {

@@ -116,7 +116,7 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request, ss *sessio
 	b.WriteString(script)
 	b.WriteString("\n")
 
-	spec := procSpec{argv: []string{s.shell, "-c", b.String()}, dir: dir, env: s.env}
+	spec := procSpec{argv: []string{s.shell, "-c", b.String()}, dir: dir, env: s.env, raw: wantsExact(r)}
 	c := newCommand(script, false)
 	ss.mu.Lock()
 	ss.run = c
@@ -225,6 +225,9 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(req.Code) == "" {
 		return badRequest(CodeInvalidRequestBody, "code is required")
 	}
+	if err := validateScript("code", req.Code); err != nil {
+		return err
+	}
 	var lang string
 	if req.Context != nil {
 		lang = strings.ToLower(req.Context.Language)
@@ -242,13 +245,16 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		spec.raw = wantsExact(r)
 		return s.runStream(w, r, newCommand(req.Code, false), spec, 0)
 	case lang == "python" || lang == "python3":
 		py, err := lookPath("python3", envValue(s.env, "PATH"))
 		if err != nil {
 			return runtimeError(ErrUnsupported, "language runtime server not configured: python3 not found on PATH")
 		}
-		spec := procSpec{argv: []string{py, "-u", "-c", req.Code}, dir: s.root, env: s.env}
+		// Raw chunks, newlines included, as a Jupyter kernel streams them:
+		// clients join code output without adding line ends.
+		spec := procSpec{argv: []string{py, "-u", "-c", req.Code}, dir: s.root, env: s.env, raw: true}
 		return s.runStream(w, r, newCommand(req.Code, false), spec, 0)
 	}
 	return runtimeError(ErrUnsupported,

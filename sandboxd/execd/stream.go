@@ -55,6 +55,74 @@ func outputEvent(typ string, line []byte) event {
 	return ev
 }
 
+// ExactOutputHeader is this server's extension of the command stream. A
+// request carrying it (any non-empty value but "0") on POST /command, POST /code
+// or POST /session/{id}/run gets its stdout and stderr as chunks of exact bytes,
+// each event one read from the process's pipe: text holds the chunk (newlines,
+// carriage returns and an unterminated last line included) and, when the bytes
+// are not valid UTF-8, data their base64. The response then carries the header
+// too. Without it, output comes one event per line, newline stripped, as from
+// the real execd. Python code (POST /code with language python) always streams
+// chunks, as the real execd's Jupyter kernels do, and says so with the header.
+const ExactOutputHeader = "X-Alineo-Exact-Output"
+
+// wantsExact reports whether r asks for exact output chunks.
+func wantsExact(r *http.Request) bool {
+	v := r.Header.Get(ExactOutputHeader)
+	return v != "" && v != "0"
+}
+
+// chunkEvent builds the stdout/stderr event of one chunk of exact bytes.
+func chunkEvent(typ string, b []byte) event {
+	ev := event{Type: typ, Text: string(b), Timestamp: nowMs()}
+	if !utf8.Valid(b) {
+		ev.Data = base64.StdEncoding.EncodeToString(b)
+	}
+	return ev
+}
+
+// chunkWriter hands each write on as chunks (pieces fitting the wire's line
+// limit), holding back an incomplete UTF-8 character at the end of a write
+// until the next one or Flush. Not safe for concurrent use.
+type chunkWriter struct {
+	max  int
+	held []byte
+	emit func([]byte)
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(c.held) > 0 {
+		p = append(c.held, p...)
+		c.held = nil
+	}
+	cut := len(p)
+	for j := len(p) - 1; j >= 0 && j >= len(p)-utf8.UTFMax; j-- {
+		if utf8.RuneStart(p[j]) {
+			if !utf8.FullRune(p[j:]) {
+				cut = j
+			}
+			break
+		}
+	}
+	if cut < len(p) {
+		c.held = append([]byte(nil), p[cut:]...)
+		p = p[:cut]
+	}
+	if len(p) > 0 {
+		splitForWire(p, c.max, c.emit)
+	}
+	return n, nil
+}
+
+// Flush emits a held-back partial character.
+func (c *chunkWriter) Flush() {
+	if len(c.held) > 0 {
+		c.emit(c.held)
+		c.held = nil
+	}
+}
+
 // streamWriter writes events as `<json>\n\n` and flushes each one. Headers are committed on the
 // first event, so errors found before it are still answered as ordinary JSON errors.
 type streamWriter struct {

@@ -272,6 +272,32 @@ func wantError(t *testing.T, resp *http.Response, status int, code string) {
 	}
 }
 
+// wantUnauthorized checks the real execd's 401: {"error": "Unauthorized: ..."}.
+func wantUnauthorized(t *testing.T, resp *http.Response) {
+	t.Helper()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status = %d, want 401 (body %s)", resp.StatusCode, b)
+	}
+	var body struct{ Error string }
+	if err := json.Unmarshal(b, &body); err != nil || !strings.HasPrefix(body.Error, "Unauthorized: invalid or missing header "+execd.TokenHeader) {
+		t.Fatalf("401 body = %q, want {\"error\": \"Unauthorized: ...\"}", b)
+	}
+	if got, want := resp.Header.Get("Content-Type"), "application/json; charset=utf-8"; got != want {
+		t.Fatalf("401 Content-Type = %q, want %q", got, want)
+	}
+}
+
+// wantNotFoundPage checks gin's answer to an unknown route.
+func wantNotFoundPage(t *testing.T, resp *http.Response) {
+	t.Helper()
+	b := wantStatus(t, resp, http.StatusNotFound)
+	if got, ct := string(b), resp.Header.Get("Content-Type"); got != "404 page not found" || ct != "text/plain" {
+		t.Fatalf("unknown route: %q (%s), want text/plain \"404 page not found\"", got, ct)
+	}
+}
+
 func wantStatus(t *testing.T, resp *http.Response, status int) []byte {
 	t.Helper()
 	defer resp.Body.Close()
