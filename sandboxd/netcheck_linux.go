@@ -73,9 +73,10 @@ func listeningInodes(procNet string, port int) map[string]bool {
 }
 
 // dialNetns connects to addr from inside the network namespace at nsPath. The
-// socket is made on a locked thread that joins the namespace and is never
-// unlocked, so Go ends that thread with the goroutine and no other goroutine
-// ever runs in the sandbox's namespace.
+// socket is made on a locked thread that joins the namespace and then goes
+// back to the one it came from; only when it cannot is it left locked, so Go
+// ends it with the goroutine and no other goroutine ever runs in the
+// sandbox's namespace.
 func dialNetns(ctx context.Context, nsPath string, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
@@ -84,18 +85,30 @@ func dialNetns(ctx context.Context, nsPath string, addr string) (net.Conn, error
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := os.Open("/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("open the host's network namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
 		ns, err := os.Open(nsPath)
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("open network namespace: %w", err)}
 			return
 		}
 		defer ns.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter network namespace: %w", err)}
 			return
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 		ch <- result{c, err}
 	}()
 	r := <-ch

@@ -27,17 +27,7 @@ func newNetns(path string) (net.Listener, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread that unshares never runs Go code again: it is not
-		// unlocked, so Go ends it with the goroutine.
-		runtime.LockOSThread()
-		ln, err := func() (net.Listener, error) {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return nil, fmt.Errorf("unshare: %w", err)
-			}
-			self := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
-			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
-				return nil, fmt.Errorf("bind the namespace: %w", err)
-			}
+		ln, err := inNewNetns(path, func() (net.Listener, error) {
 			if err := loopbackUp(); err != nil {
 				return nil, err
 			}
@@ -46,7 +36,7 @@ func newNetns(path string) (net.Listener, error) {
 				return nil, fmt.Errorf("listen on the proxy port: %w", err)
 			}
 			return ln, nil
-		}()
+		})
 		ch <- result{ln, err}
 	}()
 	r := <-ch
@@ -55,6 +45,36 @@ func newNetns(path string) (net.Listener, error) {
 		return nil, r.err
 	}
 	return r.ln, nil
+}
+
+// inNewNetns runs f on a locked thread moved into a new network namespace,
+// bound at path, then moves the thread back to the namespace it came from.
+// Only when it cannot go back is the thread left locked, so Go ends it with
+// the goroutine: a thread that ends kills the children it started with
+// Pdeathsig, so the server's threads must not end for nothing.
+func inNewNetns(path string, f func() (net.Listener, error)) (net.Listener, error) {
+	runtime.LockOSThread()
+	self := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
+	orig, err := os.Open(self)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("open the host's network namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("unshare: %w", err)
+	}
+	ln, err := func() (net.Listener, error) {
+		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+			return nil, fmt.Errorf("bind the namespace: %w", err)
+		}
+		return f()
+	}()
+	if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	return ln, err
 }
 
 // removeNetns unmounts and removes a network namespace made by newNetns; the

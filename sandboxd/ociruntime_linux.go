@@ -92,6 +92,9 @@ func (r *ociRuntime) gone(ctx context.Context, id string) bool {
 // parent and removes them: what a runtime that died mid-create (before it
 // saved its state) leaves behind, which its delete then cannot see.
 func killCgroup(parent, id string) {
+	if parent == "" || id == "" || strings.ContainsAny(parent+id, ".") {
+		return // never a group above a sandbox's own
+	}
 	const root = "/sys/fs/cgroup"
 	dirs := []string{filepath.Join(root, parent, id)} // cgroup v2
 	if ents, err := os.ReadDir(root); err == nil {
