@@ -602,4 +602,3 @@ func wsJSON(ctx context.Context, conn *websocket.Conn, v any) error {
 	}
 	return conn.Write(ctx, websocket.MessageText, b)
 }
-
