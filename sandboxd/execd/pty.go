@@ -156,8 +156,8 @@ func openPTY(cols, rows uint16) (master, slave *os.File, err error) {
 	}
 	// TIOCGPTPEER needs no /dev/pts path (which may differ in a container); fall back to it.
 	var s *os.File
-	if sfd, err := unix.IoctlRetInt(fd, unix.TIOCGPTPEER); err == nil {
-		s = os.NewFile(uintptr(sfd), "pty-peer")
+	if sfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC); errno == 0 {
+		s = os.NewFile(sfd, "pty-peer")
 	} else {
 		n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
 		if err != nil {
@@ -300,11 +300,19 @@ func (p *ptySession) signal(name string) {
 		return
 	}
 	p.mu.Lock()
-	pid, running := p.pid, p.running
+	pid, running, ptm, isPTY := p.pid, p.running, p.ptm, p.pty
 	p.mu.Unlock()
-	if running && pid > 0 {
-		_ = syscall.Kill(-pid, sig)
+	if !running || pid <= 0 {
+		return
 	}
+	// On a terminal the signal goes where Ctrl-C would: the foreground process group, which
+	// is the running job under bash's job control, else the shell's own group.
+	if isPTY && ptm != nil {
+		if fg, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 {
+			pid = fg
+		}
+	}
+	_ = syscall.Kill(-pid, sig)
 }
 
 func (p *ptySession) resize(cols, rows int) error {
