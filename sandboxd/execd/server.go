@@ -75,6 +75,8 @@ type Server struct {
 	cmds     map[string]*command
 	finished []string // ids of finished commands, oldest first
 	sessions map[string]*session
+	ptys     map[string]*ptySession
+	interps  map[string]*interp
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -142,6 +144,8 @@ func New(cfg Config) (*Server, error) {
 		tmpDir:   tmp,
 		cmds:     make(map[string]*command),
 		sessions: make(map[string]*session),
+		ptys:     make(map[string]*ptySession),
+		interps:  make(map[string]*interp),
 		closing:  make(chan struct{}),
 	}
 	s.routes()
@@ -186,9 +190,10 @@ func (s *Server) routes() {
 	h("GET /metrics", s.handleMetrics)
 	h("GET /metrics/watch", s.handleWatchMetrics)
 
-	pty := func(http.ResponseWriter, *http.Request) error { return notSupported("PTY (/pty)") }
-	h("POST /pty", pty)
-	h("/pty/", pty)
+	h("POST /pty", s.handleCreatePTY)
+	h("GET /pty/{id}", s.handlePTYStatus)
+	h("DELETE /pty/{id}", s.handleDeletePTY)
+	h("GET /pty/{id}/ws", s.handlePTYWebSocket)
 	h("/proxy/{port}/{rest...}", s.handleProxy)
 	h("/proxy/{port}", s.handleProxy)
 
@@ -237,9 +242,17 @@ func (s *Server) Close() error {
 			running = append(running, c)
 		}
 	}
+	ptys, interps := s.ptys, s.interps
+	s.ptys, s.interps = map[string]*ptySession{}, map[string]*interp{}
 	s.mu.Unlock()
 	for _, c := range running {
 		c.kill(killSignalClose)
+	}
+	for _, p := range ptys {
+		p.kill()
+	}
+	for _, in := range interps {
+		in.kill()
 	}
 	s.wg.Wait()
 	return os.RemoveAll(s.tmpDir)

@@ -232,6 +232,9 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request) error {
 	if req.Context != nil {
 		lang = strings.ToLower(req.Context.Language)
 		if req.Context.ID != "" {
+			if in := s.lookupInterp(req.Context.ID); in != nil {
+				return s.runInInterp(w, r, in, req.Code)
+			}
 			ss := s.lookupSession(req.Context.ID)
 			if ss == nil {
 				return contextNotFound(req.Context.ID)
@@ -266,6 +269,10 @@ func (s *Server) handleInterruptCode(w http.ResponseWriter, r *http.Request) err
 	if id == "" {
 		return badRequest(CodeMissingQuery, "missing query parameter id")
 	}
+	if in := s.lookupInterp(id); in != nil {
+		in.interrupt()
+		return nil
+	}
 	if ss := s.lookupSession(id); ss != nil {
 		if c := ss.current(); c != nil {
 			c.kill(killSignalInterrupt)
@@ -288,6 +295,14 @@ func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request) err
 	var req createContextRequest
 	if err := decodeJSON(r, &req, true); err != nil {
 		return err
+	}
+	if lang, ok := interpLanguage(strings.ToLower(req.Language)); ok {
+		in, err := s.newInterp(lang, req.Cwd)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, codeContext{ID: in.id, Language: in.language})
+		return nil
 	}
 	if !isShellLanguage(req.Language) {
 		return notSupported("a stateful " + req.Language + " code context (needs Jupyter)")
@@ -314,6 +329,12 @@ func (s *Server) contexts(language string) []codeContext {
 		}
 		out = append(out, codeContext{ID: ss.id, Language: ss.language})
 	}
+	want, _ := interpLanguage(strings.ToLower(language))
+	for _, in := range s.interps {
+		if language == "" || want == in.language {
+			out = append(out, codeContext{ID: in.id, Language: in.language})
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -329,12 +350,18 @@ func (s *Server) handleDeleteContexts(w http.ResponseWriter, r *http.Request) er
 		return badRequest(CodeMissingQuery, "missing query parameter language")
 	}
 	for _, c := range s.contexts(lang) {
-		s.removeSession(c.ID)
+		if !s.removeInterp(c.ID) {
+			s.removeSession(c.ID)
+		}
 	}
 	return nil
 }
 
 func (s *Server) handleGetContext(w http.ResponseWriter, r *http.Request) error {
+	if in := s.lookupInterp(r.PathValue("id")); in != nil {
+		writeJSON(w, http.StatusOK, codeContext{ID: in.id, Language: in.language})
+		return nil
+	}
 	ss := s.lookupSession(r.PathValue("id"))
 	if ss == nil || ss.language == "" {
 		return contextNotFound(r.PathValue("id"))
@@ -344,6 +371,9 @@ func (s *Server) handleGetContext(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) handleDeleteContext(w http.ResponseWriter, r *http.Request) error {
+	if s.removeInterp(r.PathValue("id")) {
+		return nil
+	}
 	ss := s.lookupSession(r.PathValue("id"))
 	if ss == nil || ss.language == "" {
 		return contextNotFound(r.PathValue("id"))

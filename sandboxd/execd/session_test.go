@@ -144,9 +144,8 @@ func TestCodeContexts(t *testing.T) {
 		t.Fatalf("after bulk delete: %s", b)
 	}
 	wantError(t, e.do("DELETE", "/code/contexts", nil), 400, "MISSING_QUERY")
-	wantError(t, e.do("POST", "/code/context", `{"language":"python"}`), 501, "NOT_SUPPORTED")
-	wantError(t, e.do("POST", "/pty", `{}`), 501, "NOT_SUPPORTED")
-	wantError(t, e.do("GET", "/pty/abc", nil), 501, "NOT_SUPPORTED")
+	wantError(t, e.do("POST", "/code/context", `{"language":"java"}`), 501, "NOT_SUPPORTED")
+	wantError(t, e.do("GET", "/pty/abc", nil), 404, "CONTEXT_NOT_FOUND")
 }
 
 func TestProxy(t *testing.T) {

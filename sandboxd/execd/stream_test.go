@@ -17,12 +17,14 @@ import (
 
 // streamEvent is an event of the execd command stream as API-NOTES §6.1 describes it.
 type streamEvent struct {
-	Type          string `json:"type"`
-	Text          string `json:"text"`
-	Data          string `json:"data"`
-	ExecutionTime int64  `json:"execution_time"`
-	Timestamp     int64  `json:"timestamp"`
-	Error         *struct {
+	Type           string         `json:"type"`
+	Text           string         `json:"text"`
+	Data           string         `json:"data"`
+	ExecutionTime  int64          `json:"execution_time"`
+	ExecutionCount int            `json:"execution_count"`
+	Results        map[string]any `json:"results"`
+	Timestamp      int64          `json:"timestamp"`
+	Error          *struct {
 		Ename     string   `json:"ename"`
 		Evalue    string   `json:"evalue"`
 		Traceback []string `json:"traceback"`

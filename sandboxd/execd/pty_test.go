@@ -1,0 +1,185 @@
+package execd_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/alineo-labs/alineo/sandboxd/execd"
+)
+
+func (e *env) newPTY(body any) string {
+	e.t.Helper()
+	var out struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(wantStatus(e.t, e.do("POST", "/pty", body), http.StatusCreated), &out); err != nil || out.SessionID == "" {
+		e.t.Fatalf("create pty: %+v %v", out, err)
+	}
+	return out.SessionID
+}
+
+func (e *env) dialPTY(ctx context.Context, id, query string) *websocket.Conn {
+	e.t.Helper()
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.http.URL, "http")+"/pty/"+id+"/ws"+query, nil)
+	if err != nil {
+		e.t.Fatalf("dial: %v (%v)", err, resp)
+	}
+	c.SetReadLimit(4 << 20)
+	return c
+}
+
+type wsFrame struct {
+	text    map[string]any
+	channel byte
+	data    []byte
+}
+
+func readFrame(ctx context.Context, t *testing.T, c *websocket.Conn) wsFrame {
+	t.Helper()
+	typ, b, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if typ == websocket.MessageText {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("text frame %q: %v", b, err)
+		}
+		return wsFrame{text: m}
+	}
+	return wsFrame{channel: b[0], data: b[1:]}
+}
+
+// readUntil collects output until it contains want, or fails.
+func readUntil(ctx context.Context, t *testing.T, c *websocket.Conn, want string) string {
+	t.Helper()
+	var out bytes.Buffer
+	for !strings.Contains(out.String(), want) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		typ, b, err := c.Read(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for %q: %v (have %q)", want, err, out.String())
+		}
+		f := wsFrame{channel: b[0], data: b[1:]}
+		if typ == websocket.MessageText {
+			f = wsFrame{text: map[string]any{"raw": string(b)}}
+		}
+		if f.text != nil {
+			t.Fatalf("unexpected frame %v while waiting for %q (have %q)", f.text, want, out.String())
+		}
+		out.Write(f.data)
+	}
+	return out.String()
+}
+
+func stdin(ctx context.Context, t *testing.T, c *websocket.Conn, s string) {
+	t.Helper()
+	if err := c.Write(ctx, websocket.MessageBinary, append([]byte{0}, s...)); err != nil {
+		t.Fatalf("write stdin: %v", err)
+	}
+}
+
+func TestPTYSession(t *testing.T) {
+	e := newEnv(t, execd.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := e.newPTY(map[string]string{"cwd": "/"})
+	c := e.dialPTY(ctx, id, "")
+	if f := readFrame(ctx, t, c); f.text["type"] != "connected" || f.text["session_id"] != id || f.text["mode"] != "pty" {
+		t.Fatalf("first frame = %+v", f)
+	}
+	// A second client is refused while the first holds the session.
+	wantError(t, e.do("GET", "/pty/"+id+"/ws", nil, "Connection", "Upgrade", "Upgrade", "websocket",
+		"Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), 409, "ALREADY_CONNECTED")
+
+	stdin(ctx, t, c, "tty; stty size\n")
+	if out := readUntil(ctx, t, c, "24 80"); !strings.Contains(out, "/dev/pts/") {
+		t.Fatalf("not a terminal: %q", out)
+	}
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"resize","cols":120,"rows":40}`))
+	stdin(ctx, t, c, "stty size\n")
+	readUntil(ctx, t, c, "40 120")
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"ping"}`))
+	for {
+		if f := readFrame(ctx, t, c); f.text != nil {
+			if f.text["type"] != "pong" {
+				t.Fatalf("ping answered %v", f.text)
+			}
+			break
+		}
+	}
+	// SIGINT ends the foreground command, not the shell.
+	stdin(ctx, t, c, "sleep 30\n")
+	time.Sleep(300 * time.Millisecond) // the shell must have started sleep before the signal
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"signal","signal":"SIGINT"}`))
+	stdin(ctx, t, c, "echo after-$?\n")
+	readUntil(ctx, t, c, "after-130")
+
+	var st struct {
+		SessionID    string `json:"session_id"`
+		Running      bool   `json:"running"`
+		OutputOffset int64  `json:"output_offset"`
+	}
+	if err := json.Unmarshal(wantStatus(t, e.do("GET", "/pty/"+id, nil), 200), &st); err != nil || !st.Running || st.OutputOffset == 0 || st.SessionID != id {
+		t.Fatalf("status = %+v %v", st, err)
+	}
+	// Takeover: the first client is closed with 4001 and the second replays from offset 0.
+	c2 := e.dialPTY(ctx, id, "?takeover=1&since=0")
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != 4001 {
+		t.Fatalf("evicted client: %v", err)
+	}
+	f := readFrame(ctx, t, c2)
+	if f.channel != 0x03 || binary.BigEndian.Uint64(f.data[:8]) != 0 || !strings.Contains(string(f.data[8:]), "after-130") {
+		t.Fatalf("replay frame = %d %q", f.channel, f.data)
+	}
+	if f := readFrame(ctx, t, c2); f.text["type"] != "connected" {
+		t.Fatalf("after replay: %+v", f)
+	}
+	stdin(ctx, t, c2, "exit 7\n")
+	for {
+		if f := readFrame(ctx, t, c2); f.text != nil {
+			if f.text["type"] != "exit" || f.text["exit_code"] != float64(7) {
+				t.Fatalf("exit frame = %v", f.text)
+			}
+			break
+		}
+	}
+	wantStatus(t, e.do("DELETE", "/pty/"+id, nil), 200)
+	wantError(t, e.do("GET", "/pty/"+id, nil), 404, "CONTEXT_NOT_FOUND")
+	wantError(t, e.do("DELETE", "/pty/"+id, nil), 404, "CONTEXT_NOT_FOUND")
+}
+
+func TestPTYPipeModeAndCommand(t *testing.T) {
+	e := newEnv(t, execd.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := e.newPTY(map[string]string{"command": "read l; echo out-$l; echo err-$l >&2"})
+	c := e.dialPTY(ctx, id, "?pty=0")
+	if f := readFrame(ctx, t, c); f.text["mode"] != "pipe" {
+		t.Fatalf("first frame = %+v", f)
+	}
+	stdin(ctx, t, c, "x\n")
+	got := map[byte]string{}
+	for {
+		f := readFrame(ctx, t, c)
+		if f.text != nil {
+			if f.text["type"] != "exit" || f.text["exit_code"] != float64(0) {
+				t.Fatalf("frame %v", f.text)
+			}
+			break
+		}
+		got[f.channel] += string(f.data)
+	}
+	if got[1] != "out-x\n" || got[2] != "err-x\n" {
+		t.Fatalf("pipe output = %q", got)
+	}
+}
