@@ -215,3 +215,29 @@ func FuzzSplitForWire(f *testing.F) {
 		}
 	})
 }
+
+func TestSplitWords(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{"/app/hello a b", []string{"/app/hello", "a", "b"}, true},
+		{`hello 'a b' "c d" e\ f --x=y`, []string{"hello", "a b", "c d", "e f", "--x=y"}, true},
+		{`echo "a\"b"`, []string{"echo", `a"b`}, true},
+		{"  ", nil, true},
+		{"a | b", nil, false},
+		{"echo $HOME", nil, false},
+		{`echo "$HOME"`, nil, false},
+		{"ls *.txt", nil, false},
+		{"A=1 cmd", nil, false},
+		{"a; b", nil, false},
+		{"a > f", nil, false},
+		{"echo 'open", nil, false},
+	} {
+		got, ok := splitWords(tt.in)
+		if ok != tt.ok || strings.Join(got, "\x00") != strings.Join(tt.want, "\x00") {
+			t.Errorf("splitWords(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

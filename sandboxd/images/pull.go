@@ -364,4 +364,3 @@ func writeFile(p string, b []byte) error {
 	}
 	return nil
 }
-

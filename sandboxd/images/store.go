@@ -83,7 +83,7 @@ type Image struct {
 	Digest string      `json:"digest"`
 	Config ImageConfig `json:"config"`
 	// Layers, bottom first.
-	Layers []Layer    `json:"layers"`
+	Layers []Layer   `json:"layers"`
 	Pulled time.Time `json:"pulled"`
 }
 
@@ -380,4 +380,15 @@ func diskUsage(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// Normalize returns the fully qualified form of ref
+// (index.docker.io/library/python:3.11), or an *Error wrapping
+// ErrInvalidReference.
+func (s *Store) Normalize(ref string) (string, error) {
+	r, err := s.parse(ref)
+	if err != nil {
+		return "", err
+	}
+	return r.Name(), nil
 }
