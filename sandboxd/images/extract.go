@@ -72,8 +72,8 @@ func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error 
 		if err != nil {
 			return err
 		}
-		if !done {
-			continue
+		if !done || h.Typeflag == tar.TypeLink {
+			continue // a hard link shares its target's owner, mode and times
 		}
 		_ = os.Lchown(target, h.Uid, h.Gid)
 		fm := h.FileInfo().Mode()
@@ -82,7 +82,7 @@ func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error 
 				return err
 			}
 		}
-		if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeLink && !h.ModTime.IsZero() {
+		if h.Typeflag != tar.TypeDir && !h.ModTime.IsZero() {
 			ts := []unix.Timespec{unix.NsecToTimespec(h.ModTime.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
 			_ = unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
 		}
