@@ -88,6 +88,9 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	if len(entry) == 0 {
 		entry = DefaultEntrypoint
 	}
+	if opts.Image == "" {
+		opts.Image = DefaultImage
+	}
 	req := opensandbox.CreateSandboxRequest{
 		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
 		ResourceLimits: res.limits(), Timeout: opts.Timeout,

@@ -4,7 +4,7 @@
 // before the caller sees it.
 //
 //	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
-//	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+//	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 //	defer sb.Close(ctx)
 //	res, err := sb.Exec(ctx, "npm ci").Wait()                       // the whole result
 //	err = sb.Exec(ctx, "npm test").Pipe(os.Stdout)                  // stream it somewhere

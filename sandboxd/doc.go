@@ -72,7 +72,7 @@
 // DataDir/images/), to DataDir/images/<name> (see ImportImage and
 // `sandboxd image import`), and else to the host's own system directories:
 // /usr, /etc and /bin, /sbin, /lib* (each a private overlay with the host
-// directory read-only below), so any image name, e.g. "ubuntu:22.04", works with
+// directory read-only below), so any image name, e.g. "host", works with
 // zero set-up. The server logs which one it used. The sandbox's root sees the
 // host's files as its own (idmapped), so the fallback's /etc and /opt hide, with a
 // layer of overlay whiteouts rebuilt at each start, every entry other host

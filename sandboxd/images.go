@@ -390,3 +390,45 @@ func imageReason(err error) string {
 	}
 	return ReasonRuntimeError
 }
+
+// Images returns the server's image store (DataDir/images/.oci), for
+// pulls, listings and removals beside the server.
+func (s *Server) Images() *images.Store { return s.images }
+
+// GCImages removes the layers no image of the store references, but those
+// of live sandboxes (whose image may have been removed since they started).
+func (s *Server) GCImages(ctx context.Context) (images.GCStats, error) {
+	var keep []string
+	for _, sb := range s.all() {
+		sb.mu.Lock()
+		if !sb.rec.Status.State.Final() && sb.rec.ImageDigest != "" {
+			keep = append(keep, sb.rec.ImageDigest)
+		}
+		sb.mu.Unlock()
+	}
+	return s.images.GC(ctx, keep)
+}
+
+// OpenImages opens the image store of the data directory dataDir with the
+// registry settings of cfg (RegistryMirrors, InsecureRegistries, Logger),
+// for `sandboxd image pull|ls|rm` beside or without a server. Close it.
+func OpenImages(dataDir string, cfg Config) (*images.Store, error) {
+	return openImageStore(dataDir, cfg.withDefaults())
+}
+
+// GCImages removes the layers no image of dataDir's store references. It
+// takes the data directory's lock: with a server running on it, it fails
+// with ErrDataDirInUse (use Server.GCImages there).
+func GCImages(ctx context.Context, dataDir string, cfg Config) (images.GCStats, error) {
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return images.GCStats{}, err
+	}
+	defer lock.Close()
+	st, err := OpenImages(dataDir, cfg)
+	if err != nil {
+		return images.GCStats{}, err
+	}
+	defer st.Close()
+	return st.GC(ctx, nil)
+}

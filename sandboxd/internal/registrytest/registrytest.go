@@ -93,6 +93,9 @@ func (r *Registry) serve(h http.Handler, w http.ResponseWriter, req *http.Reques
 	h.ServeHTTP(w, req)
 }
 
+// Stop stops serving: the registry becomes unreachable.
+func (r *Registry) Stop() { r.srv.Close() }
+
 // RequireAuth makes every request but the tests' pushes need basic auth.
 func (r *Registry) RequireAuth(user, pass string) {
 	r.mu.Lock()
