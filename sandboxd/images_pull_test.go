@@ -261,7 +261,7 @@ func TestImageSnapshot(t *testing.T) {
 
 	check := func(t *testing.T, id, u, tok string) {
 		t.Helper()
-		if got := sh(t, u, tok, "/bin/app cat /work/state /data/new.txt"); got != "one\nfrom the top layer" {
+		if got := sh(t, u, tok, "/bin/app cat /work/state /data/new.txt"); got != "onefrom the top layer" {
 			t.Errorf("restored sandbox: %q", got)
 		}
 		if got := sh(t, u, tok, "/bin/app exists /etc/secret.txt"); got != "no" {
@@ -295,7 +295,11 @@ func TestImageSnapshot(t *testing.T) {
 		t.Errorf("base layer fetched %d times, want %d (pulled again after GC)", got, want)
 	}
 	// Layers of a live sandbox survive a GC although its image was removed.
-	if err := srv.Images().Remove(image); err != nil {
+	ims, err := srv.Images().List()
+	if err != nil || len(ims) != 1 || !strings.Contains(ims[0].Name, "@sha256:") {
+		t.Fatalf("images after the pull by digest: %+v, %v", ims, err)
+	}
+	if err := srv.Images().Remove(ims[0].Name); err != nil {
 		t.Fatal(err)
 	}
 	if gs, err := srv.GCImages(context.Background()); err != nil || gs.Layers != 0 {

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,6 +106,8 @@ func init() {
 		os.Exit(runExecdChild())
 	case "userns":
 		os.Exit(runUserns())
+	case "idle":
+		os.Exit(runIdle())
 	default:
 		fmt.Fprintf(os.Stderr, "sandboxd: unknown %s role %q\n", initEnv, os.Getenv(initEnv))
 		os.Exit(2)
@@ -263,6 +267,13 @@ func runInit() int {
 	}
 	entry := exec.Command(cfg.Entrypoint[0], cfg.Entrypoint[1:]...)
 	entry.Env = cfg.Env
+	if slices.Equal(cfg.Entrypoint, defaultSnapshotEntrypoint) && entry.Err != nil {
+		// The default entrypoint of a restore, in an image without tail:
+		// this binary does what it does (nothing, until killed).
+		entry = exec.Command("/proc/self/exe")
+		entry.Args = []string{"sandboxd-idle"}
+		entry.Env = append([]string{initEnv + "=idle"}, cfg.Env...)
+	}
 	entry.Dir = workDir
 	entry.Stdin, entry.Stdout, entry.Stderr = devnull, logf, logf
 	entry.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
@@ -328,6 +339,15 @@ func runInit() int {
 			return 1
 		}
 	}
+}
+
+// runIdle is the "idle" role, the stand-in for `tail -f /dev/null`: it
+// waits until it is killed.
+func runIdle() int {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+	return 0
 }
 
 func describeWait(ws unix.WaitStatus) string {
