@@ -432,3 +432,30 @@ func GCImages(ctx context.Context, dataDir string, cfg Config) (images.GCStats, 
 	defer st.Close()
 	return st.GC(ctx, nil)
 }
+
+// ImportedImages lists the names of the images imported into dataDir
+// (ImportImage), by their directory names.
+func ImportedImages(dataDir string) []string {
+	ents, _ := os.ReadDir(filepath.Join(dataDir, "images"))
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// RemoveImage removes the image ref from dataDir: an imported image of that
+// name, else the reference from the store st (its layers go at the next
+// GC). It returns an error wrapping images.ErrNotFound if there is neither.
+func RemoveImage(dataDir string, st *images.Store, ref string) error {
+	dir := filepath.Join(dataDir, "images", imageDirName(ref))
+	if dirExists(dir) {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove image %s: %w", ref, err)
+		}
+		return nil
+	}
+	return st.Remove(ref)
+}
