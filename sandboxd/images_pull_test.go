@@ -354,3 +354,60 @@ func TestInitBinaryStatic(t *testing.T) {
 		t.Errorf("StaticBinary of a missing file: %v", err)
 	}
 }
+
+// BenchmarkImageCreateFirstExec measures create until a first command
+// answered (poll to Running, then exec) for a sandbox of a pulled image whose
+// layers are cached, against the same for the host image, alternating, in
+// one run. ratio-p50 = image / host (target ≤ 1.2).
+func BenchmarkImageCreateFirstExec(b *testing.B) {
+	reg := registrytest.New(b)
+	_, base := startServer(b, sandboxd.Config{InsecureRegistries: []string{reg.Host}, InitBinary: registrytest.StaticInit(b, sandboxd.StaticBinary)})
+	image := reg.Push(b, "bench/app:1", registrytest.Image(b, appConfig, appLayersB(b)...))
+	firstExec := func(req map[string]any, cmd string) time.Duration {
+		start := time.Now()
+		id := create(b, base, req)
+		for {
+			sb := getSandbox(b, base, id)
+			if sb.Status.State == sandboxd.StateRunning {
+				break
+			}
+			if sb.Status.State.Final() {
+				b.Fatalf("sandbox %s: %+v", id, sb.Status)
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+		u, tok := execdEndpoint(b, base, id, false)
+		if _, code := run(b, u, tok, cmd); code != 0 {
+			b.Fatalf("first exec %q: exit %d", cmd, code)
+		}
+		d := time.Since(start)
+		wantStatus(b, call(b, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+		return d
+	}
+	imageReq := func() map[string]any { return map[string]any{"image": map[string]any{"uri": image}, "entrypoint": nil} }
+	firstExec(imageReq(), "/bin/app pwd") // pulls the layers
+	const n = 16
+	for range b.N {
+		var img, host []time.Duration
+		for range n {
+			img = append(img, firstExec(imageReq(), "/bin/app pwd"))
+			host = append(host, firstExec(nil, "/bin/true"))
+		}
+		b.ReportMetric(ms(percentile(img, 50)), "image-p50-ms")
+		b.ReportMetric(ms(percentile(host, 50)), "host-p50-ms")
+		b.ReportMetric(float64(percentile(img, 50))/float64(percentile(host, 50)), "ratio-p50")
+		b.ReportMetric(1.2, "target-ratio")
+	}
+}
+
+// appLayersB is appLayers for a benchmark.
+func appLayersB(b *testing.B) []v1.Layer {
+	app := registrytest.App(b)
+	return []v1.Layer{
+		registrytest.Layer(b,
+			registrytest.File{Name: "bin/", Type: tar.TypeDir},
+			registrytest.File{Name: "bin/app", Mode: 0o755, Data: func() []byte { return app }},
+			registrytest.File{Name: "tmp/", Type: tar.TypeDir, Mode: 0o1777},
+		),
+	}
+}

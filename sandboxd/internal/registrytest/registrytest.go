@@ -7,6 +7,7 @@ package registrytest
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"io"
 	"log"
@@ -162,7 +163,7 @@ type File struct {
 	Data func() []byte // instead of Body
 }
 
-// Layer returns a gzip layer of files.
+// Layer returns a gzip layer of files (compressed once, at BestSpeed).
 func Layer(t testing.TB, files ...File) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
@@ -197,7 +198,15 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b := buf.Bytes()
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	if _, err := zw.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := gz.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +232,11 @@ func Image(t testing.TB, cfg v1.Config, layers ...v1.Layer) v1.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// BlobURL is the URL of blob digest of repository repo.
+func (r *Registry) BlobURL(repo, digest string) string {
+	return r.srv.URL + "/v2/" + repo + "/blobs/" + digest
 }
 
 // Digest returns the digest of l.
