@@ -268,3 +268,32 @@ func TestGC(t *testing.T) {
 		t.Errorf("GC without keep = %+v, %v; want c's layer removed", gs, err)
 	}
 }
+
+func TestPullThroughMirror(t *testing.T) {
+	mirror := registrytest.New(t)
+	base, _ := twoLayers(t)
+	// The mirror has Docker Hub's library/tiny:1; Docker Hub is never asked
+	// (here it is out of reach anyway).
+	mirror.Push(t, "library/tiny:1", registrytest.Image(t, v1.Config{}, base))
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	st, err := images.Open(images.Config{Dir: t.TempDir(), Mirrors: []string{"http://" + mirror.Host}, Insecure: []string{mirror.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	im, err := st.Pull(context.Background(), "tiny:1", nil)
+	if err != nil {
+		t.Fatalf("Pull through the mirror: %v", err)
+	}
+	if got, want := im.Name, "index.docker.io/library/tiny:1"; got != want {
+		t.Errorf("name = %q, want %q", got, want)
+	}
+	if got := mirror.BlobGets(registrytest.Digest(t, base)); got != 1 {
+		t.Errorf("the mirror served the layer %d times, want 1", got)
+	}
+	if _, err := st.Lookup("tiny:1"); err != nil {
+		t.Errorf("Lookup by the short name: %v", err)
+	}
+}
