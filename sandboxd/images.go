@@ -366,7 +366,20 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 			return rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
 		}
 	}
+	// From here the record names the image's digest, which GCImages spares;
+	// a GC that ran since the pull may have taken the layers (the image was
+	// removed meanwhile): then resolve it again.
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
 	if fs.Image != nil {
+		for _, l := range fs.Lowers {
+			if !dirExists(l) {
+				if fs, err = s.resolveImage(pctx, rec.imageURI(), fs.Image.Digest, auth); err != nil {
+					return rootfs{}, err
+				}
+				break
+			}
+		}
 		rec.ImageDigest = fs.Image.Digest
 	}
 	sb.mu.Lock()
@@ -398,6 +411,8 @@ func (s *Server) Images() *images.Store { return s.images }
 // GCImages removes the layers no image of the store references, but those
 // of live sandboxes (whose image may have been removed since they started).
 func (s *Server) GCImages(ctx context.Context) (images.GCStats, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
 	var keep []string
 	for _, sb := range s.all() {
 		sb.mu.Lock()

@@ -44,6 +44,10 @@ type Server struct {
 	hostErr   error
 	importMu  sync.Mutex
 	images    *images.Store
+	// gcMu is held shared by each start from the check that its image's
+	// layers are there to its record naming the digest, exclusively by
+	// GCImages.
+	gcMu sync.RWMutex
 	// initInterp is the ELF interpreter of the init binary ("" if static),
 	// initLibs the libraries it needs.
 	initInterp string

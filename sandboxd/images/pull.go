@@ -176,6 +176,8 @@ func (s *Store) unpack(ctx context.Context, ref string, r name.Reference, img v1
 		Config: ImageConfig{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 			Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd},
 	}
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Jobs)
 	for _, l := range layers {

@@ -118,6 +118,10 @@ type Store struct {
 
 	pulls  singleflight.Group // by reference
 	layers singleflight.Group // by digest
+	// gcMu is held shared by each pull from its first layer to its record,
+	// exclusively by GC: a layer unpacked but not yet referenced is never
+	// collected.
+	gcMu sync.RWMutex
 
 	nPulls, nUnpacked atomic.Int64
 }
@@ -142,6 +146,14 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// Layers keep their setuid files owned by host root: only root may
+	// traverse to them (overlayfs reads lower layers as its mounter).
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
+	}
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
 	}
 	for _, d := range []string{"layers", "manifests", "refs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
@@ -304,6 +316,8 @@ type GCStats struct {
 // in keep (images of live sandboxes), then every layer no remaining record
 // references. Not safe while another process pulls into the store.
 func (s *Store) GC(ctx context.Context, keep []string) (GCStats, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
 	var st GCStats
 	named := map[string]bool{}
 	for _, d := range keep {
