@@ -150,7 +150,7 @@ func registryFlags(fs *flag.FlagSet) (mirrors, insecure *listFlag) {
 	return mirrors, insecure
 }
 
-const imageUsage = "usage: sandboxd image pull|ls|rm|import|gc [--data DIR] ..."
+const imageUsage = "usage: sandboxd image pull|ls|rm|import|gc [--data DIR] [ARGS]"
 
 func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
@@ -222,7 +222,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 		return tw.Flush()
 	case "rm":
 		if fs.NArg() == 0 {
-			return errors.New("usage: sandboxd image rm [--data DIR] NAME|REF...")
+			return errors.New("usage: sandboxd image rm [--data DIR] NAME|REF [NAME|REF]")
 		}
 		for _, ref := range fs.Args() {
 			if err := sandboxd.RemoveImage(*data, st, ref); err != nil {
