@@ -92,7 +92,7 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 		opts.Image = DefaultImage
 	}
 	req := opensandbox.CreateSandboxRequest{
-		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
+		Image: &opensandbox.ImageSpec{URI: opts.Image, Auth: opts.ImageAuth}, Entrypoint: entry, Env: opts.Env, Metadata: md,
 		ResourceLimits: res.limits(), Timeout: opts.Timeout,
 		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
 	}

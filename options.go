@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/opensandbox"
 )
 
 // Options configures a Client. They mirror the seed's SandboxClientOptions.
@@ -99,6 +100,9 @@ type SandboxOptions struct {
 	// (the host's own system directories, no registry needed). Default
 	// DefaultImage.
 	Image string
+	// ImageAuth, if set, are the registry credentials of Image (the create
+	// request's image.auth). They go to the server only, never to the ledger.
+	ImageAuth *opensandbox.ImageAuth
 	// Resources are the limits; CPU and Memory default to "1" and "1Gi".
 	Resources Resources
 	// Name is the session name in the ledger; default "sandbox-<first 8 of the id>".
