@@ -241,3 +241,28 @@ func TestSplitWords(t *testing.T) {
 		}
 	}
 }
+
+func FuzzSplitWords(f *testing.F) {
+	for _, s := range []string{"/app/hello a b", `a 'b c' "d\"e" f\ g`, "a | b", `"`, `\`, "x=1 y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		words, ok := splitWords(s)
+		if !ok {
+			return
+		}
+		// Accepted words never carry what only a shell would interpret
+		// unquoted, and requoting them splits back to the same words.
+		var b strings.Builder
+		for i, w := range words {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(shellQuote(w))
+		}
+		again, ok := splitWords(b.String())
+		if !ok || strings.Join(again, "\x00") != strings.Join(words, "\x00") {
+			t.Fatalf("splitWords(%q) = %q; requoted %q splits to %q, %v", s, words, b.String(), again, ok)
+		}
+	})
+}
