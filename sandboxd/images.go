@@ -351,11 +351,18 @@ func parseImageAuth(spec *ImageSpec) (*images.Auth, error) {
 func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (rootfs, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
 	defer cancel()
+	name := rec.imageURI()
 	sb.mu.Lock()
 	auth := sb.auth
 	sb.auth = nil
+	if !s.localImage(name) && sb.rec.Status.State == StatePending {
+		if _, err := s.images.Lookup(name); err != nil {
+			sb.rec.setStatus(StatePending, "provisioning", "pulling image "+name)
+			s.persist(&sb.rec)
+		}
+	}
 	sb.mu.Unlock()
-	fs, err := s.resolveImage(pctx, rec.imageURI(), rec.ImageDigest, auth)
+	fs, err := s.resolveImage(pctx, name, rec.ImageDigest, auth)
 	if err != nil {
 		return rootfs{}, err
 	}
