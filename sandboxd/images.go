@@ -311,6 +311,9 @@ func (s *Server) localImage(name string) bool {
 // checkImageName refuses, at create, an image name that is no reference,
 // and a local image (which has no Entrypoint or Cmd) without an entrypoint.
 func (s *Server) checkImageName(name string, hasEntrypoint bool) error {
+	if s.cfg.NoIsolation && name != HostImage {
+		return invalid("INVALID_REQUEST", "image", "image %q: without isolation (NoIsolation) a sandbox runs on the host's own system, image %q only", name, HostImage)
+	}
 	if s.localImage(name) {
 		if !hasEntrypoint {
 			return invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image %q, which has no Entrypoint or Cmd of its own", name)

@@ -411,3 +411,12 @@ func appLayersB(b *testing.B) []v1.Layer {
 		),
 	}
 }
+
+func TestNoIsolationHostOnly(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{NoIsolation: true})
+	r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "python:3.11"}, "entrypoint": []string{"sleep", "1"}})
+	wantStatus(t, r, http.StatusBadRequest)
+	if !strings.Contains(string(r.Body), sandboxd.HostImage) {
+		t.Errorf("body %s does not say which image works", r.Body)
+	}
+}
