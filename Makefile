@@ -4,6 +4,17 @@ PKGS      ?= ./...
 TESTFLAGS ?=
 BENCHTIME ?= 1x
 
+# Every binary is statically linked: sandboxd bind-mounts itself into each
+# sandbox as its init and execd, and a root built from an image has no libc
+# of the host's (cmd/sandboxd's TestStaticBuild checks this line). The race
+# detector needs cgo: with -race in TESTFLAGS (CI's `make test
+# TESTFLAGS=-race`, test-race) cgo stays on, and the tests that need a static
+# init build one.
+export CGO_ENABLED = 0
+ifneq (,$(findstring -race,$(TESTFLAGS)))
+export CGO_ENABLED = 1
+endif
+
 .PHONY: build test test-race lint bench demo clean deps
 
 # Sandboxes run under runc (Debian's package) on a per-sandbox ext4 disk

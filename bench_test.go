@@ -37,7 +37,7 @@ func benchEnv(b *testing.B) (context.Context, *alineo.Sandbox, *opensandbox.Exec
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	b.Cleanup(cancel)
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 	if err != nil {
 		b.Fatal(err)
 	}

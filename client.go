@@ -113,8 +113,11 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	if len(entry) == 0 {
 		entry = DefaultEntrypoint
 	}
+	if opts.Image == "" {
+		opts.Image = DefaultImage
+	}
 	req := opensandbox.CreateSandboxRequest{
-		Image: &opensandbox.ImageSpec{URI: opts.Image}, Entrypoint: entry, Env: opts.Env, Metadata: md,
+		Image: &opensandbox.ImageSpec{URI: opts.Image, Auth: opts.ImageAuth}, Entrypoint: entry, Env: opts.Env, Metadata: md,
 		ResourceLimits: res.limits(), Timeout: opts.Timeout,
 		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
 	}

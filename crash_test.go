@@ -58,7 +58,7 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	sb, err := c.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "crash-job"})
+	sb, err := c.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "crash-job"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func TestEgressRulesAtRuntime(t *testing.T) {
 	if err := sb.Egress().Add(ctx, alineo.EgressRule{Action: "maybe", Target: "x.test"}); !errors.As(err, &oe) {
 		t.Fatalf("Add with a bad action = %v, want *OptionError", err)
 	}
-	if _, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04",
+	if _, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "host",
 		NetworkPolicy: &alineo.NetworkPolicy{Egress: []alineo.EgressRule{{Action: alineo.EgressAllow}}}}); !errors.As(err, &oe) {
 		t.Fatalf("Sandbox with an empty target = %v, want *OptionError", err)
 	}

@@ -6,7 +6,7 @@
 // (adapters.ReadModel), which a store also is.
 //
 //	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store})
-//	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+//	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 //	defer sb.Close(ctx)
 //	res, err := sb.Exec(ctx, "npm ci").Wait()                       // the whole result
 //	err = sb.Exec(ctx, "npm test").Pipe(os.Stdout)                  // stream it somewhere

@@ -84,7 +84,7 @@ func TestSandboxOptionsNetworkPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := SandboxOptions{Image: "ubuntu:22.04", NetworkPolicy: tt.p}.validate()
+			err := SandboxOptions{Image: "host", NetworkPolicy: tt.p}.validate()
 			var oe *OptionError
 			switch {
 			case tt.field == "" && err != nil:

@@ -18,7 +18,7 @@ func TestEnvironment(t *testing.T) {
 		ctx := testCtx(t)
 		var setups atomic.Int64
 		opts := alineo.EnvOptions{
-			Image: "ubuntu:22.04", Resources: alineo.Resources{Memory: "256Mi"}, SetupVersion: "1",
+			Image: "host", Resources: alineo.Resources{Memory: "256Mi"}, SetupVersion: "1",
 			Setup: func(ctx context.Context, sb *alineo.Sandbox) error {
 				n := setups.Add(1)
 				_, err := sb.Exec(ctx, "mkdir -p /env && echo built > /env/marker && echo "+string(rune('0'+n))+" > /env/build").Wait()
@@ -98,7 +98,7 @@ func TestEnvironment(t *testing.T) {
 
 		// A failing Setup saves nothing.
 		boom := errors.New("boom")
-		bad := e.client.Environment("broken", alineo.EnvOptions{Image: "ubuntu:22.04",
+		bad := e.client.Environment("broken", alineo.EnvOptions{Image: "host",
 			Setup: func(context.Context, *alineo.Sandbox) error { return boom }})
 		if _, err := bad.Sandbox(ctx); !errors.Is(err, boom) {
 			t.Fatalf("Sandbox with a failing Setup = %v, want boom", err)

@@ -33,6 +33,14 @@ var (
 	// ResumeOptions.Name) on a client whose Adapter is only a ledger and
 	// Options.ReadModel is nil.
 	ErrNoReadModel = adapters.ErrNoReadModel
+	// ErrImageNotFound, ErrImageUnauthorized and ErrImagePullFailed match the
+	// error of Client.Sandbox (a *ClientError 500 wrapping an
+	// *opensandbox.StateError whose Reason and Message say more) when the
+	// sandbox failed because its image could not be had: the registry has no
+	// such image, refused the credentials, or the pull failed otherwise.
+	ErrImageNotFound     = opensandbox.ErrImageNotFound
+	ErrImageUnauthorized = opensandbox.ErrImageUnauthorized
+	ErrImagePullFailed   = opensandbox.ErrImagePullFailed
 )
 
 // ReplayDivergedError is the error of an exec-like call on a resumed sandbox

@@ -14,7 +14,7 @@ import (
 // the credential proxy on; the caller closes it.
 func newGuardedSandbox(ctx context.Context, client *alineo.Client) *alineo.Sandbox {
 	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{
-		Image:           "ubuntu:22.04",
+		Image:           "host",
 		CredentialProxy: true,
 		NetworkPolicy: &alineo.NetworkPolicy{
 			DefaultAction: alineo.EgressDeny,

@@ -188,7 +188,7 @@ func ExampleClient_Environment() {
 	ctx := context.Background()
 	client := newClient()
 	env := client.Environment("tools", alineo.EnvOptions{
-		Image: "ubuntu:22.04",
+		Image: "host",
 		Setup: func(ctx context.Context, sb *alineo.Sandbox) error {
 			_, err := sb.Exec(ctx, "mkdir -p /opt/tools && echo v1 > /opt/tools/version").Wait()
 			return err
@@ -226,7 +226,7 @@ func ExampleClient_Environment() {
 func ExampleEnvironment_Rebuild() {
 	ctx := context.Background()
 	client := newClient()
-	env := client.Environment("fresh", alineo.EnvOptions{Image: "ubuntu:22.04"})
+	env := client.Environment("fresh", alineo.EnvOptions{Image: "host"})
 	first, err := env.Rebuild(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -242,7 +242,7 @@ func ExampleEnvironment_Rebuild() {
 func ExampleEnvironments() {
 	ctx := context.Background()
 	client := newClient()
-	if _, err := client.Environment("a", alineo.EnvOptions{Image: "ubuntu:22.04"}).Rebuild(ctx); err != nil {
+	if _, err := client.Environment("a", alineo.EnvOptions{Image: "host"}).Rebuild(ctx); err != nil {
 		log.Fatal(err)
 	}
 	recs, err := client.Environments().List(ctx)
@@ -261,7 +261,7 @@ func ExampleEnvironments() {
 }
 
 func ExampleEnvOptions_Fingerprint() {
-	v1 := alineo.EnvOptions{Image: "ubuntu:22.04", SetupVersion: "1"}
+	v1 := alineo.EnvOptions{Image: "host", SetupVersion: "1"}
 	v2 := v1
 	v2.SetupVersion = "2"
 	fmt.Println(v1.Fingerprint() == v2.Fingerprint())

@@ -65,7 +65,7 @@ func newClient() *alineo.Client {
 
 // newSandbox returns a fresh sandbox; the caller closes it.
 func newSandbox(ctx context.Context, client *alineo.Client) *alineo.Sandbox {
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func ExampleClient_Sandbox() {
 	ctx := context.Background()
 	client := newClient()
 	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{
-		Image:     "ubuntu:22.04",
+		Image:     "host",
 		Resources: alineo.Resources{CPU: "500m", Memory: "512Mi"},
 		Name:      "my-run",
 		Env:       map[string]string{"GREETING": "hi"},
@@ -138,7 +138,7 @@ func ExampleSandbox_ID() {
 
 func ExampleSandbox_Name() {
 	ctx := context.Background()
-	sb, err := newClient().Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "nightly-build"})
+	sb, err := newClient().Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "nightly-build"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func ExampleSandbox_Close() {
 func ExampleClient_Sandboxes() {
 	ctx := context.Background()
 	client := newClient()
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "ci-job", RunID: "run-1"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "ci-job", RunID: "run-1"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func ExampleSandboxes_List() {
 	ctx := context.Background()
 	client := newClient()
 	for _, name := range []string{"first", "second"} {
-		sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: name})
+		sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: name})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -515,7 +515,7 @@ func ExampleSandboxes_ListByName() {
 	ctx := context.Background()
 	client := newClient()
 	for range 2 {
-		sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "nightly"})
+		sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "nightly"})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -529,7 +529,7 @@ func ExampleSandboxes_ListByName() {
 func ExampleSandboxes_Get() {
 	ctx := context.Background()
 	client := newClient()
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "job"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "job"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -546,7 +546,7 @@ func ExampleSandboxes_Get() {
 func ExampleSandboxes_Delete() {
 	ctx := context.Background()
 	client := newClient()
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "job"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "job"})
 	if err != nil {
 		log.Fatal(err)
 	}

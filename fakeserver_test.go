@@ -21,11 +21,14 @@ type fakeServer struct {
 	script func(w http.ResponseWriter, f http.Flusher, cmd string)
 	// failCreate makes POST /v1/sandboxes answer this status.
 	failCreate int
+	// failReason, when set, makes every new sandbox Failed with this reason.
+	failReason string
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
 	sandboxes map[string]string // id → state
 	deleted   []string
+	images    []string // the image of each create
 	next      int
 	commands  []string
 }
@@ -61,6 +64,14 @@ func (f *fakeServer) create(w http.ResponseWriter, r *http.Request) {
 	f.next++
 	id := fmt.Sprintf("fake%04d-0000", f.next)
 	f.sandboxes[id] = "Running"
+	if f.failReason != "" {
+		f.sandboxes[id] = "Failed"
+	}
+	var body struct {
+		Image struct{ URI string }
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	f.images = append(f.images, body.Image.URI)
 	f.peak = max(f.peak, len(f.sandboxes))
 	f.mu.Unlock()
 	writeJSON(w, http.StatusAccepted, map[string]any{
@@ -77,8 +88,12 @@ func (f *fakeServer) get(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, map[string]string{"code": "SANDBOX_NOT_FOUND", "message": "not found"})
 		return
 	}
+	status := map[string]string{"state": state}
+	if state == "Failed" {
+		status["reason"], status["message"] = f.failReason, "image not found: registry.example/x:1: MANIFEST_UNKNOWN"
+	}
 	writeJSON(w, 200, map[string]any{
-		"id": r.PathValue("id"), "status": map[string]string{"state": state}, "createdAt": time.Now().Format(time.RFC3339),
+		"id": r.PathValue("id"), "status": status, "createdAt": time.Now().Format(time.RFC3339),
 		"entrypoint": []string{"tail"},
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/opensandbox"
 )
 
 // Options configures a Client. They mirror the SandboxClientOptions of the
@@ -97,6 +98,11 @@ func resourcesFromLimits(m map[string]string) Resources {
 	return Resources{CPU: m["cpu"], Memory: m["memory"], GPU: m["gpu"]}
 }
 
+// DefaultImage is the image of a sandbox whose SandboxOptions.Image is empty:
+// sandboxd's name for the host's own system directories, which works with no
+// registry in reach. Any other OpenSandbox server needs a real image.
+const DefaultImage = "host"
+
 // DefaultEntrypoint keeps a sandbox alive when SandboxOptions.Entrypoint is empty.
 var DefaultEntrypoint = []string{"tail", "-f", "/dev/null"}
 
@@ -106,8 +112,14 @@ const MinTimeout = 60 * time.Second
 // SandboxOptions configure one sandbox. They mirror the SandboxOptions of the
 // TypeScript SDK.
 type SandboxOptions struct {
-	// Image is the container image, e.g. "ubuntu:22.04". Required.
+	// Image is the container image: a registry reference the server pulls
+	// ("python:3.11", "ghcr.io/org/app@sha256:…") or, with sandboxd, "host"
+	// (the host's own system directories, no registry needed). Default
+	// DefaultImage.
 	Image string
+	// ImageAuth, if set, are the registry credentials of Image (the create
+	// request's image.auth). They go to the server only, never to the ledger.
+	ImageAuth *opensandbox.ImageAuth
 	// Resources are the limits; CPU and Memory default to "1" and "1Gi".
 	Resources Resources
 	// Name is the session name in the ledger; default "sandbox-<first 8 of the id>".
@@ -137,8 +149,8 @@ type SandboxOptions struct {
 
 func (o SandboxOptions) validate() error {
 	switch {
-	case strings.TrimSpace(o.Image) == "":
-		return &OptionError{Field: "Image", Reason: "is empty"}
+	case o.Image != "" && strings.TrimSpace(o.Image) == "":
+		return &OptionError{Field: "Image", Reason: "is blank"}
 	case o.Timeout < 0:
 		return &OptionError{Field: "Timeout", Reason: "is negative"}
 	case o.Timeout > 0 && o.Timeout < MinTimeout:

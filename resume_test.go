@@ -493,7 +493,7 @@ func BenchmarkForkToFirstExec(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	parent, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+	parent, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func BenchmarkForkToFirstExec(b *testing.B) {
 	for b.Loop() {
 		for range n {
 			start := time.Now()
-			sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+			sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 			if err != nil {
 				b.Fatal(err)
 			}

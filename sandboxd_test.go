@@ -92,7 +92,7 @@ func testCtx(t *testing.T) context.Context {
 func (e *env) sandbox(t *testing.T, ctx context.Context, o alineo.SandboxOptions) *alineo.Sandbox {
 	t.Helper()
 	if o.Image == "" {
-		o.Image = "ubuntu:22.04"
+		o.Image = "host"
 	}
 	sb, err := e.client.Sandbox(ctx, o)
 	if err != nil {
@@ -258,7 +258,7 @@ func TestLedgerRowsOfEachOperation(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store adapters.Store) {
 		e := newEnv(t, store)
 		ctx := testCtx(t)
-		sb, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "rows", RunID: "run-7",
+		sb, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "rows", RunID: "run-7",
 			Resources: alineo.Resources{CPU: "500m", Memory: "256Mi"}})
 		if err != nil {
 			t.Fatal(err)
@@ -446,7 +446,7 @@ func TestNoContainerLeakWhenCreatedAppendFails(t *testing.T) {
 		e := newEnv(t, failingStore{Store: store, event: events.SandboxCreated}, func(o *alineo.Options) { o.MaxConcurrency = 1 })
 		ctx := testCtx(t)
 		for range 2 { // the slot is free again for the second attempt
-			_, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04"})
+			_, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 			var se *alineo.SandboxError
 			if !errors.Is(err, errInjected) || !errors.As(err, &se) || se.SandboxID == "" {
 				t.Fatalf("Sandbox = %v, want a *SandboxError naming the sandbox, wrapping the append error", err)
@@ -621,11 +621,11 @@ func TestSandboxesHistory(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store adapters.Store) {
 		e := newEnv(t, store)
 		ctx := testCtx(t)
-		a, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "job"})
+		a, err := e.client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "job"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := e.sandbox(t, ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "other"})
+		b := e.sandbox(t, ctx, alineo.SandboxOptions{Image: "host", Name: "other"})
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/opensandbox"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -47,7 +48,7 @@ func TestSandboxRejectsBadOptions(t *testing.T) {
 	f := newFakeServer(t)
 	c := newFakeClient(t, f, nil)
 	for _, o := range []SandboxOptions{
-		{},
+		{Image: "  "}, // empty is DefaultImage; blank is a mistake
 		{Image: "x", Timeout: 30 * time.Second},
 		{Image: "x", Timeout: -time.Second},
 		{Image: "x", Timeout: 90500 * time.Millisecond},
@@ -545,5 +546,42 @@ func TestFakeCapHoldsFor100Goroutines(t *testing.T) {
 	}
 	if len(f.sandboxes) != 0 || c.sem.inUse() != 0 {
 		t.Fatalf("%d sandboxes and %d slots left", len(f.sandboxes), c.sem.inUse())
+	}
+}
+
+func TestFakeImageErrors(t *testing.T) {
+	for _, c := range []struct {
+		reason string
+		want   error
+	}{
+		{"IMAGE_NOT_FOUND", ErrImageNotFound},
+		{"IMAGE_UNAUTHORIZED", ErrImageUnauthorized},
+		{"IMAGE_PULL_FAILED", ErrImagePullFailed},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			f := newFakeServer(t)
+			f.failReason = c.reason
+			cl := newFakeClient(t, f, nil)
+			_, err := cl.Sandbox(context.Background(), SandboxOptions{Image: "registry.example/x:1"})
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Sandbox = %v, want an error matching %v", err, c.want)
+			}
+			var se *opensandbox.StateError
+			if !errors.As(err, &se) || se.Reason != c.reason || !strings.Contains(se.Message, "registry.example/x:1") {
+				t.Errorf("Sandbox = %v, want an *opensandbox.StateError with reason %s naming the image", err, c.reason)
+			}
+			if errors.Is(err, ErrImageNotFound) && c.want != ErrImageNotFound {
+				t.Errorf("%v also matches ErrImageNotFound", err)
+			}
+		})
+	}
+	// The default image is DefaultImage.
+	f := newFakeServer(t)
+	cl := newFakeClient(t, f, nil)
+	if _, err := cl.Sandbox(context.Background(), SandboxOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.images; len(got) != 1 || got[0] != DefaultImage {
+		t.Errorf("images created = %q, want [%q]", got, DefaultImage)
 	}
 }

@@ -60,7 +60,7 @@ func TestSDKOnTheBus(t *testing.T) {
 		}
 	}()
 
-	sb, err := client.Sandbox(tctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "fleet"})
+	sb, err := client.Sandbox(tctx, alineo.SandboxOptions{Image: "host", Name: "fleet"})
 	if err != nil {
 		t.Fatalf("Sandbox: %v", err)
 	}

@@ -10,7 +10,7 @@
 //
 //	{
 //	  "name": "build",
-//	  "image": "ubuntu:22.04",
+//	  "image": "host",
 //	  "resources": {"cpu": "1", "memory": "512Mi"},
 //	  "env": {"CI": "1"},
 //	  "steps": [

@@ -54,7 +54,7 @@ func TestRunSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := mustParse(t, `{"name":"runner","image":"ubuntu:22.04","env":{"WHO":"world"},"steps":[
+	spec := mustParse(t, `{"name":"runner","image":"host","env":{"WHO":"world"},"steps":[
 		{"writeFile":{"path":"/root/job/hi.sh","content":"echo hello $WHO"}},
 		{"exec":{"command":"sh /root/job/hi.sh"}},
 		{"exec":{"command":"exit 3","strict":false}},
@@ -93,7 +93,7 @@ func TestRunSteps(t *testing.T) {
 	}
 
 	// A strict step that fails stops the job with a *StepError naming it.
-	failing := mustParse(t, `{"name":"runner","image":"ubuntu:22.04","steps":[
+	failing := mustParse(t, `{"name":"runner","image":"host","steps":[
 		{"exec":{"command":"true"}},{"exec":{"command":"exit 7"}},{"exec":{"command":"true"}}]}`)
 	_, err = jobs.Run(context.Background(), client, failing, nil)
 	var se *jobs.StepError
@@ -111,7 +111,7 @@ func TestRunDrainCheckpointFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := mustParse(t, `{"name":"drain","image":"ubuntu:22.04","steps":[
+	spec := mustParse(t, `{"name":"drain","image":"host","steps":[
 		{"exec":{"command":"true"}},{"exec":{"command":"true"}}]}`)
 	drain := make(chan struct{})
 	close(drain)

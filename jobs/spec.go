@@ -33,7 +33,7 @@ const DrainTagPrefix = "alineo-drain-"
 type Spec struct {
 	// Name is the sandbox's session name in the ledger. Required.
 	Name string `json:"name"`
-	// Image is the sandbox image, e.g. "ubuntu:22.04". Required.
+	// Image is the sandbox image, e.g. "host". Required.
 	Image string `json:"image"`
 	// Resources are the sandbox's limits; empty values take the SDK's defaults.
 	Resources Resources `json:"resources,omitzero"`

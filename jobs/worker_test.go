@@ -34,7 +34,7 @@ func TestWorkerFencedLeavesJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := q.Submit(ctx, mustParse(t, `{"name":"fenced","image":"ubuntu:22.04","steps":[
+	st, err := q.Submit(ctx, mustParse(t, `{"name":"fenced","image":"host","steps":[
 		{"exec":{"command":"sleep 1"}},{"exec":{"command":"echo after"}}]}`))
 	if err != nil {
 		t.Fatal(err)

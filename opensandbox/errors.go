@@ -37,6 +37,14 @@ var (
 	// ErrSnapshotFailed is wrapped by the *StateError of WaitSnapshotReady when the
 	// snapshot reaches Failed.
 	ErrSnapshotFailed = errors.New("opensandbox: snapshot failed")
+	// ErrImageNotFound, ErrImageUnauthorized and ErrImagePullFailed are wrapped
+	// by the *StateError of a sandbox that went Failed because its image could
+	// not be had (status reasons IMAGE_NOT_FOUND, IMAGE_UNAUTHORIZED,
+	// IMAGE_PULL_FAILED; the message names the image and gives the registry's
+	// answer).
+	ErrImageNotFound     = errors.New("opensandbox: image not found")
+	ErrImageUnauthorized = errors.New("opensandbox: image pull unauthorized")
+	ErrImagePullFailed   = errors.New("opensandbox: image pull failed")
 	// ErrNotReady is wrapped when a readiness wait (execd /ping) gives up.
 	ErrNotReady = errors.New("opensandbox: not ready")
 	// ErrClosed is returned by calls on a closed Execd or Egress client.
@@ -128,8 +136,17 @@ func (e *StreamError) Error() string {
 
 func (e *StreamError) Unwrap() error { return e.Err }
 
+// Status reasons of a sandbox whose image could not be had.
+const (
+	ReasonImageNotFound     = "IMAGE_NOT_FOUND"
+	ReasonImageUnauthorized = "IMAGE_UNAUTHORIZED"
+	ReasonImagePullFailed   = "IMAGE_PULL_FAILED"
+)
+
 // StateError reports that a wait ended because the resource reached a terminal state
-// other than the one waited for. Err is ErrSandboxFailed or ErrSnapshotFailed.
+// other than the one waited for. Err is ErrSandboxFailed or ErrSnapshotFailed; a
+// sandbox Failed with an image reason also matches ErrImageNotFound,
+// ErrImageUnauthorized or ErrImagePullFailed.
 type StateError struct {
 	Kind    string // "sandbox" or "snapshot"
 	ID      string
@@ -150,4 +167,15 @@ func (e *StateError) Error() string {
 	return s
 }
 
-func (e *StateError) Unwrap() error { return e.Err }
+// Unwrap returns Err and, for an image reason, the image sentinel.
+func (e *StateError) Unwrap() []error {
+	switch e.Reason {
+	case ReasonImageNotFound:
+		return []error{e.Err, ErrImageNotFound}
+	case ReasonImageUnauthorized:
+		return []error{e.Err, ErrImageUnauthorized}
+	case ReasonImagePullFailed:
+		return []error{e.Err, ErrImagePullFailed}
+	}
+	return []error{e.Err}
+}

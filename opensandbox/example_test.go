@@ -23,7 +23,7 @@ func Example() {
 		return
 	}
 	sb, err := c.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
-		Image:          &opensandbox.ImageSpec{URI: "ubuntu:22.04"},
+		Image:          &opensandbox.ImageSpec{URI: "host"},
 		Entrypoint:     []string{"tail", "-f", "/dev/null"},
 		ResourceLimits: map[string]string{"cpu": "500m", "memory": "512Mi"},
 		Timeout:        10 * time.Minute,

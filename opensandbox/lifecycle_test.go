@@ -15,7 +15,7 @@ import (
 )
 
 const sandboxJSON = `{"id":"sbx-1","status":{"state":"Running","lastTransitionAt":"2026-11-29T09:00:00Z"},
- "image":{"uri":"ubuntu:22.04"},"entrypoint":["tail","-f","/dev/null"],"metadata":{"project":"apollo"},
+ "image":{"uri":"host"},"entrypoint":["tail","-f","/dev/null"],"metadata":{"project":"apollo"},
  "expiresAt":"2026-11-29T10:00:00Z","createdAt":"2026-11-29T08:59:58Z"}`
 
 const snapshotJSON = `{"id":"snap-1","sandboxId":"sbx-1","name":"base","status":{"state":"Creating"},"createdAt":"2026-11-29T09:00:00Z"}`
@@ -39,7 +39,7 @@ func TestLifecycleRequestShapes(t *testing.T) {
 			resp: `{"id":"sbx-1","status":{"state":"Pending"},"createdAt":"2026-11-29T08:59:58Z","expiresAt":"2026-11-29T09:09:58Z","entrypoint":["tail","-f","/dev/null"]}`,
 			call: func(ctx context.Context, c *opensandbox.Client) (any, error) {
 				return c.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
-					Image: &opensandbox.ImageSpec{URI: "ubuntu:22.04"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
+					Image: &opensandbox.ImageSpec{URI: "host"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
 					Env: map[string]string{"A": "1"}, Metadata: map[string]string{"runId": "r1"},
 					ResourceLimits: map[string]string{"cpu": "500m", "memory": "512Mi"}, Timeout: 10 * time.Minute,
 					NetworkPolicy:   &opensandbox.NetworkPolicy{DefaultAction: "deny", Egress: []opensandbox.NetworkRule{{Action: "allow", Target: "*.github.com"}}},
@@ -47,7 +47,7 @@ func TestLifecycleRequestShapes(t *testing.T) {
 				})
 			},
 			method: "POST", path: "/v1/sandboxes",
-			body: `{"image":{"uri":"ubuntu:22.04"},"entrypoint":["tail","-f","/dev/null"],"env":{"A":"1"},
+			body: `{"image":{"uri":"host"},"entrypoint":["tail","-f","/dev/null"],"env":{"A":"1"},
 				"metadata":{"runId":"r1"},"resourceLimits":{"cpu":"500m","memory":"512Mi"},"timeout":600,
 				"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"*.github.com"}]},
 				"credentialProxy":{"enabled":true}}`,
@@ -82,7 +82,7 @@ func TestLifecycleRequestShapes(t *testing.T) {
 			method: "GET", path: "/v1/sandboxes/sbx-1",
 			check: func(t *testing.T, got any) {
 				sb := got.(*opensandbox.Sandbox)
-				if sb.Image == nil || sb.Image.URI != "ubuntu:22.04" || sb.Metadata["project"] != "apollo" ||
+				if sb.Image == nil || sb.Image.URI != "host" || sb.Metadata["project"] != "apollo" ||
 					sb.Status.LastTransitionAt == nil || sb.CreatedAt.IsZero() {
 					t.Errorf("sandbox = %+v", sb)
 				}

@@ -32,7 +32,7 @@ func TestAgainstSandboxd(t *testing.T) {
 			defer cancel()
 
 			sb, err := c.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
-				Image:          &opensandbox.ImageSpec{URI: "ubuntu:22.04"},
+				Image:          &opensandbox.ImageSpec{URI: "host"},
 				Entrypoint:     []string{"tail", "-f", "/dev/null"},
 				ResourceLimits: map[string]string{"cpu": "500m", "memory": "512Mi"},
 				Metadata:       map[string]string{"test": "opensandbox"},
@@ -161,7 +161,7 @@ func newSandboxdSandbox(t *testing.T, ctx context.Context) (*opensandbox.Client,
 		t.Fatal(err)
 	}
 	sb, err := c.CreateSandbox(ctx, opensandbox.CreateSandboxRequest{
-		Image:          &opensandbox.ImageSpec{URI: "ubuntu:22.04"},
+		Image:          &opensandbox.ImageSpec{URI: "host"},
 		Entrypoint:     []string{"tail", "-f", "/dev/null"},
 		ResourceLimits: map[string]string{"cpu": "500m", "memory": "512Mi"},
 		Metadata:       map[string]string{"team": "ml", "stage": "test"},

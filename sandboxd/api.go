@@ -41,6 +41,14 @@ const (
 	ReasonEntrypointExit  = "entrypoint_exited"
 	ReasonRestart         = "sandboxd_restart"
 	ReasonShutdown        = "sandboxd_shutdown"
+	// The image of a create could not be had: the registry has no such
+	// image (or tag, or not for this platform), refused the credentials
+	// (or wants some), or the pull failed otherwise (unreachable, a blob
+	// whose digest does not match, a layer that cannot be unpacked). The
+	// status message names the image and gives the registry's answer.
+	ReasonImageNotFound     = "IMAGE_NOT_FOUND"
+	ReasonImageUnauthorized = "IMAGE_UNAUTHORIZED"
+	ReasonImagePullFailed   = "IMAGE_PULL_FAILED"
 )
 
 // ExecdPort is the port clients ask an endpoint for to reach execd.
@@ -223,6 +231,9 @@ type record struct {
 	// LowerImage is the image name of a sandbox created from a snapshot: that
 	// of the snapshot's source, its overlay's lower layer.
 	LowerImage string `json:"lowerImage,omitempty"`
+	// ImageDigest is the manifest digest of a pulled image (that of the
+	// snapshot's source for a sandbox created from a snapshot).
+	ImageDigest string `json:"imageDigest,omitempty"`
 	// NetworkPolicy is the initial egress policy of a sandbox that runs in its
 	// own network namespace behind the egress proxy (Egress); later changes
 	// through the egress API are not recorded.
@@ -309,8 +320,9 @@ func (c Config) validateCreate(req *CreateRequest) (limits, error) {
 		}
 	case req.Image == nil || strings.TrimSpace(req.Image.URI) == "":
 		return lim, invalid("INVALID_REQUEST", "image", "image.uri or snapshotId is required")
-	case len(req.Entrypoint) == 0 || req.Entrypoint[0] == "":
-		return lim, invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image and its first element must be a command")
+	case len(req.Entrypoint) > 0 && req.Entrypoint[0] == "":
+		// Without one, the image's Entrypoint and Cmd (see Server.start).
+		return lim, invalid("INVALID_REQUEST", "entrypoint", "the first element of entrypoint must be a command")
 	}
 	if req.Timeout != nil {
 		t := *req.Timeout

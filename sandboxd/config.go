@@ -26,9 +26,28 @@ type Config struct {
 	// APIKey, when set, is required in the OPEN-SANDBOX-API-KEY header of every
 	// route but /health and the proxy route.
 	APIKey string
-	// Images maps an image name (the uri of a create request, e.g.
-	// "ubuntu:22.04") to a root filesystem directory or a tarball of one.
+	// Images maps an image name (the uri of a create request) to a root
+	// filesystem directory or a tarball of one. Names not here, not imported
+	// and not HostImage are pulled from their registry.
 	Images map[string]string
+	// RegistryMirrors are Docker Hub mirrors tried in order before Docker
+	// Hub itself ("https://mirror.example", "host:port"; "http://host:port"
+	// only for a host also in InsecureRegistries).
+	RegistryMirrors []string
+	// InsecureRegistries are the "HOST:PORT" registries spoken to in plain
+	// HTTP (after an HTTPS attempt), as Docker's insecure-registries. Every
+	// other registry is HTTPS only, loopback ones included.
+	InsecureRegistries []string
+	// PullTimeout bounds the pull of a sandbox's image, which does not count
+	// against StartTimeout. Default 10 minutes.
+	PullTimeout time.Duration
+	// InitBinary is the sandbox init (and execd) bind-mounted into every
+	// sandbox: a statically linked build of a program that imports this
+	// package (cmd/sandboxd built with CGO_ENABLED=0, as the Makefile does).
+	// Default: this executable. A dynamically linked init runs only in roots
+	// that have its interpreter and libraries (the host image, or an image
+	// that happens to have them); other creates fail and say so.
+	InitBinary string
 	// NoIsolation runs sandboxes as plain host processes (development only).
 	NoIsolation bool
 	// Runtime is the OCI runtime binary every sandbox runs under: a path, or
@@ -175,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultMemory == 0 {
 		c.DefaultMemory = 2 << 30
+	}
+	if c.PullTimeout == 0 {
+		c.PullTimeout = 10 * time.Minute
 	}
 	return c
 }

@@ -67,17 +67,29 @@
 //
 // # Images
 //
-// Images cannot be pulled. An image name resolves, in order, to Config.Images
-// (a root filesystem directory or a tarball, extracted once into
-// DataDir/images/), to DataDir/images/<name> (see ImportImage and
-// `sandboxd image import`), and else to the host's own system directories:
-// /usr, /etc and /bin, /sbin, /lib* (each a private overlay with the host
-// directory read-only below), so any image name, e.g. "ubuntu:22.04", works with
-// zero set-up. The server logs which one it used. The sandbox's root sees the
-// host's files as its own (idmapped), so the fallback's /etc and /opt hide, with a
-// layer of overlay whiteouts rebuilt at each start, every entry other host
-// users may not read (/etc/shadow, /etc/ssl/private, database credentials):
-// a sandbox sees of them what any unprivileged host user sees.
+// An image name resolves, in order, to HostImage ("host": the host's own
+// system directories /usr, /etc, /opt and /bin, /sbin, /lib*, each a private
+// overlay with the host directory read-only below, whose /etc and /opt hide,
+// with a layer of overlay whiteouts rebuilt at each start, every entry other
+// host users may not read), to Config.Images (a root filesystem directory or
+// a tarball, extracted once into DataDir/images/), to DataDir/images/<name>
+// (see ImportImage and `sandboxd image import`), and else to an image of a
+// registry: from the layer store of package sandboxd/images under
+// DataDir/images/.oci, pulled on first use (Config.RegistryMirrors,
+// Config.InsecureRegistries, credentials from the create's image.auth or the
+// Docker config file). A sandbox's root is an overlay of the image's layers,
+// each seen through an idmapped mount shared by every sandbox, under its
+// private upper layer. The image's Env, WorkingDir, User and, for a request
+// without entrypoint, Entrypoint and Cmd apply. An image that cannot be had
+// ends the create Failed with reason ReasonImageNotFound,
+// ReasonImageUnauthorized or ReasonImagePullFailed and a message naming the
+// image; no other name ever runs on the host's directories. Server.GCImages
+// and GCImages collect the layers no image references.
+//
+// The init bind-mounted into every sandbox must be statically linked to run
+// in any image (Config.InitBinary; StaticBinary): a dynamically linked one
+// serves only roots that have its interpreter and libraries, and the others'
+// creates fail with ErrInitNotStatic in the message.
 //
 // # Volumes
 //
@@ -127,6 +139,7 @@
 //
 // This package imports the standard library, golang.org/x/sys,
 // github.com/opencontainers/runtime-spec, github.com/moby/profiles/seccomp, checkpoints,
-// checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/internal/proctree and
-// sandboxd/snapshots; it must not import the SDK, the ledger, the bus or testenv.
+// checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/images,
+// sandboxd/internal/proctree and sandboxd/snapshots; it must not import the SDK, the
+// ledger, the bus or testenv.
 package sandboxd

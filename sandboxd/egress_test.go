@@ -328,14 +328,14 @@ func TestEgressCreateValidation(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := call(t, "POST", base+"/v1/sandboxes", map[string]any{
-				"image": map[string]string{"uri": "ubuntu:22.04"}, "entrypoint": []string{"true"}, "networkPolicy": c.np,
+				"image": map[string]string{"uri": "host"}, "entrypoint": []string{"true"}, "networkPolicy": c.np,
 			})
 			wantStatus(t, r, http.StatusBadRequest)
 		})
 	}
 	_, plainBase := startServer(t, sandboxd.Config{NoIsolation: true})
 	r := call(t, "POST", plainBase+"/v1/sandboxes", map[string]any{
-		"image": map[string]string{"uri": "ubuntu:22.04"}, "entrypoint": []string{"true"}, "networkPolicy": map[string]string{"defaultAction": "deny"},
+		"image": map[string]string{"uri": "host"}, "entrypoint": []string{"true"}, "networkPolicy": map[string]string{"defaultAction": "deny"},
 	})
 	wantStatus(t, r, http.StatusBadRequest)
 }

@@ -24,6 +24,10 @@ var (
 	ErrDataDirInUse = errors.New("data directory in use by another sandboxd")
 	// ErrImage reports an image that cannot be resolved or imported.
 	ErrImage = errors.New("image unavailable")
+	// ErrInitNotStatic reports a create whose image cannot run the sandbox
+	// init: it is dynamically linked and the image lacks its interpreter or
+	// libraries (see Config.InitBinary).
+	ErrInitNotStatic = errors.New("sandbox init not statically linked")
 	// ErrSnapshotNotFound reports an unknown snapshot id.
 	ErrSnapshotNotFound = errors.New("snapshot not found")
 )

@@ -27,7 +27,7 @@ func Example() {
 		return
 	}
 
-	body := `{"image":{"uri":"ubuntu:22.04"},"entrypoint":["tail","-f","/dev/null"],"resourceLimits":{"cpu":"500m","memory":"512Mi"}}`
+	body := `{"image":{"uri":"host"},"entrypoint":["tail","-f","/dev/null"],"resourceLimits":{"cpu":"500m","memory":"512Mi"}}`
 	res, err := http.Post(url+"/v1/sandboxes", "application/json", strings.NewReader(body))
 	if err != nil {
 		fmt.Println(err)

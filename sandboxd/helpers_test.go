@@ -102,7 +102,7 @@ func create(t testing.TB, base string, req map[string]any) string {
 		req = map[string]any{}
 	}
 	if _, ok := req["image"]; !ok {
-		req["image"] = map[string]any{"uri": "ubuntu:22.04"}
+		req["image"] = map[string]any{"uri": "host"}
 	}
 	if _, ok := req["entrypoint"]; !ok {
 		req["entrypoint"] = []string{"tail", "-f", "/dev/null"}

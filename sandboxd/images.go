@@ -2,30 +2,57 @@ package sandboxd
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/alineo-labs/alineo/sandboxd/images"
 )
+
+// HostImage is the one image name that means the host's own system
+// directories (/usr, /etc, /opt and the /bin, /sbin, /lib* links or
+// directories, each a private overlay with the host directory read-only
+// below), so that sandboxes work on a machine with no registry in reach.
+// Every other name is an image: Config.Images, an imported one, or else
+// pulled from its registry.
+const HostImage = "host"
 
 // rootfs is a resolved image.
 type rootfs struct {
-	// Lower is the read-only lower layer of the sandbox's overlay root.
-	Lower string
+	// Lowers are the read-only lower layers of the sandbox's overlay root,
+	// top first.
+	Lowers []string
+	// Host says this is the host image (HostImage).
+	Host bool
 	// HostDirs are host directories (e.g. "usr") each mounted as a private
-	// overlay with the host directory below; set for the host fallback only.
+	// overlay with the host directory below; set for the host image only.
 	HostDirs []string
 	// HostMask, when set, holds for some host directories (HostMask/<dir>) a
 	// layer of whiteouts laid over the host directory: it hides what other
 	// users of the host may not read (see buildHostMask).
 	HostMask string
+	// Image is the pulled image the layers are of; nil for the host image,
+	// Config.Images and imported images.
+	Image *images.Image
 	// Source says where the image came from, for logs and records.
 	Source string
+}
+
+// config is the image's config (zero for images without one).
+func (fs rootfs) config() images.ImageConfig {
+	if fs.Image == nil {
+		return images.ImageConfig{}
+	}
+	return fs.Image.Config
 }
 
 // imageDirName maps an image name to a directory name under DataDir/images.
@@ -46,16 +73,22 @@ func imageDirName(name string) string {
 	return s
 }
 
-// resolveImage maps an image name to a root filesystem: Config.Images, then an
-// imported image, then the host's system directories.
-func (s *Server) resolveImage(ctx context.Context, name string) (rootfs, error) {
+// resolveImage maps an image name to a root filesystem: the host image,
+// Config.Images, an imported image, else the image from the store, pulled
+// (with auth, if given) when the store lacks it. digest, when set, is the
+// manifest digest a snapshot recorded: that exact image, pulled again by
+// digest if its layers are gone. Errors of a pull are *images.Error.
+func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *images.Auth) (rootfs, error) {
+	if name == HostImage {
+		return s.hostRootfs()
+	}
 	if src, ok := s.cfg.Images[name]; ok {
 		st, err := os.Stat(src)
 		if err != nil {
 			return rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
 		}
 		if st.IsDir() {
-			return rootfs{Lower: src, Source: "dir " + src}, nil
+			return rootfs{Lowers: []string{src}, Source: "dir " + src}, nil
 		}
 		dir := filepath.Join(s.dataDir, "images", imageDirName(name))
 		if _, err := os.Stat(dir); err != nil {
@@ -66,13 +99,49 @@ func (s *Server) resolveImage(ctx context.Context, name string) (rootfs, error) 
 				return rootfs{}, err
 			}
 		}
-		return rootfs{Lower: dir, Source: "tarball " + src}, nil
+		return rootfs{Lowers: []string{dir}, Source: "tarball " + src}, nil
 	}
 	dir := filepath.Join(s.dataDir, "images", imageDirName(name))
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		return rootfs{Lower: dir, Source: "imported " + dir}, nil
+		return rootfs{Lowers: []string{dir}, Source: "imported " + dir}, nil
 	}
-	return s.hostRootfs()
+	var im *images.Image
+	var err error
+	if digest != "" {
+		im, err = s.imageByDigest(ctx, name, digest, auth)
+	} else {
+		im, err = s.images.Ensure(ctx, name, auth)
+	}
+	if err != nil {
+		return rootfs{}, err
+	}
+	lowers := s.images.LayerDirs(im)
+	slices.Reverse(lowers) // overlayfs: the top layer first
+	return rootfs{Lowers: lowers, Image: im, Source: "image " + im.Name + "@" + im.Digest}, nil
+}
+
+// imageByDigest returns the image name@digest: from the store, else pulled
+// again by digest from name's repository.
+func (s *Server) imageByDigest(ctx context.Context, name, digest string, auth *images.Auth) (*images.Image, error) {
+	if im, err := s.images.LookupDigest(digest); err == nil {
+		return im, nil
+	}
+	repo := name
+	if i := strings.LastIndex(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	} else if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	s.log.Info("sandboxd: the layers of a snapshot's image are gone; pulling it again", "image", name, "digest", digest)
+	im, err := s.images.Pull(ctx, repo+"@"+digest, auth)
+	if err != nil {
+		var ie *images.Error
+		if errors.As(err, &ie) {
+			ie.Image = name + " (" + digest + ")"
+		}
+		return nil, err
+	}
+	return im, nil
 }
 
 // prepareImages checks every configured image and extracts the tarballs not
@@ -101,7 +170,7 @@ func (s *Server) prepareImages(ctx context.Context) error {
 	return nil
 }
 
-// hostRootfs builds (once) the skeleton lower layer of the host fallback: the
+// hostRootfs builds (once) the skeleton lower layer of the host image: the
 // mount points and the host's root-level symlinks (bin -> usr/bin and the
 // like). The system directories themselves are overlaid by mountRoot.
 func (s *Server) hostRootfs() (rootfs, error) {
@@ -147,7 +216,7 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 			return
 		}
-		s.host = rootfs{Lower: skel, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
+		s.host = rootfs{Lowers: []string{skel}, Host: true, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
 		if !s.cfg.NoIsolation {
 			// The sandbox's root owns what host root owns (an idmapped lower
 			// layer): without the mask it could read /etc/shadow and keys.
@@ -198,7 +267,7 @@ func ImportImage(ctx context.Context, dataDir, name, tarPath string) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
-	if err := extractTar(ctx, tar.NewReader(r), tmp); err != nil {
+	if err := images.ExtractTar(ctx, tar.NewReader(r), tmp); err != nil {
 		return fmt.Errorf("%w: import %s: %w", ErrImage, name, err)
 	}
 	dst := filepath.Join(imagesDir, imageDirName(name))
@@ -211,100 +280,207 @@ func ImportImage(ctx context.Context, dataDir, name, tarPath string) error {
 	return nil
 }
 
-func extractTar(ctx context.Context, tr *tar.Reader, dst string) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rel := filepath.Clean("/" + h.Name)[1:]
-		if rel == "" {
-			continue
-		}
-		if strings.HasPrefix(h.Name, "/") || strings.Contains("/"+h.Name+"/", "/../") {
-			return fmt.Errorf("entry %q escapes the root", h.Name)
-		}
-		target := filepath.Join(dst, rel)
-		if err := noSymlinkParents(dst, rel); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		fm := h.FileInfo().Mode()
-		mode := fm & fs.ModePerm
-		special := fm & (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, mode); err != nil {
-				return err
-			}
-			if err := os.Chmod(target, mode|special); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			_ = os.RemoveAll(target)
-			out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, tr)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			_ = os.RemoveAll(target)
-			if err := os.Symlink(h.Linkname, target); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			lrel := filepath.Clean("/" + h.Linkname)[1:]
-			if strings.Contains("/"+h.Linkname+"/", "/../") {
-				return fmt.Errorf("hard link %q escapes the root", h.Linkname)
-			}
-			_ = os.RemoveAll(target)
-			if err := os.Link(filepath.Join(dst, lrel), target); err != nil {
-				return err
-			}
-		default:
-			continue // devices, fifos: skipped
-		}
-		_ = os.Lchown(target, h.Uid, h.Gid)
-		if h.Typeflag == tar.TypeReg {
-			_ = os.Chmod(target, mode|special)
-		}
+// imageStoreDir is the image store's directory under DataDir/images (a name
+// no imported image has: imageDirName never starts with a dot).
+const imageStoreDir = ".oci"
+
+// openImageStore opens the image store of the server on dataDir.
+func openImageStore(dataDir string, cfg Config) (*images.Store, error) {
+	st, err := images.Open(images.Config{
+		Dir:     filepath.Join(dataDir, "images", imageStoreDir),
+		Mirrors: cfg.RegistryMirrors, Insecure: cfg.InsecureRegistries, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: %w", err)
 	}
+	return st, nil
 }
 
-// noSymlinkParents fails if a directory on the way from root to rel is a
-// symlink, which an entry could otherwise use to write outside root.
-func noSymlinkParents(root, rel string) error {
-	cur := root
-	parts := strings.Split(filepath.Dir(rel), string(filepath.Separator))
-	for _, p := range parts {
-		if p == "." || p == "" {
-			continue
+// localImage reports whether name is an image without a registry and
+// without a config: the host image, one of Config.Images, an imported one.
+func (s *Server) localImage(name string) bool {
+	if name == HostImage {
+		return true
+	}
+	if _, ok := s.cfg.Images[name]; ok {
+		return true
+	}
+	return dirExists(filepath.Join(s.dataDir, "images", imageDirName(name)))
+}
+
+// checkImageName refuses, at create, an image name that is no reference,
+// and a local image (which has no Entrypoint or Cmd) without an entrypoint.
+func (s *Server) checkImageName(name string, hasEntrypoint bool) error {
+	if s.cfg.NoIsolation && name != HostImage {
+		return invalid("INVALID_REQUEST", "image", "image %q: without isolation (NoIsolation) a sandbox runs on the host's own system, image %q only", name, HostImage)
+	}
+	if s.localImage(name) {
+		if !hasEntrypoint {
+			return invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image %q, which has no Entrypoint or Cmd of its own", name)
 		}
-		cur = filepath.Join(cur, p)
-		st, err := os.Lstat(cur)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("entry %q goes through the symlink %q", rel, p)
-		}
+		return nil
+	}
+	if _, err := s.images.Normalize(name); err != nil {
+		return invalid("INVALID_REQUEST", "image", "image %q is not an image reference (or %q, the host's directories): %v", name, HostImage, err)
 	}
 	return nil
+}
+
+// parseImageAuth decodes the create request's image.auth ({username,
+// password}); nil without one.
+func parseImageAuth(spec *ImageSpec) (*images.Auth, error) {
+	if spec == nil {
+		return nil, nil
+	}
+	raw := bytes.TrimSpace(spec.Auth)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var a images.Auth
+	if err := dec.Decode(&a); err != nil || dec.More() {
+		return nil, invalid("INVALID_REQUEST", "image.auth", "image.auth must be {username, password} (%v)", err)
+	}
+	if a.Username == "" && a.Password == "" {
+		return nil, nil
+	}
+	return &a, nil
+}
+
+// sandboxImage resolves the image of the sandbox being started (pulling
+// it, within PullTimeout) and settles its entrypoint: the request's, else
+// the image's Entrypoint and Cmd.
+func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (rootfs, error) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
+	defer cancel()
+	name := rec.imageURI()
+	sb.mu.Lock()
+	auth := sb.auth
+	sb.auth = nil
+	if !s.localImage(name) && sb.rec.Status.State == StatePending {
+		if _, err := s.images.Lookup(name); err != nil {
+			sb.rec.setStatus(StatePending, "provisioning", "pulling image "+name)
+			s.persist(&sb.rec)
+		}
+	}
+	sb.mu.Unlock()
+	fs, err := s.resolveImage(pctx, name, rec.ImageDigest, auth)
+	if err != nil {
+		return rootfs{}, err
+	}
+	if len(rec.Entrypoint) == 0 {
+		cfg := fs.config()
+		rec.Entrypoint = append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
+		if len(rec.Entrypoint) == 0 {
+			return rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
+		}
+	}
+	// From here the record names the image's digest, which GCImages spares;
+	// a GC that ran since the pull may have taken the layers (the image was
+	// removed meanwhile): then resolve it again.
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
+	if fs.Image != nil {
+		for _, l := range fs.Lowers {
+			if !dirExists(l) {
+				if fs, err = s.resolveImage(pctx, rec.imageURI(), fs.Image.Digest, auth); err != nil {
+					return rootfs{}, err
+				}
+				break
+			}
+		}
+		rec.ImageDigest = fs.Image.Digest
+	}
+	sb.mu.Lock()
+	sb.rec.Entrypoint, sb.rec.ImageDigest = rec.Entrypoint, rec.ImageDigest
+	s.persist(&sb.rec)
+	sb.mu.Unlock()
+	return fs, nil
+}
+
+// imageReason is the status reason of a create that failed to get its
+// image.
+func imageReason(err error) string {
+	var ie *images.Error
+	switch {
+	case errors.Is(err, images.ErrNotFound):
+		return ReasonImageNotFound
+	case errors.Is(err, images.ErrUnauthorized):
+		return ReasonImageUnauthorized
+	case errors.As(err, &ie):
+		return ReasonImagePullFailed
+	}
+	return ReasonRuntimeError
+}
+
+// Images returns the server's image store (DataDir/images/.oci), for
+// pulls, listings and removals beside the server.
+func (s *Server) Images() *images.Store { return s.images }
+
+// GCImages removes the layers no image of the store references, but those
+// of live sandboxes (whose image may have been removed since they started).
+func (s *Server) GCImages(ctx context.Context) (images.GCStats, error) {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	var keep []string
+	for _, sb := range s.all() {
+		sb.mu.Lock()
+		if !sb.rec.Status.State.Final() && sb.rec.ImageDigest != "" {
+			keep = append(keep, sb.rec.ImageDigest)
+		}
+		sb.mu.Unlock()
+	}
+	return s.images.GC(ctx, keep)
+}
+
+// OpenImages opens the image store of the data directory dataDir with the
+// registry settings of cfg (RegistryMirrors, InsecureRegistries, Logger),
+// for `sandboxd image pull|ls|rm` beside or without a server. Close it.
+func OpenImages(dataDir string, cfg Config) (*images.Store, error) {
+	return openImageStore(dataDir, cfg.withDefaults())
+}
+
+// GCImages removes the layers no image of dataDir's store references. It
+// takes the data directory's lock: with a server running on it, it fails
+// with ErrDataDirInUse (use Server.GCImages there).
+func GCImages(ctx context.Context, dataDir string, cfg Config) (images.GCStats, error) {
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return images.GCStats{}, err
+	}
+	defer lock.Close()
+	st, err := OpenImages(dataDir, cfg)
+	if err != nil {
+		return images.GCStats{}, err
+	}
+	defer st.Close()
+	return st.GC(ctx, nil)
+}
+
+// ImportedImages lists the names of the images imported into dataDir
+// (ImportImage), by their directory names.
+func ImportedImages(dataDir string) []string {
+	ents, _ := os.ReadDir(filepath.Join(dataDir, "images"))
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// RemoveImage removes the image ref from dataDir: an imported image of that
+// name, else the reference from the store st (its layers go at the next
+// GC). It returns an error wrapping images.ErrNotFound if there is neither.
+func RemoveImage(dataDir string, st *images.Store, ref string) error {
+	dir := filepath.Join(dataDir, "images", imageDirName(ref))
+	if dirExists(dir) {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove image %s: %w", ref, err)
+		}
+		return nil
+	}
+	return st.Remove(ref)
 }

@@ -148,12 +148,17 @@ func TestImages(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "root", "w")); err == nil {
 		t.Error("a sandbox wrote into the image directory")
 	}
-	// An unknown image name falls back to the host's system directories.
-	id := create(t, base, map[string]any{"image": map[string]any{"uri": "python:3.11"}})
-	waitState(t, base, id, sandboxd.StateRunning)
-	u, tok := execdEndpoint(t, base, id, false)
-	if lines, code := run(t, u, tok, "test -x /usr/bin/env && echo host"); code != 0 || strings.Join(lines, "") != "host" {
-		t.Errorf("host fallback: %q exit %d", lines, code)
+	// Any other name is an image to pull, never the host's system: this one
+	// does not exist (Docker Hub answers 401 for it, or is out of reach).
+	id := create(t, base, map[string]any{"image": map[string]any{"uri": "definitely/not-an-image:nope"}})
+	st := waitFailed(t, base, id)
+	switch st.Reason {
+	case sandboxd.ReasonImageNotFound, sandboxd.ReasonImageUnauthorized, sandboxd.ReasonImagePullFailed:
+	default:
+		t.Errorf("unknown image: %s: %s; want an IMAGE_ reason", st.Reason, st.Message)
+	}
+	if !strings.Contains(st.Message, "definitely/not-an-image:nope") {
+		t.Errorf("unknown image: message %q does not name the image", st.Message)
 	}
 }
 

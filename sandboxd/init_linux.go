@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +58,13 @@ type initConfig struct {
 	SandboxDir string   `json:"sandboxDir"`
 	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
-	Token      string   `json:"token"`
+	// WorkingDir is the image's: the entrypoint's cwd and the default cwd of
+	// execd's commands (created if missing, as Docker does).
+	WorkingDir string `json:"workingDir,omitempty"`
+	// User is the image's ("uid", "uid:gid", "name", "name:group"): the
+	// entrypoint and execd's commands run as that user by default.
+	User  string `json:"user,omitempty"`
+	Token string `json:"token"`
 	// Netns: the sandbox has its own network namespace (the server made it,
 	// and serves the egress proxy on 127.0.0.1:ProxyPort there); execd serves
 	// on fdExecdHost.
@@ -82,6 +90,10 @@ type execdConfig struct {
 	Logger *slog.Logger
 	// OOMScoreAdj, when not 0, is the oom_score_adj of every command.
 	OOMScoreAdj int
+	// Cwd, UID and GID are the defaults of commands (the image's WorkingDir
+	// and User).
+	Cwd      string
+	UID, GID *uint32
 }
 
 func init() {
@@ -94,6 +106,8 @@ func init() {
 		os.Exit(runExecdChild())
 	case "userns":
 		os.Exit(runUserns())
+	case "idle":
+		os.Exit(runIdle())
 	default:
 		fmt.Fprintf(os.Stderr, "sandboxd: unknown %s role %q\n", initEnv, os.Getenv(initEnv))
 		os.Exit(2)
@@ -177,6 +191,24 @@ func runInit() int {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
+	workDir := root
+	if cfg.WorkingDir != "" {
+		workDir = filepath.Join(root, cfg.WorkingDir)
+		if err := os.MkdirAll(workDir, 0o755); err != nil {
+			return fail("working directory %s: %v", cfg.WorkingDir, err)
+		}
+	}
+	var cred *syscall.Credential
+	var execdUID, execdGID *uint32
+	if cfg.User != "" {
+		uid, gid, err := imageUser(root, cfg.User)
+		if err != nil {
+			return fail("the image's user: %v", err)
+		}
+		cred = &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: true}
+		execdUID, execdGID = &uid, &gid
+	}
+
 	var ln net.Listener
 	if cfg.Netns {
 		f := os.NewFile(fdExecdHost, "execd-listener")
@@ -223,7 +255,8 @@ func runInit() int {
 	cr.Close()
 	lnf.Close()
 	ln.Close()
-	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated)}); err != nil {
+	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated),
+		Cwd: cfg.WorkingDir, UID: execdUID, GID: execdGID}); err != nil {
 		return fail("configure execd: %v", err)
 	}
 	cw.Close()
@@ -234,9 +267,16 @@ func runInit() int {
 	}
 	entry := exec.Command(cfg.Entrypoint[0], cfg.Entrypoint[1:]...)
 	entry.Env = cfg.Env
-	entry.Dir = root
+	if slices.Equal(cfg.Entrypoint, defaultSnapshotEntrypoint) && entry.Err != nil {
+		// The default entrypoint of a restore, in an image without tail:
+		// this binary does what it does (nothing, until killed).
+		entry = exec.Command("/proc/self/exe")
+		entry.Args = []string{"sandboxd-idle"}
+		entry.Env = append([]string{initEnv + "=idle"}, cfg.Env...)
+	}
+	entry.Dir = workDir
 	entry.Stdin, entry.Stdout, entry.Stderr = devnull, logf, logf
-	entry.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	entry.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	if !cfg.Isolated {
 		entry.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
@@ -301,6 +341,15 @@ func runInit() int {
 	}
 }
 
+// runIdle is the "idle" role, the stand-in for `tail -f /dev/null`: it
+// waits until it is killed.
+func runIdle() int {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+	return 0
+}
+
 func describeWait(ws unix.WaitStatus) string {
 	if ws.Signaled() {
 		return "killed by " + ws.Signal().String()
@@ -314,6 +363,9 @@ type execdChildConfig struct {
 	Root        string   `json:"root"`
 	Env         []string `json:"env"`
 	OOMScoreAdj int      `json:"oomScoreAdj,omitempty"`
+	Cwd         string   `json:"cwd,omitempty"`
+	UID         *uint32  `json:"uid,omitempty"`
+	GID         *uint32  `json:"gid,omitempty"`
 }
 
 func runExecdChild() int {
@@ -336,7 +388,8 @@ func runExecdChild() int {
 		logger.Error("sandboxd execd: no execd implementation linked")
 		return 1
 	}
-	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj})
+	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj,
+		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID})
 	if err != nil {
 		logger.Error("sandboxd execd: start", "err", err)
 		return 1

@@ -17,7 +17,7 @@ func TestLifecycle(t *testing.T) {
 	_, base := startServer(t, sandboxd.Config{})
 	before := time.Now()
 	r := call(t, "POST", base+"/v1/sandboxes", map[string]any{
-		"image":          map[string]any{"uri": "ubuntu:22.04"},
+		"image":          map[string]any{"uri": "host"},
 		"entrypoint":     []string{"tail", "-f", "/dev/null"},
 		"resourceLimits": map[string]string{"cpu": "500m", "memory": "512Mi"},
 		"timeout":        600,
@@ -48,8 +48,8 @@ func TestLifecycle(t *testing.T) {
 	id := created.ID
 
 	sb := waitState(t, base, id, sandboxd.StateRunning)
-	if sb.Image == nil || sb.Image.URI != "ubuntu:22.04" {
-		t.Errorf("image = %+v, want ubuntu:22.04", sb.Image)
+	if sb.Image == nil || sb.Image.URI != "host" {
+		t.Errorf("image = %+v, want host", sb.Image)
 	}
 	if sb.Metadata["project"] != "apollo" || sb.Status.LastTransitionAt == nil {
 		t.Errorf("sandbox = %+v", sb)
@@ -200,7 +200,7 @@ func TestErrors(t *testing.T) {
 	_, base := startServer(t, sandboxd.Config{})
 	valid := func(mod func(m map[string]any)) map[string]any {
 		m := map[string]any{
-			"image":          map[string]any{"uri": "ubuntu:22.04"},
+			"image":          map[string]any{"uri": "host"},
 			"entrypoint":     []string{"tail", "-f", "/dev/null"},
 			"resourceLimits": map[string]string{"cpu": "500m", "memory": "512Mi"},
 		}

@@ -47,15 +47,33 @@ type idmapper struct {
 
 	mu     sync.Mutex
 	userns *os.File // a user namespace with the sandboxes' mapping
-	mounts map[string]string
+	mounts map[string]idmapped
+	seq    int
+}
+
+// idmapped is the idmapped view (path) of a directory, made when the
+// directory was inode ino: a layer removed and pulled again is a new
+// directory at the same path, which gets a new view.
+type idmapped struct {
+	path string
+	ino  uint64
 }
 
 // lower returns the idmapped view of src, making it on first use.
 func (m *idmapper) lower(src string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p, ok := m.mounts[src]; ok {
-		return p, nil
+	var st unix.Stat_t
+	if err := unix.Stat(src, &st); err != nil {
+		return "", fmt.Errorf("lower layer %s: %w", src, err)
+	}
+	if v, ok := m.mounts[src]; ok {
+		if v.ino == st.Ino {
+			return v.path, nil
+		}
+		// Sandboxes still running on the old view keep it (detached).
+		_ = unix.Unmount(v.path, unix.MNT_DETACH)
+		delete(m.mounts, src)
 	}
 	if m.userns == nil {
 		f, err := mappedUserns()
@@ -65,9 +83,10 @@ func (m *idmapper) lower(src string) (string, error) {
 		m.userns = f
 	}
 	if m.mounts == nil {
-		m.mounts = map[string]string{}
+		m.mounts = map[string]idmapped{}
 	}
-	target := filepath.Join(m.dir, strconv.Itoa(len(m.mounts)))
+	m.seq++
+	target := filepath.Join(m.dir, strconv.Itoa(m.seq))
 	if err := os.MkdirAll(target, 0o700); err != nil {
 		return "", err
 	}
@@ -83,7 +102,7 @@ func (m *idmapper) lower(src string) (string, error) {
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return "", fmt.Errorf("move idmapped %s: %w", src, err)
 	}
-	m.mounts[src] = target
+	m.mounts[src] = idmapped{path: target, ino: st.Ino}
 	return target, nil
 }
 
@@ -92,9 +111,9 @@ func (m *idmapper) close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	for _, p := range m.mounts {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+	for _, v := range m.mounts {
+		if err := unix.Unmount(v.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", v.path, err))
 		}
 	}
 	m.mounts = nil
@@ -285,15 +304,20 @@ func attachLoop(f *os.File) (*os.File, error) {
 }
 
 // mountRoot mounts the sandbox's root at merged: an overlay of fs's lower
-// layer (idmapped) under the upper layer in dir/fs/layers, and in the host
-// fallback one overlay per host directory. It returns merged.
+// layers (each idmapped: an image's layers, shared by every sandbox of it)
+// under the upper layer in dir/fs/layers, and for the host image one overlay
+// per host directory. It returns merged.
 func (s *Server) mountRoot(dir, merged string, fs rootfs) (string, error) {
 	d := filepath.Join(dir, diskDir)
-	lower, err := s.idmap.lower(fs.Lower)
-	if err != nil {
-		return "", err
+	lowers := make([]string, len(fs.Lowers))
+	for i, l := range fs.Lowers {
+		m, err := s.idmap.lower(l)
+		if err != nil {
+			return "", err
+		}
+		lowers[i] = m
 	}
-	if err := hostOverlay([]string{lower}, filepath.Join(d, layersDir, "upper"), filepath.Join(d, "work"), merged); err != nil {
+	if err := hostOverlay(lowers, filepath.Join(d, layersDir, "upper"), filepath.Join(d, "work"), merged); err != nil {
 		return "", err
 	}
 	for _, hd := range fs.HostDirs {

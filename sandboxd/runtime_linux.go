@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,17 +62,39 @@ func (p *proc) lastMsg() initMsg {
 }
 
 // baseEnv is the environment of every sandbox process: the defaults, then
-// extra, then the request's env.
-func baseEnv(id string, extra []string, env map[string]string) []string {
-	out := []string{
+// the image's Env, then extra, then the request's env, each overriding what
+// came before it, key by key.
+func baseEnv(id string, image, extra []string, env map[string]string) []string {
+	var out []string
+	at := map[string]int{}
+	set := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[k]; ok {
+			out[i] = kv
+			return
+		}
+		at[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root",
 		"HOSTNAME=" + shortID(id),
 		"LANG=C.UTF-8",
+	} {
+		set(kv)
 	}
-	out = append(out, extra...)
-	for k, v := range env {
-		out = append(out, k+"="+v)
+	for _, kv := range image {
+		if strings.Contains(kv, "=") {
+			set(kv)
+		}
+	}
+	for _, kv := range extra {
+		set(kv)
+	}
+	keys := slices.Sorted(maps.Keys(env))
+	for _, k := range keys {
+		set(k + "=" + env[k])
 	}
 	return out
 }
@@ -229,6 +253,9 @@ func (l *launcher) bundle() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mount the root: %w", err)
 	}
+	if err := l.s.checkInit(merged, l.rec.imageURI()); err != nil {
+		return "", err
+	}
 	sp, err := buildSpec(specInput{
 		ID: l.rec.ID, Root: merged, InitBin: l.s.initBin(), Hostname: shortID(l.rec.ID), Netns: l.netns,
 		Limits: l.rec.Limits, Pids: int64(l.s.cfg.MaxProcesses), ShmBytes: l.s.cfg.ShmSize,
@@ -299,12 +326,15 @@ func (l *launcher) configure() error {
 	if l.p.eg != nil {
 		extraEnv = proxyEnv()
 	}
+	img := l.fs.config()
 	cfg := initConfig{
 		ID:         l.rec.ID,
 		Isolated:   l.p.rt != nil,
 		SandboxDir: l.dir,
 		Entrypoint: l.rec.Entrypoint,
-		Env:        baseEnv(l.rec.ID, extraEnv, l.rec.Env),
+		Env:        baseEnv(l.rec.ID, img.Env, extraEnv, l.rec.Env),
+		WorkingDir: img.WorkingDir,
+		User:       img.User,
 		Token:      l.rec.ExecdToken,
 		Netns:      l.rec.Egress,
 	}
@@ -655,9 +685,20 @@ func (s *Server) prepareRuntime() error {
 			return err
 		}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the sandbox init: %w", err)
+	exe := s.cfg.InitBinary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the sandbox init: %w", err)
+		}
+	}
+	var err error
+	if s.initInterp, s.initLibs, err = elfDeps(exe); err != nil {
+		return err
+	}
+	if s.initInterp != "" {
+		s.log.Warn("sandboxd: the sandbox init is dynamically linked: it runs only in images that have its libraries (the host image does); build sandboxd with CGO_ENABLED=0 or set --init-binary",
+			"init", exe, "interpreter", s.initInterp, "libraries", s.initLibs)
 	}
 	dst := s.initBin()
 	tmp := dst + ".tmp"

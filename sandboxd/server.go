@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/images"
 )
 
 // Server is an OpenSandbox-compatible lifecycle server and the runtime of its
@@ -44,6 +46,15 @@ type Server struct {
 	// volumeRoots are Config.VolumeRoots, resolved.
 	volumeRoots []string
 	volMu       sync.Mutex // creates of managed volumes
+	images      *images.Store
+	// gcMu is held shared by each start from the check that its image's
+	// layers are there to its record naming the digest, exclusively by
+	// GCImages.
+	gcMu sync.RWMutex
+	// initInterp is the ELF interpreter of the init binary ("" if static),
+	// initLibs the libraries it needs.
+	initInterp string
+	initLibs   []string
 
 	// apiPort is the port Start listens on, which egress proxies never dial.
 	apiPort atomic.Int32
@@ -77,6 +88,9 @@ type sandbox struct {
 	proc   *proc
 	cancel context.CancelFunc // cancels a launch in progress
 	ended  time.Time          // when it reached a final state
+	// auth is the create request's image.auth, kept in memory only for
+	// the pull of its launch.
+	auth *images.Auth
 	// changed is closed and replaced at every state change (setStatus).
 	changed chan struct{}
 }
@@ -175,6 +189,10 @@ func New(cfg Config) (*Server, error) {
 	// the data directory is locked): what is mounted there an earlier run left.
 	if err := unmountSandbox(s.runDir); err != nil {
 		s.log.Warn("sandboxd: unmount what an earlier run left", "dir", s.runDir, "err", err)
+	}
+	if s.images, err = openImageStore(s.dataDir, cfg); err != nil {
+		lock.Close()
+		return nil, err
 	}
 	recs, err := s.loadRecords()
 	if err != nil {
@@ -307,6 +325,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	if err := s.images.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.idmap.close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -392,12 +413,19 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		if err != nil {
 			return Sandbox{}, nil, err
 		}
-		rec.SnapshotID, rec.LowerImage = snap.ID, snap.Image
+		rec.SnapshotID, rec.LowerImage, rec.ImageDigest = snap.ID, snap.Image, snap.ImageDigest
 		if len(rec.Entrypoint) == 0 {
 			rec.Entrypoint = append([]string(nil), defaultSnapshotEntrypoint...)
 		}
 	} else {
 		rec.Image = &ImageSpec{URI: req.Image.URI}
+		if err := s.checkImageName(req.Image.URI, len(req.Entrypoint) > 0); err != nil {
+			return Sandbox{}, nil, err
+		}
+	}
+	auth, err := parseImageAuth(req.Image)
+	if err != nil {
+		return Sandbox{}, nil, err
 	}
 	ttl := s.cfg.DefaultTimeout
 	if req.Timeout != nil {
@@ -426,8 +454,10 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		rec.Egress, rec.NetworkPolicy, rec.EgressToken = true, pol, newID()
 		rec.CredentialProxy = req.CredentialProxy != nil && req.CredentialProxy.Enabled
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartTimeout)
-	sb := &sandbox{rec: rec, cancel: cancel}
+	// The image pull is bounded by PullTimeout, the rest of the start by
+	// StartTimeout (see start); cancel ends either.
+	ctx, cancel := context.WithCancel(context.Background())
+	sb := &sandbox{rec: rec, cancel: cancel, auth: auth}
 
 	s.mu.Lock()
 	if s.closed {
@@ -491,11 +521,13 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		failed(ReasonRuntimeError, err)
 		return
 	}
-	fs, err := s.resolveImage(ctx, rec.imageURI())
+	fs, err := s.sandboxImage(ctx, sb, &rec)
 	if err != nil {
-		failed(ReasonRuntimeError, err)
+		failed(imageReason(err), err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	defer cancel()
 	t0 := time.Now()
 	if err := s.prepareDisk(ctx, rec.ID); err != nil {
 		failed(ReasonRuntimeError, err)

@@ -59,8 +59,12 @@ var defaultSnapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
 type snapRecord struct {
 	Snapshot
 	// Image is the image name of the source sandbox's lower layer.
-	Image  string `json:"image"`
-	Layout string `json:"layout"`
+	Image string `json:"image"`
+	// ImageDigest is the manifest digest of that image when it was pulled
+	// from a registry: a sandbox created from the snapshot gets that exact
+	// image, pulled again by digest if its layers are gone.
+	ImageDigest string `json:"imageDigest,omitempty"`
+	Layout      string `json:"layout"`
 	// Seq orders snapshots created in the same millisecond.
 	Seq int64 `json:"seq"`
 }
@@ -186,16 +190,17 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	sb.mu.Lock()
-	st, img := sb.rec.Status.State, sb.rec.imageURI()
+	st, img, digest := sb.rec.Status.State, sb.rec.imageURI(), sb.rec.ImageDigest
 	sb.mu.Unlock()
 	if st != StateRunning {
 		return Snapshot{}, &StateError{SandboxID: sandboxID, Op: "snapshot", State: st}
 	}
 	_, layout := s.captureRoot(sandboxID)
 	r := &snapRecord{
-		Snapshot: Snapshot{ID: "snap-" + newID(), SandboxID: sandboxID, Name: name, CreatedAt: sandboxTime(time.Now())},
-		Image:    img,
-		Layout:   layout,
+		Snapshot:    Snapshot{ID: "snap-" + newID(), SandboxID: sandboxID, Name: name, CreatedAt: sandboxTime(time.Now())},
+		Image:       img,
+		ImageDigest: digest,
+		Layout:      layout,
 	}
 	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
 

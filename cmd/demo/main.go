@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	dbPath := fs.String("db", "./alineo.db", "SQLite ledger file")
-	image := fs.String("image", "ubuntu:22.04", "sandbox image")
+	image := fs.String("image", "host", "sandbox image")
 	noIsolation := fs.Bool("sandboxd-no-isolation", getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1",
 		"DEVELOPMENT ONLY: run the embedded sandboxd's sandboxes as plain host processes, without isolation")
 	if err := fs.Parse(args); err != nil {

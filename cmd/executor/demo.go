@@ -24,7 +24,7 @@ import (
 // so there is time to kill its executor there.
 const demoJob = `{
   "name": "takeover-demo",
-  "image": "ubuntu:22.04",
+  "image": "host",
   "resources": {"cpu": "1", "memory": "256Mi"},
   "env": {"GREETING": "hello"},
   "steps": [

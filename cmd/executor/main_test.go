@@ -46,7 +46,7 @@ func writeSpec(t *testing.T, doc string) string {
 	return p
 }
 
-const helloJob = `{"name":"hello","image":"ubuntu:22.04","steps":[
+const helloJob = `{"name":"hello","image":"host","steps":[
 	{"writeFile":{"path":"/root/j/a.txt","content":"alpha"}},
 	{"exec":{"command":"cat /root/j/a.txt; echo"}},
 	{"exec":{"command":"exit 2","strict":false}}]}`

@@ -168,7 +168,7 @@ func lines(w *worker, s string) []string {
 	return out
 }
 
-const takeoverJob = `{"name":"takeover","image":"ubuntu:22.04","steps":[
+const takeoverJob = `{"name":"takeover","image":"host","steps":[
 	{"exec":{"command":"echo one"}},
 	{"exec":{"command":"echo two > /root/two"}},
 	{"checkpoint":{"tag":"mid"}},
@@ -225,7 +225,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 // repeated.
 func TestSIGTERMDrains(t *testing.T) {
 	f := newFleetEnv(t, 5*time.Second)
-	id := f.submit(t, `{"name":"drain","image":"ubuntu:22.04","steps":[
+	id := f.submit(t, `{"name":"drain","image":"host","steps":[
 		{"exec":{"command":"echo a"}},
 		{"exec":{"command":"sleep 3; echo b"}},
 		{"exec":{"command":"echo c"}},
@@ -272,7 +272,7 @@ func TestSIGTERMDrains(t *testing.T) {
 // start by another worker; the dead attempt's sandbox is fenced first.
 func TestTakeoverWithoutCheckpoint(t *testing.T) {
 	f := newFleetEnv(t, 2*time.Second)
-	id := f.submit(t, `{"name":"restart","image":"ubuntu:22.04","steps":[
+	id := f.submit(t, `{"name":"restart","image":"host","steps":[
 		{"exec":{"command":"echo first"}},
 		{"exec":{"command":"sleep 3; echo second"}},
 		{"exec":{"command":"echo third"}}]}`)

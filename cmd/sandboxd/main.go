@@ -2,8 +2,19 @@
 // of package sandboxd as a daemon.
 //
 //	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key K]
-//	         [--image NAME=DIR|TAR]... [--host-network] [--no-isolation] [--log-level info]
+//	         [--image NAME=DIR|TAR]... [--registry-mirror URL]... [--insecure-registry HOST:PORT]...
+//	         [--init-binary PATH] [--host-network] [--no-isolation] [--log-level info]
+//	sandboxd image pull [--data DIR] [--registry-mirror URL]... [--insecure-registry HOST:PORT]... REF
+//	sandboxd image ls [--data DIR]
+//	sandboxd image rm [--data DIR] NAME|REF...
 //	sandboxd image import [--data DIR] NAME ROOTFS.tar
+//	sandboxd image gc [--data DIR]
+//
+// Image names are registry references (python:3.11, ghcr.io/org/app@sha256:…),
+// pulled on first use into the layer store under --data, or "host": the
+// host's own system directories. Registry credentials come from the Docker
+// config file ($DOCKER_CONFIG or ~/.docker/config.json) and from a create
+// request's image.auth.
 //
 // OPEN_SANDBOX_API_KEY is the default of --api-key.
 package main
@@ -19,6 +30,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd"
@@ -82,6 +94,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	volumeRoots := &listFlag{}
 	fs.Var(volumeRoots, "volume-root", "host directory below which `host` volumes may bind host paths (repeatable); without one, host volumes are refused")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	mirrors, insecure := registryFlags(fs)
+	initBin := fs.String("init-binary", "", "statically linked sandboxd binary bind-mounted into every sandbox as its init and execd (default: this executable, which must then be static to run in images: CGO_ENABLED=0)")
+	pullTimeout := fs.Duration("pull-timeout", 10*time.Minute, "bound of the image pull of a create")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,7 +134,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
-		VolumeRoots: *volumeRoots})
+		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,
+		PullTimeout: *pullTimeout})
 	if err != nil {
 		return err
 	}
@@ -128,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return errors.Join(err, s.Close(context.Background()))
 	}
 	fmt.Fprintf(stdout, "sandboxd listening on %s (data %s)\n", url, s.DataDir())
-	fmt.Fprintf(stdout, "images: %d registered; any other image name runs on the host's own /usr, /etc, /bin, /lib (read-only lower layer)\n", len(images))
+	fmt.Fprintf(stdout, "images: %q is the host's own /usr, /etc, /bin, /lib (read-only); %d registered with --image; any other name is pulled from its registry\n", sandboxd.HostImage, len(images))
 	fmt.Fprintf(stdout, "clients: OPEN_SANDBOX_URL=%s\n", url)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "sandboxd shutting down")
@@ -137,23 +153,94 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return s.Close(cctx)
 }
 
+// registryFlags adds the registry flags to fs.
+func registryFlags(fs *flag.FlagSet) (mirrors, insecure *listFlag) {
+	mirrors, insecure = &listFlag{}, &listFlag{}
+	fs.Var(mirrors, "registry-mirror", "Docker Hub mirror tried before Docker Hub: https://HOST[:PORT] (repeatable)")
+	fs.Var(insecure, "insecure-registry", "registry HOST:PORT spoken to in plain HTTP (repeatable); every other registry is HTTPS only")
+	return mirrors, insecure
+}
+
+const imageUsage = "usage: sandboxd image pull|ls|rm|import|gc [--data DIR] [ARGS]"
+
 func runImage(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "import" {
-		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+	if len(args) == 0 {
+		return errors.New(imageUsage)
 	}
-	fs := flag.NewFlagSet("sandboxd image import", flag.ContinueOnError)
+	cmd := args[0]
+	fs := flag.NewFlagSet("sandboxd image "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	data := fs.String("data", defaultDataDir, "data directory")
+	mirrors, insecure := registryFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+	cfg := sandboxd.Config{RegistryMirrors: *mirrors, InsecureRegistries: *insecure,
+		Logger: slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	switch cmd {
+	case "import":
+		if fs.NArg() != 2 {
+			return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+		}
+		name, tarPath := fs.Arg(0), fs.Arg(1)
+		if err := sandboxd.ImportImage(ctx, *data, name, tarPath); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "imported %s from %s into %s\n", name, tarPath, *data)
+		return nil
+	case "gc":
+		if fs.NArg() != 0 {
+			return errors.New("usage: sandboxd image gc [--data DIR]")
+		}
+		st, err := sandboxd.GCImages(ctx, *data, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %d layers (%d bytes) and %d image records\n", st.Layers, st.Bytes, st.Manifests)
+		return nil
+	case "pull", "ls", "rm":
+	default:
+		return errors.New(imageUsage)
 	}
-	name, tarPath := fs.Arg(0), fs.Arg(1)
-	if err := sandboxd.ImportImage(ctx, *data, name, tarPath); err != nil {
+	st, err := sandboxd.OpenImages(*data, cfg)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "imported %s from %s into %s\n", name, tarPath, *data)
+	defer st.Close()
+	switch cmd {
+	case "pull":
+		if fs.NArg() != 1 {
+			return errors.New("usage: sandboxd image pull [--data DIR] REF")
+		}
+		im, err := st.Pull(ctx, fs.Arg(0), nil)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s (%d layers, %d bytes)\n", im.Name, im.Digest, len(im.Layers), im.Size())
+	case "ls":
+		ims, err := st.List()
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tLAYERS\tSIZE\tPULLED")
+		for _, im := range ims {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", im.Name, im.Digest, len(im.Layers), im.Size(), im.Pulled.Format(time.RFC3339))
+		}
+		for _, name := range sandboxd.ImportedImages(*data) {
+			fmt.Fprintf(tw, "%s\t(imported)\t1\t-\t-\n", name)
+		}
+		return tw.Flush()
+	case "rm":
+		if fs.NArg() == 0 {
+			return errors.New("usage: sandboxd image rm [--data DIR] NAME|REF [NAME|REF]")
+		}
+		for _, ref := range fs.Args() {
+			if err := sandboxd.RemoveImage(*data, st, ref); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "removed %s (its layers go at the next gc)\n", ref)
+		}
+	}
 	return nil
 }

@@ -476,11 +476,102 @@ func (s *Server) shellSpec(script, cwd string, envs map[string]string) (procSpec
 			return procSpec{}, badRequest(CodeInvalidRequestBody, "envs: the value of %s contains a NUL byte", k)
 		}
 	}
-	return procSpec{argv: []string{s.shell, "-c", script}, dir: dir, env: mergeEnv(s.env, envs)}, nil
+	env := mergeEnv(s.env, envs)
+	if s.shell == "" {
+		argv, err := s.noShellArgv(script, env)
+		if err != nil {
+			return procSpec{}, err
+		}
+		return procSpec{argv: argv, dir: dir, env: env}, nil
+	}
+	return procSpec{argv: []string{s.shell, "-c", script}, dir: dir, env: env}, nil
 }
 
-// workDir resolves a command cwd under Root; "" is Root itself.
+// noShellArgv is the argv of script in a root without a shell: its words,
+// the first looked up in PATH, if it needs no shell (no pipes, redirections,
+// expansions, globs, variable assignments or separators).
+func (s *Server) noShellArgv(script string, env []string) ([]string, error) {
+	argv, ok := splitWords(script)
+	if !ok || len(argv) == 0 {
+		return nil, badRequest(CodeInvalidRequestBody, "this sandbox has no shell (no /bin/sh in its image): only a plain command with arguments runs, and %q needs a shell", script)
+	}
+	if !strings.Contains(argv[0], "/") {
+		p, err := lookPath(argv[0], envValue(env, "PATH"))
+		if err != nil {
+			return nil, badRequest(CodeInvalidRequestBody, "%s: command not found in PATH (this sandbox has no shell)", argv[0])
+		}
+		argv[0] = p
+	}
+	return argv, nil
+}
+
+// splitWords splits a command line into words as a shell would, with
+// single and double quotes and backslash escapes, and reports false if it
+// uses anything else of the shell's syntax.
+func splitWords(script string) ([]string, bool) {
+	var words []string
+	var cur strings.Builder
+	in := false // inside a word
+	for i := 0; i < len(script); i++ {
+		c := script[i]
+		switch {
+		case c == ' ' || c == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		case c == '\'':
+			j := strings.IndexByte(script[i+1:], '\'')
+			if j < 0 {
+				return nil, false
+			}
+			cur.WriteString(script[i+1 : i+1+j])
+			i += j + 1
+			in = true
+		case c == '"':
+			i++
+			for ; i < len(script) && script[i] != '"'; i++ {
+				if strings.IndexByte("$`", script[i]) >= 0 {
+					return nil, false
+				}
+				if script[i] == '\\' && i+1 < len(script) && strings.IndexByte("\"\\", script[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(script[i])
+			}
+			if i >= len(script) {
+				return nil, false
+			}
+			in = true
+		case c == '\\':
+			if i+1 >= len(script) || script[i+1] == '\n' {
+				return nil, false
+			}
+			i++
+			cur.WriteByte(script[i])
+			in = true
+		case strings.IndexByte("|&;<>()$`*?[]{}~#!\n\r", c) >= 0:
+			return nil, false
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	if len(words) > 0 && strings.Contains(words[0], "=") {
+		return nil, false // a variable assignment
+	}
+	return words, true
+}
+
+// workDir resolves a command cwd under Root; "" is Config.Cwd, or Root.
 func (s *Server) workDir(cwd string) (string, error) {
+	if cwd == "" {
+		cwd = s.cfg.Cwd
+	}
 	if cwd == "" {
 		return s.root, nil
 	}
@@ -500,7 +591,15 @@ func (s *Server) credentials(uid, gid *int64) (*uint32, *uint32, error) {
 		if gid != nil {
 			return nil, nil, badRequest(CodeInvalidRequestBody, "gid requires uid")
 		}
-		return nil, nil, nil
+		if s.cfg.UID == nil {
+			return nil, nil, nil
+		}
+		u := int64(*s.cfg.UID)
+		uid = &u
+		if s.cfg.GID != nil {
+			g := int64(*s.cfg.GID)
+			gid = &g
+		}
 	}
 	if *uid < 0 || *uid > 1<<32-2 {
 		return nil, nil, badRequest(CodeInvalidRequestBody, "uid %d out of range", *uid)

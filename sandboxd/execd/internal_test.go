@@ -215,3 +215,54 @@ func FuzzSplitForWire(f *testing.F) {
 		}
 	})
 }
+
+func TestSplitWords(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{"/app/hello a b", []string{"/app/hello", "a", "b"}, true},
+		{`hello 'a b' "c d" e\ f --x=y`, []string{"hello", "a b", "c d", "e f", "--x=y"}, true},
+		{`echo "a\"b"`, []string{"echo", `a"b`}, true},
+		{"  ", nil, true},
+		{"a | b", nil, false},
+		{"echo $HOME", nil, false},
+		{`echo "$HOME"`, nil, false},
+		{"ls *.txt", nil, false},
+		{"A=1 cmd", nil, false},
+		{"a; b", nil, false},
+		{"a > f", nil, false},
+		{"echo 'open", nil, false},
+	} {
+		got, ok := splitWords(tt.in)
+		if ok != tt.ok || strings.Join(got, "\x00") != strings.Join(tt.want, "\x00") {
+			t.Errorf("splitWords(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func FuzzSplitWords(f *testing.F) {
+	for _, s := range []string{"/app/hello a b", `a 'b c' "d\"e" f\ g`, "a | b", `"`, `\`, "x=1 y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		words, ok := splitWords(s)
+		if !ok {
+			return
+		}
+		// Accepted words never carry what only a shell would interpret
+		// unquoted, and requoting them splits back to the same words.
+		var b strings.Builder
+		for i, w := range words {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(shellQuote(w))
+		}
+		again, ok := splitWords(b.String())
+		if !ok || strings.Join(again, "\x00") != strings.Join(words, "\x00") {
+			t.Fatalf("splitWords(%q) = %q; requoted %q splits to %q, %v", s, words, b.String(), again, ok)
+		}
+	})
+}

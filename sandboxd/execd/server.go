@@ -53,6 +53,12 @@ type Config struct {
 	// started, so that at a memory limit the OOM killer takes a command, not
 	// execd.
 	OOMScoreAdj int
+	// Cwd is the cwd of commands and sessions that give none (a path under
+	// Root, e.g. an image's WorkingDir); "" is Root itself.
+	Cwd string
+	// UID and GID, when UID is set, are the credentials of commands that give
+	// no uid (an image's User); GID nil means UID's primary group.
+	UID, GID *uint32
 }
 
 // Server is the execd HTTP API. It is safe for concurrent use. After Close every request is
@@ -129,6 +135,10 @@ func New(cfg Config) (*Server, error) {
 		shell = "/bin/sh"
 		if p, err := lookPath("bash", envValue(env, "PATH")); err == nil {
 			shell = p
+		} else if _, err := os.Stat(filepath.Join(root, "bin", "sh")); err != nil {
+			// An image without a shell: commands that need none still run
+			// (see shellSpec).
+			shell = ""
 		}
 	}
 	tmp, err := makeTempDir()

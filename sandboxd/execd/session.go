@@ -33,6 +33,9 @@ func (ss *session) current() *command {
 }
 
 func (s *Server) newSession(language, cwd string) (*session, error) {
+	if s.shell == "" {
+		return nil, badRequest(CodeInvalidRequestBody, "this sandbox has no shell (no /bin/sh in its image): sessions and shell code contexts need one")
+	}
 	dir, err := s.workDir(cwd)
 	if err != nil {
 		return nil, err
