@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -103,22 +104,22 @@ func killCgroup(parent, id string) {
 		}
 	}
 	for _, d := range dirs {
-		for range 100 {
+		// A group goes once its last task is gone; a task just killed (or
+		// still exiting) makes rmdir fail with EBUSY for a moment.
+		for range 500 {
 			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			if err != nil {
-				break
+				break // no such group (any more)
 			}
-			pids := strings.Fields(string(b))
-			if len(pids) == 0 {
-				break
-			}
-			for _, p := range pids {
+			for _, p := range strings.Fields(string(b)) {
 				if pid, err := strconv.Atoi(p); err == nil {
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
 			}
-			time.Sleep(2 * time.Millisecond)
+			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(4 * time.Millisecond)
 		}
-		_ = os.Remove(d)
 	}
 }
