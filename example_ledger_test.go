@@ -233,7 +233,7 @@ func Example_customLedger() {
 		log.Fatal(err)
 	}
 
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "build"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "build"})
 	if err != nil {
 		log.Fatal(err)
 	}

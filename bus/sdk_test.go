@@ -130,7 +130,7 @@ func TestSDKOnTheBusWithoutReadModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "ubuntu:22.04", Name: "bare"})
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "bare"})
 	if err != nil {
 		t.Fatalf("Sandbox: %v", err)
 	}

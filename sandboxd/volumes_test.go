@@ -88,7 +88,7 @@ func TestVolumes(t *testing.T) {
 		{map[string]any{"name": "m", "mountPath": "/m", "host": map[string]any{"path": filepath.Join(root, "escape")}}, "VOLUME::HOST_PATH_NOT_ALLOWED"},
 		{map[string]any{"name": "m", "mountPath": "/m", "nfs": map[string]any{}}, "VOLUME::UNSUPPORTED_BACKEND"},
 	} {
-		r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "ubuntu:22.04"},
+		r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "host"},
 			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": []any{c.vol}})
 		wantStatus(t, r, http.StatusBadRequest)
 		wantCode(t, r, c.code)
