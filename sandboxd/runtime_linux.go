@@ -576,7 +576,23 @@ func (s *Server) freeze(ctx context.Context, p *proc) error {
 	p.frozen = true
 	p.mu.Unlock()
 	if p.rt != nil {
-		return p.rt.pause(ctx, p.id)
+		// runc gives up ("unable to freeze") when the cgroup freezer does not
+		// settle in time, which a loaded machine makes happen; it thaws back
+		// then, so trying again is safe.
+		var err error
+		for wait := 20 * time.Millisecond; ; wait *= 2 {
+			if err = p.rt.pause(ctx, p.id); err == nil {
+				return nil
+			}
+			if wait > time.Second {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(wait):
+			}
+		}
 	}
 	// A second pass stops children forked while the first one ran.
 	if err := signalTree(p.pid(), syscall.SIGSTOP); err != nil {
