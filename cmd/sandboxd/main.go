@@ -21,17 +21,24 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "sandboxd:", err)
-		os.Exit(1)
-	}
+	usage.Exit("sandboxd", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
+
+const help = `usage: sandboxd [flags]
+       sandboxd COMMAND ...
+
+Runs the OpenSandbox-compatible sandbox server until SIGTERM.
+
+commands:
+  image import NAME ROOTFS.tar   register a root filesystem tarball as an image
+  help      print this help`
 
 // listFlag collects a repeated flag's values.
 type listFlag []string
@@ -63,8 +70,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 && args[0] == "image" {
 		return runImage(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "help" {
+		return usage.Help(stdout, help)
+	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	listen := fs.String("listen", "127.0.0.1:8080", "TCP address of the lifecycle API")
 	data := fs.String("data", defaultDataDir, "data directory: records, images, sandbox layers")
 	apiKey := fs.String("api-key", getenv("OPEN_SANDBOX_API_KEY"), "API key required in OPEN-SANDBOX-API-KEY (env OPEN_SANDBOX_API_KEY); empty = no auth")
@@ -79,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	allowHosts := &listFlag{}
 	fs.Var(allowHosts, "allow-host", "open IP:PORT (or localhost:PORT) of this host to sandboxes whose policy allows it (repeatable); every other address of this host is closed to every sandbox")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
+	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
 	}
 	quotaBytes, err := sandboxd.ParseSize(*quota)
@@ -94,7 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("--shm-size: want a size such as 64MiB, got %q", *shm)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -128,16 +137,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "import" {
-		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+		return usage.Errorf("", "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
 	}
 	fs := flag.NewFlagSet("sandboxd image import", flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	data := fs.String("data", defaultDataDir, "data directory")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := usage.Parse(fs, args[1:], "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar", stdout); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
-		return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+		return usage.Errorf("", "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
 	}
 	name, tarPath := fs.Arg(0), fs.Arg(1)
 	if err := sandboxd.ImportImage(ctx, *data, name, tarPath); err != nil {
