@@ -45,7 +45,7 @@ type Worker struct {
 	DrainTimeout time.Duration
 	// Progress receives every step event, with the job's id. Nil discards them.
 	Progress func(jobID string, ev Event)
-	// Output receives live exec stdout. Nil discards it.
+	// Output receives live exec stdout and stderr. Nil discards them.
 	Output io.Writer
 	// Logger, default discard.
 	Logger *slog.Logger
