@@ -72,3 +72,24 @@ func TestOutputAlias(t *testing.T) {
 		t.Errorf("run prints the output by default: output %v, %v", c.output, err)
 	}
 }
+
+func TestWaitEnterAndReopen(t *testing.T) {
+	done := make(chan struct{})
+	go func() { waitEnter(context.Background(), strings.NewReader("x\n")); close(done) }()
+	<-done
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	waitEnter(ctx, blockingReader{}) // returns on ctx
+	c := &config{natsDir: "d/nats", sqlite: "d/alineo.db"}
+	if got, want := reopenCommand(c), "go run ./cmd/api --nats-dir d/nats --sqlite d/alineo.db"; got != want {
+		t.Errorf("reopen = %q, want %q", got, want)
+	}
+	c = &config{nats: "nats://h:4222", postgres: "postgres://x"}
+	if got, want := reopenCommand(c), "go run ./cmd/api --nats nats://h:4222 --postgres 'postgres://x'"; got != want {
+		t.Errorf("reopen = %q, want %q", got, want)
+	}
+}
+
+type blockingReader struct{}
+
+func (blockingReader) Read([]byte) (int, error) { select {} }

@@ -76,7 +76,7 @@ type config struct {
 	output, project                                                bool
 	deprecatedOutput                                               bool // --output was used
 	format                                                         string
-	apiListen                                                      string
+	apiListen, demoDir                                             string
 	hold                                                           time.Duration
 }
 
@@ -137,6 +137,7 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 	}
 	if name == "demo" {
 		fs.StringVar(&c.apiListen, "api", "127.0.0.1:0", "address of the demo's API and dashboard")
+		fs.StringVar(&c.demoDir, "dir", "./.alineo/demo", "where the demo keeps its NATS store and read model (emptied first), so the dashboard can be reopened on them")
 		fs.DurationVar(&c.hold, "hold", 0, "keep the API and dashboard up this long after the demo (default: until Enter or Ctrl-C on a terminal, not at all otherwise)")
 	}
 	return fs, c

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -367,15 +370,46 @@ func TestDemo(t *testing.T) {
 		cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(append([]string{"work"}, args...), "\x1f"))
 		return cmd
 	}
-	t.Cleanup(func() { workerCommand = prev })
+	// On a terminal the dashboard stays up until Enter.
+	prevInteractive, prevStdin := interactive, stdin
+	enterR, enterW := io.Pipe()
+	interactive, stdin = func() bool { return true }, enterR
+	t.Cleanup(func() { workerCommand, interactive, stdin = prev, prevInteractive, prevStdin })
 	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
 	out := &syncBuffer{}
-	err := run(context.Background(), []string{"demo"}, func(k string) string { return env[k] }, out)
+	dir := t.TempDir()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(context.Background(), []string{"demo", "--dir", dir}, func(k string) string { return env[k] }, out)
+	}()
+	var dashboard string
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		m := regexp.MustCompile(`dashboard: (http://\S+/) `).FindStringSubmatch(out.String())
+		if m == nil || !strings.Contains(out.String(), "press Enter") {
+			select {
+			case err := <-errc:
+				t.Fatalf("demo ended before holding the dashboard: %v\n%s", err, out)
+			default:
+			}
+			return fmt.Errorf("dashboard not held yet")
+		}
+		dashboard = m[1]
+		return nil
+	})
+	resp, err := http.Get(dashboard)
 	if err != nil {
+		t.Fatalf("dashboard while held: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("dashboard while held: %d", resp.StatusCode)
+	}
+	fmt.Fprintln(enterW, "")
+	if err := <-errc; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"SIGKILL executor-A", "succeeded on attempt 2 by executor-B", "replayed", "dashboard: http://",
-		`"sh /root/job/build.sh"`} {
+	for _, want := range []string{"SIGKILL executor-A", "succeeded on attempt 2 by executor-B", "replayed",
+		`"sh /root/job/build.sh"`, "go run ./cmd/api --nats-dir " + filepath.Join(dir, "nats") + " --sqlite " + filepath.Join(dir, "alineo.db")} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
 		}
