@@ -35,6 +35,13 @@
 // bad job spec), with 400 for bad input, 401, 404 for unknown ids, 503 when a
 // dependency (the store, the bus) fails.
 //
+// # Client
+//
+// Client (NewClient) is a Go client of the read routes, the jobs routes and
+// the live stream (Client.Stream reconnects and resumes with Last-Event-ID);
+// cmd/alineo is built on it. Package apitest runs a real Server for tests of
+// clients.
+//
 // This package imports events, adapters, bus and jobs; never a database
 // driver, sandboxd or cmd.
 package api
