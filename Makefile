@@ -51,6 +51,9 @@ bench: deps
 
 # The SDK tour (a sandbox, a streamed command, a file, the ledger), then the fleet:
 # a job with a checkpoint, its executor killed mid-job, a second one taking over.
+# On a terminal the dashboard stays up until Enter or Ctrl-C; without one (CI)
+# the demo exits and prints the command that reopens the dashboard on its data
+# (kept under ./.alineo/demo).
 demo: deps
 	$(GO) run ./cmd/demo
 	$(GO) run ./cmd/executor demo

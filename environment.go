@@ -207,6 +207,23 @@ func (s Environments) List(ctx context.Context) ([]EnvironmentRecord, error) {
 	return rm.ListEnvironments(ctx)
 }
 
+// Get returns the named environment's record. Errors: one wrapping
+// ErrNotFound when there is none (never built, or deleted).
+func (s Environments) Get(ctx context.Context, name string) (*EnvironmentRecord, error) {
+	rm, err := s.c.readModel(ctx, "environment "+quote(name))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := rm.GetEnvironment(ctx, name)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("alineo: environment %s: %w", quote(name), err)
+	case rec == nil:
+		return nil, fmt.Errorf("alineo: environment %s: %w", quote(name), ErrNotFound)
+	}
+	return rec, nil
+}
+
 // Delete removes the named record (not its snapshot); an unknown name is a no-op.
 func (s Environments) Delete(ctx context.Context, name string) error {
 	rm, err := s.c.readModel(ctx, "delete environment "+quote(name))

@@ -10,6 +10,11 @@ import (
 )
 
 var (
+	// ErrNotFound matches (errors.Is) every error of an unknown session,
+	// sandbox, snapshot, checkpoint or environment: the *ClientError with
+	// Status 404 of Resume, Connect, RestoreSnapshot and the rest, and
+	// Environments.Get's.
+	ErrNotFound = errors.New("alineo: not found")
 	// ErrClosed is returned by every operation on a Sandbox after Close.
 	ErrClosed = errors.New("alineo: sandbox closed")
 	// ErrPaused is returned by command and file operations on a paused Sandbox.
@@ -127,7 +132,7 @@ func (e *ExecConnectionError) Error() string {
 func (e *ExecConnectionError) Unwrap() error { return e.Err }
 
 // ClientError is the TypeScript SDK's SandboxClientError: a client-level call failed with an
-// HTTP-like status. 404: the session or sandbox is unknown; 408: the sandbox did
+// HTTP-like status. 404: the session or sandbox is unknown (errors.Is(err, ErrNotFound)); 408: the sandbox did
 // not reach Running in time; 409: the sandbox is in the wrong state; 500: the
 // sandbox failed (Failed or Terminated while waiting).
 type ClientError struct {
@@ -152,6 +157,11 @@ func (e *ClientError) Error() string {
 }
 
 func (e *ClientError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrNotFound and e's Status is 404.
+func (e *ClientError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
 
 // APIError is a non-2xx answer of the OpenSandbox server (lifecycle or execd),
 // as returned by the opensandbox client; errors of this package that come from

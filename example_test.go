@@ -584,3 +584,34 @@ func ExampleSandboxes_Events() {
 	// 1 exec.completed
 	// -1 sandbox.closed
 }
+
+// Pipe with a second writer streams stderr too: a failing "make test"
+// shows why it failed.
+func ExampleExec_Pipe_stderr() {
+	ctx := context.Background()
+	sb := newSandbox(ctx, newClient())
+	defer sb.Close(ctx)
+	err := sb.Exec(ctx, "echo building; sleep 0.2; echo 'no rule to make target test' >&2; exit 2").Pipe(os.Stdout, os.Stdout)
+	var ce *alineo.CommandError
+	if errors.As(err, &ce) {
+		fmt.Println("exit", ce.ExitCode)
+	}
+	// Output:
+	// building
+	// no rule to make target test
+	// exit 2
+}
+
+// ErrNotFound matches every unknown session, sandbox, snapshot or
+// environment.
+func ExampleErrNotFound() {
+	ctx := context.Background()
+	client := newClient()
+	_, err := client.Resume(ctx, "no-such-sandbox", alineo.ResumeOptions{})
+	fmt.Println(errors.Is(err, alineo.ErrNotFound))
+	_, err = client.Environments().Get(ctx, "no-such-environment")
+	fmt.Println(errors.Is(err, alineo.ErrNotFound))
+	// Output:
+	// true
+	// true
+}

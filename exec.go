@@ -24,7 +24,7 @@ type ExecResult struct {
 // whether or not anyone reads it; every output chunk is in the ledger before any
 // reader sees it. It can be read in three shapes, any number of times and by
 // several goroutines at once, each reader from the first chunk: Wait for the whole
-// result, Pipe to stream stdout into a writer, Stdout and Stderr to range over
+// result, Pipe to stream stdout (and stderr) to writers, Stdout and Stderr to range over
 // chunks.
 //
 // The error every shape ends with is the exec's error: nil on success;
@@ -95,21 +95,35 @@ func (e *Exec) ExitCode() int {
 }
 
 // Pipe writes the command's stdout to w, chunk by chunk as it is recorded, and
-// returns when the command ends, with the exec's error, or with w's first write
-// error (the command then keeps running and is still recorded).
-func (e *Exec) Pipe(w io.Writer) error {
+// returns when the command ends, with the exec's error, or with the first
+// write error (the command then keeps running and is still recorded). Its
+// stderr is dropped unless stderr writers are given: Pipe(os.Stdout,
+// os.Stderr) streams both, and Pipe(w, w) interleaves them in w in the order
+// they were recorded. Several stderr writers all receive it.
+func (e *Exec) Pipe(w io.Writer, stderr ...io.Writer) error {
+	var errw io.Writer
+	switch len(stderr) {
+	case 0:
+	case 1:
+		errw = stderr[0]
+	default:
+		errw = io.MultiWriter(stderr...)
+	}
 	var werr error
 	err := e.out.each(func(c chunk) bool {
+		dst := w
 		if c.stream != events.Stdout {
-			return true
+			if dst = errw; dst == nil {
+				return true
+			}
 		}
-		if _, werr = w.Write(c.data); werr != nil {
+		if _, werr = dst.Write(c.data); werr != nil {
 			return false
 		}
 		return true
 	})
 	if werr != nil {
-		return fmt.Errorf("pipe exec %d output: %w", e.step, werr)
+		return fmt.Errorf("alineo: pipe exec %d output: %w", e.step, werr)
 	}
 	return err
 }

@@ -11,8 +11,14 @@
 // without either the answer is 401 with a JSON error. The dashboard uses the
 // cookie, which GET /login?token=<token> sets (HttpOnly, SameSite=Strict)
 // before redirecting to the dashboard; EventSource then sends it with the live
-// tail's request. /healthz and /metrics are open (scrapers and probes carry no
-// token). With no Token everything is open.
+// tail's request. The cookie authorizes reads only: a write (POST, DELETE)
+// needs the Authorization header (401 without it), a body of Content-Type
+// application/json (415 otherwise) and, when the request has an Origin
+// header, this server's own origin (403 otherwise), so a page of another
+// origin (another port of 127.0.0.1, as sandboxd's proxy serves sandboxes'
+// pages) cannot make a signed-in browser write. /healthz and /metrics are
+// open (scrapers and probes carry no token). With no Token everything is
+// open but for the JSON and Origin checks of writes.
 //
 // # Live stream
 //
@@ -28,6 +34,13 @@
 // Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a
 // bad job spec), with 400 for bad input, 401, 404 for unknown ids, 503 when a
 // dependency (the store, the bus) fails.
+//
+// # Client
+//
+// Client (NewClient) is a Go client of the read routes, the jobs routes and
+// the live stream (Client.Stream reconnects and resumes with Last-Event-ID);
+// cmd/alineo is built on it. Package apitest runs a real Server for tests of
+// clients.
 //
 // This package imports events, adapters, bus and jobs; never a database
 // driver, sandboxd or cmd.

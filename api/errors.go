@@ -25,7 +25,10 @@ const (
 	CodeBadRequest   = "bad_request"
 	CodeInvalidSpec  = "invalid_spec"
 	CodeUnauthorized = "unauthorized"
-	CodeNotFound     = "not_found"
-	CodeUnavailable  = "unavailable"
-	CodeInternal     = "internal"
+	CodeForbidden    = "forbidden"
+	// CodeUnsupportedMedia answers a write whose body is not application/json.
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeNotFound         = "not_found"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
 )

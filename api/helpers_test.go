@@ -136,6 +136,9 @@ func (e *env) do(method, path, tok string, body io.Reader, v any) *http.Response
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -71,3 +71,28 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, st)
 	}
 }
+
+// JobList is the answer of GET /v1/jobs.
+type JobList struct {
+	Jobs []jobs.Status `json:"jobs"`
+}
+
+// listJobs lists the jobs' statuses, the most recently submitted first
+// (limit=N, default 100).
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := s.queue(w)
+	if q == nil {
+		return
+	}
+	limit, e := intParam(r, "limit", DefaultPageSize, MaxPageSize)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sts, err := q.List(r.Context(), int(limit))
+	if err != nil {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, JobList{Jobs: sts})
+}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +126,9 @@ func (s *Server) routes() {
 		route := pattern
 		s.mux.Handle(pattern, s.instrument(route, s.requireToken(h)))
 	}
+	write := func(pattern string, h http.HandlerFunc) {
+		s.mux.Handle(pattern, s.instrument(pattern, s.requireWrite(h)))
+	}
 	open := func(pattern string, h http.Handler) {
 		s.mux.Handle(pattern, s.instrument(pattern, h))
 	}
@@ -133,11 +138,12 @@ func (s *Server) routes() {
 
 	api("GET /v1/sandboxes", s.listSandboxes)
 	api("GET /v1/sandboxes/{name}/{id}", s.getSandbox)
-	api("DELETE /v1/sandboxes/{name}/{id}", s.deleteSandbox)
+	write("DELETE /v1/sandboxes/{name}/{id}", s.deleteSandbox)
 	api("GET /v1/sandboxes/{name}/{id}/events", s.sandboxEvents)
 	api("GET /v1/sandboxes/{name}/{id}/checkpoints", s.sandboxCheckpoints)
 	api("GET /v1/environments", s.environments)
-	api("POST /v1/jobs", s.submitJob)
+	write("POST /v1/jobs", s.submitJob)
+	api("GET /v1/jobs", s.listJobs)
 	api("GET /v1/jobs/{id}", s.getJob)
 	api("GET /v1/events/stream", s.stream)
 	// Anything else under /v1 is a JSON 404 (after auth, so it reveals nothing).
@@ -170,9 +176,8 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.cfg.Token == "" {
 		return true
 	}
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, tok, ok := strings.Cut(h, " ")
-		return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
+	if r.Header.Get("Authorization") != "" {
+		return s.bearerOK(r)
 	}
 	if c, err := r.Cookie(TokenCookie); err == nil {
 		return s.tokenOK(c.Value)
@@ -194,6 +199,59 @@ func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// requireWrite guards the routes that change something (POST, DELETE)
+// against cross-site requests: a page of another origin (a sandbox's page
+// served through sandboxd's proxy on another port of 127.0.0.1 is one, yet
+// SameSite treats it as the same site) can make the browser send the cookie
+// with a form, but neither an Authorization header nor a JSON body without
+// a CORS preflight, which the API never grants. So: an Origin header, when
+// sent, must be this server's (403); with a Token, the bearer header is
+// required, the cookie authorizes reads only (401); a body must be
+// application/json (415).
+func (s *Server) requireWrite(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) {
+			writeError(w, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
+				Message: "cross-origin write refused (Origin " + o + ")"})
+			return
+		}
+		if s.cfg.Token != "" && !s.bearerOK(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="alineo"`)
+			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+				Message: "writes need the bearer token (Authorization: Bearer <ALINEO_API_TOKEN>); the cookie authorizes reads only"})
+			return
+		}
+		if r.Method == http.MethodPost || r.ContentLength > 0 {
+			mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+			if err != nil || mt != "application/json" {
+				writeError(w, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+					Message: "the body must be Content-Type: application/json, got " + strconv.Quote(r.Header.Get("Content-Type"))})
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// bearerOK reports whether r carries the token in its Authorization header.
+func (s *Server) bearerOK(r *http.Request) bool {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
+}
+
+// sameOrigin reports whether origin is the origin r was sent to.
+func sameOrigin(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false // "null" (sandboxed frames, file:) included
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(u.Host, r.Host)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -102,6 +102,22 @@ type CheckpointCreatedPayload struct {
 	Name       string `json:"name,omitempty"`
 }
 
+// SandboxClosedPayload is the payload of sandbox.closed when someone other
+// than the sandbox's handle ends it; a handle's own Close writes none. Reason
+// says why ("taken over", "job failed"), By names the new owner (a worker
+// id), Job the job whose sandbox it was.
+type SandboxClosedPayload struct {
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+	Job    string `json:"job,omitempty"`
+}
+
+// Reasons of SandboxClosedPayload.
+const (
+	ClosedTakenOver = "taken over"
+	ClosedJobFailed = "job failed"
+)
+
 // EgressAction is allow or deny.
 type EgressAction string
 

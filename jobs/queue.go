@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -275,4 +276,38 @@ func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		FilterSubject: q.cfg.Subject,
 		MaxAckPending: 1024,
 	})
+}
+
+// List returns the statuses of the jobs in the status bucket, the most
+// recently submitted first; at most limit of them when limit > 0. A status
+// that cannot be read or decoded is skipped.
+func (q *Queue) List(ctx context.Context, limit int) ([]Status, error) {
+	keys, err := q.kv.Keys(ctx, jetstream.IgnoreDeletes())
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return []Status{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	out := make([]Status, 0, len(keys))
+	for _, k := range keys {
+		st, _, err := q.get(ctx, k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].SubmittedAt != out[j].SubmittedAt {
+			return out[i].SubmittedAt > out[j].SubmittedAt
+		}
+		return out[i].ID < out[j].ID
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }

@@ -82,7 +82,8 @@ type Runner struct {
 	// checkpoint (unless the step just done was one), reports it through
 	// OnCheckpoint and returns ErrDrained.
 	Drain <-chan struct{}
-	// Output receives each live exec's stdout as it is recorded. Nil discards it.
+	// Output receives each live exec's stdout and stderr as they are
+	// recorded, interleaved. Nil discards them.
 	Output io.Writer
 }
 
@@ -135,7 +136,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 			Resources: alineo.Resources{CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, GPU: spec.Resources.GPU},
 		})
 		if err != nil {
-			return res, fmt.Errorf("create sandbox: %w", err)
+			return res, err // the SDK's error names the operation
 		}
 	}
 	res.SandboxID, res.Name = sb.ID(), sb.Name()
@@ -269,7 +270,7 @@ func (r *Runner) exec(ctx context.Context, sb *alineo.Sandbox, st Step, out io.W
 	} else {
 		x = sb.ExecCode(ctx, st.ExecCode.Code, alineo.CodeOptions{Language: st.ExecCode.Language, Strict: st.ExecCode.Strict})
 	}
-	if err := x.Pipe(out); err != nil {
+	if err := x.Pipe(out, out); err != nil {
 		return x.ExitCode(), err
 	}
 	res, err := x.Wait()

@@ -16,11 +16,17 @@ import (
 
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
 )
 
-// Fencer fences the previous writer of a sandbox's ledger: bus.Ledger.
+// Fencer is the ledger a Worker takes a dead attempt's sandbox over with
+// (bus.Ledger): Takeover fences the sandbox's previous writer (its later
+// appends fail with adapters.ErrFenced), ReadAll reads its session and
+// AppendBatch, returning once acknowledged, records the session's end.
 type Fencer interface {
 	Takeover(ctx context.Context, sandboxID string) (uint64, error)
+	ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error)
+	AppendBatch(ctx context.Context, es []events.Entry) error
 }
 
 // Worker pulls jobs from a Queue and runs them. Queue and Client are required;
@@ -29,7 +35,9 @@ type Worker struct {
 	Queue  *Queue
 	Client *alineo.Client
 	// Ledger, when set, fences the sandbox of a job's previous attempt before
-	// the job is taken over (the bus ledger the Client writes to).
+	// the job is taken over and records its end (sandbox.closed, reason
+	// "taken over", by this worker): the bus ledger the Client writes to.
+	// A job that fails for good has its sandboxes' ends recorded too.
 	Ledger Fencer
 	// Resume restores a checkpointed session. Default ClientResume(Client).
 	Resume ResumeFunc
@@ -45,7 +53,7 @@ type Worker struct {
 	DrainTimeout time.Duration
 	// Progress receives every step event, with the job's id. Nil discards them.
 	Progress func(jobID string, ev Event)
-	// Output receives live exec stdout. Nil discards it.
+	// Output receives live exec stdout and stderr. Nil discards them.
 	Output io.Writer
 	// Logger, default discard.
 	Logger *slog.Logger
@@ -185,7 +193,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	from, err := w.takeover(jobCtx, prev)
+	from, err := w.takeover(jobCtx, jm.ID, prev)
 	if err != nil {
 		w.Logger.Warn("jobs: take over; handing the job back", "job", jm.ID, "err", err)
 		_ = m.NakWithDelay(time.Second)
@@ -240,26 +248,23 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // takeover prepares a redelivered job: it fences the sandboxes of the
-// previous attempt and returns the checkpoint to resume from (nil: start over).
-func (w *Worker) takeover(ctx context.Context, prev Status) (*Checkpoint, error) {
+// previous attempt, ends the previous attempt's sandbox (deleted on the
+// server, sandbox.closed under its session, now this worker's to write) and
+// returns the checkpoint to resume from (nil: start over).
+func (w *Worker) takeover(ctx context.Context, jobID string, prev Status) (*Checkpoint, error) {
 	if prev.SandboxID == "" && prev.Checkpoint == nil {
 		return nil, nil
 	}
-	if w.Ledger != nil {
-		for _, id := range []string{prev.SandboxID, checkpointSandbox(prev.Checkpoint)} {
-			if id == "" {
-				continue
-			}
-			if _, err := w.Ledger.Takeover(ctx, id); err != nil {
-				return nil, fmt.Errorf("fence sandbox %s: %w", id, err)
-			}
+	if id := checkpointSandbox(prev.Checkpoint); w.Ledger != nil && id != "" && id != prev.SandboxID {
+		if _, err := w.Ledger.Takeover(ctx, id); err != nil {
+			return nil, fmt.Errorf("fence sandbox %s: %w", id, err)
 		}
 	}
 	// The dead attempt's container is of no more use: its checkpoint is a
-	// snapshot of its own. Remove it (best effort).
+	// snapshot of its own.
 	if prev.SandboxID != "" {
-		if err := w.Client.OpenSandbox().DeleteSandbox(ctx, prev.SandboxID); err != nil {
-			w.Logger.Debug("jobs: delete previous attempt's sandbox", "sandbox", prev.SandboxID, "err", err)
+		if err := w.endSession(ctx, prev.SandboxName, prev.SandboxID, jobID, events.ClosedTakenOver); err != nil {
+			return nil, err
 		}
 	}
 	if prev.Checkpoint != nil && w.Resume != nil {
@@ -267,6 +272,75 @@ func (w *Worker) takeover(ctx context.Context, prev Status) (*Checkpoint, error)
 		return &cp, nil
 	}
 	return nil, nil // start over
+}
+
+// endSession ends the sandbox (name, id) of job jobID for another owner: it
+// fences its writer, deletes it on the server (best effort) and, unless its
+// session already ends with sandbox.closed, appends one with reason and this
+// worker as the new owner. Without a Ledger it only deletes.
+func (w *Worker) endSession(ctx context.Context, name, id, jobID, reason string) error {
+	if w.Ledger != nil {
+		if _, err := w.Ledger.Takeover(ctx, id); err != nil {
+			return fmt.Errorf("fence sandbox %s: %w", id, err)
+		}
+	}
+	if err := w.Client.OpenSandbox().DeleteSandbox(ctx, id); err != nil { // gone already is fine
+		w.Logger.Debug("jobs: delete a previous attempt's sandbox", "sandbox", id, "err", err)
+	}
+	if w.Ledger == nil || name == "" {
+		return nil
+	}
+	es, err := w.Ledger.ReadAll(ctx, name, id)
+	if err != nil {
+		return fmt.Errorf("read session %s/%s: %w", name, id, err)
+	}
+	if len(es) == 0 || closed(es) {
+		return nil
+	}
+	e := events.New(time.Now().UnixMilli(), name, id, events.SandboxLevel, events.SandboxClosed,
+		events.SandboxClosedPayload{Reason: reason, By: w.ID, Job: jobID})
+	if err := w.Ledger.AppendBatch(ctx, []events.Entry{e}); err != nil {
+		return fmt.Errorf("record sandbox.closed of %s/%s: %w", name, id, err)
+	}
+	return nil
+}
+
+// closed reports whether the session es ends with sandbox.closed (nothing
+// but credential revocations after it).
+func closed(es []events.Entry) bool {
+	for i := len(es) - 1; i >= 0; i-- {
+		switch es[i].Event {
+		case events.SandboxClosed:
+			return true
+		case events.CredentialRevoked:
+			continue
+		}
+		return false
+	}
+	return false
+}
+
+// endFailed ends every sandbox of a job that failed for good and is still
+// open (the current attempt's closed its own; an earlier attempt's may not
+// have), so nothing of it stays running.
+func (w *Worker) endFailed(ctx context.Context, jobID string, st Status) {
+	type session struct{ name, id string }
+	ss := []session{{st.SandboxName, st.SandboxID}}
+	if cp := st.Checkpoint; cp != nil && cp.SandboxID != st.SandboxID {
+		ss = append(ss, session{cp.Name, cp.SandboxID})
+	}
+	for _, s := range ss {
+		if s.id == "" || s.name == "" || w.Ledger == nil {
+			continue
+		}
+		es, err := w.Ledger.ReadAll(ctx, s.name, s.id)
+		if err == nil && closed(es) {
+			continue
+		}
+		if err := w.endSession(ctx, s.name, s.id, jobID, events.ClosedJobFailed); err != nil {
+			w.Logger.Warn("jobs: end a failed job's sandbox", "job", jobID, "sandbox", s.id, "err", err)
+		}
+	}
 }
 
 func checkpointSandbox(cp *Checkpoint) string {
@@ -277,10 +351,13 @@ func checkpointSandbox(cp *Checkpoint) string {
 }
 
 func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state State, msg string, attempt int) {
-	if _, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error, s.Attempt = state, msg, attempt }); err != nil {
+	st, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error, s.Attempt = state, msg, attempt })
+	if err != nil {
 		w.Logger.Warn("jobs: record final status", "job", id, "err", err)
 	}
-	var err error
+	if state == StateFailed && err == nil {
+		w.endFailed(ctx, id, st)
+	}
 	if state == StateSucceeded {
 		err = m.DoubleAck(ctx)
 	} else {

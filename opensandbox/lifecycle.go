@@ -2,6 +2,7 @@ package opensandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -267,11 +268,13 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 		return nil, err
 	}
 	var sb Sandbox
+	// The error names the request (POST .../sandboxes); the caller names the
+	// operation.
 	if err := c.t.do(ctx, request{method: "POST", path: "/sandboxes", json: w}, &sb); err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
+		return nil, err
 	}
 	if sb.ID == "" {
-		return nil, fmt.Errorf("create sandbox: response has no id")
+		return nil, errors.New("POST /sandboxes: response has no id")
 	}
 	return &sb, nil
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/alineo-labs/alineo/api"
 	"github.com/alineo-labs/alineo/cmd/internal/cli"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
 )
@@ -33,15 +34,18 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
-	}
+	usage.Exit("api", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
+
+const help = `usage: api [flags]
+
+Serves the HTTP API (/v1), the live audit stream (/v1/events/stream), job
+submission, /metrics and the dashboard (/) from the read model and the bus.
+Reads need the token (bearer header or the dashboard's cookie); writes
+(POST, DELETE) need "Authorization: Bearer" and a JSON body.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("api", flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	listen := fs.String("listen", cli.Env(getenv, "ALINEO_API_LISTEN", "127.0.0.1:8090"), "HTTP listen address (env ALINEO_API_LISTEN)")
 	token := fs.String("token", getenv("ALINEO_API_TOKEN"), "bearer token required on /v1 and the dashboard (env ALINEO_API_TOKEN); empty = open")
 	natsURL := fs.String("nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
@@ -50,11 +54,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	pg := fs.String("postgres", "", "Postgres DSN; default DATABASE_URL or the PG* variables when set")
 	project := fs.Bool("projector", getenv("NATS_URL") == "", "run a projector in-process (default on with embedded NATS)")
 	insecure := fs.Bool("insecure", false, "allow serving without a token on a non-loopback address")
-	if err := fs.Parse(args); err != nil {
+	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
 	if *token == "" && !loopback(*listen) && !*insecure {
 		return fmt.Errorf("refusing to serve %s without a token: set ALINEO_API_TOKEN (or pass --insecure)", *listen)

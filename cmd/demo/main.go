@@ -17,27 +17,33 @@ import (
 
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
+	usage.Exit("demo", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
+
+const help = `usage: demo [flags]
+
+The SDK tour: a sandbox (sandboxd in-process unless OPEN_SANDBOX_URL is set),
+a streamed command, a file written and read back, and the session's ledger
+read back from the SQLite file.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	dbPath := fs.String("db", "./alineo.db", "SQLite ledger file")
 	image := fs.String("image", "host", "sandbox image")
 	noIsolation := fs.Bool("sandboxd-no-isolation", getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1",
 		"DEVELOPMENT ONLY: run the embedded sandboxd's sandboxes as plain host processes, without isolation")
-	if err := fs.Parse(args); err != nil {
+	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
 
 	url := getenv("OPEN_SANDBOX_URL")

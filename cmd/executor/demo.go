@@ -84,11 +84,17 @@ func (w *demoWorker) stop(sig syscall.Signal) {
 // the API in this process; two executor processes; the first is killed with
 // SIGKILL after the job's checkpoint, the second takes the job over.
 func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.Writer, log *slog.Logger) (err error) {
-	dir, err := os.MkdirTemp("", "alineo-demo-")
-	if err != nil {
+	// The demo's data outlives it (the dashboard can be reopened on it), and
+	// each run starts afresh: only what the demo itself writes is removed.
+	dir := c.demoDir
+	for _, p := range []string{"nats", "alineo.db", "alineo.db-wal", "alineo.db-shm"} {
+		if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	if c.nats == "" {
 		c.natsDir = filepath.Join(dir, "nats")
 	}
@@ -141,15 +147,19 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 	if err := f.ledger.Flush(wctx); err != nil {
 		return err
 	}
-	for { // until the resumed session's sandbox.closed is projected
-		d, err := pr.store.GetSandboxDetails(wctx, spec.Name, final.SandboxID)
-		if err == nil && d != nil && d.Status == adapters.StatusCompleted {
-			break
-		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("read model: session %s not projected: %w", final.SandboxID, errors.Join(err, wctx.Err()))
-		case <-time.After(50 * time.Millisecond):
+	// Until both sessions' sandbox.closed are projected: the killed one's was
+	// recorded by executor-B when it took the job over.
+	for _, id := range []string{first.SandboxID, final.SandboxID} {
+		for {
+			d, err := pr.store.GetSandboxDetails(wctx, spec.Name, id)
+			if err == nil && d != nil && d.Status == adapters.StatusCompleted {
+				break
+			}
+			select {
+			case <-wctx.Done():
+				return fmt.Errorf("read model: session %s not completed: %w", id, errors.Join(err, wctx.Err()))
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 	say("timeline (%s):", pr.desc)
@@ -176,15 +186,69 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 			fmt.Fprintf(stdout, "    %-60q live %d time(s)\n", st.Exec.Command, live[st.Exec.Command])
 		}
 	}
-	say("dashboard: http://%s/  (this sandbox: http://%s/ui/sandboxes/%s/%s)", apiAddr, apiAddr, spec.Name, final.SandboxID)
-	if c.hold > 0 {
+	reopen := reopenCommand(c)
+	switch {
+	case c.hold > 0:
+		say("dashboard: http://%s/  (this sandbox: http://%s/ui/sandboxes/%s/%s)", apiAddr, apiAddr, spec.Name, final.SandboxID)
 		say("serving the dashboard for %s (Ctrl-C to stop)", c.hold)
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.hold):
 		}
+	case interactive():
+		say("dashboard: http://%s/  (this sandbox: http://%s/ui/sandboxes/%s/%s)", apiAddr, apiAddr, spec.Name, final.SandboxID)
+		say("the dashboard is up until you press Enter or Ctrl-C")
+		waitEnter(ctx, stdin)
 	}
+	say("the dashboard stopped with the demo; to reopen it on the demo's data:\n    %s", reopen)
 	return nil
+}
+
+// interactive reports whether the demo runs on a terminal (stdin and stdout),
+// where it keeps the dashboard up until Enter. Tests replace it.
+var interactive = func() bool { return isTerminal(os.Stdin) && isTerminal(os.Stdout) }
+
+// stdin is where the demo reads Enter from. Tests replace it.
+var stdin io.Reader = os.Stdin
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// waitEnter returns once a line (or EOF) is read from r, or ctx is done.
+func waitEnter(ctx context.Context, r io.Reader) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		for {
+			n, err := r.Read(b[:])
+			if err != nil || (n == 1 && b[0] == '\n') {
+				return
+			}
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-done:
+	}
+}
+
+// reopenCommand is the command that serves the dashboard on the demo's data.
+func reopenCommand(c *config) string {
+	args := []string{"go run ./cmd/api"}
+	if c.nats != "" {
+		args = append(args, "--nats", c.nats)
+	} else {
+		args = append(args, "--nats-dir", c.natsDir)
+	}
+	if c.postgres != "" {
+		args = append(args, "--postgres", "'"+c.postgres+"'")
+	} else {
+		args = append(args, "--sqlite", c.sqlite)
+	}
+	return strings.Join(args, " ")
 }
 
 // takeover submits spec to q, starts executor-A, kills it with SIGKILL inside

@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +32,7 @@ import (
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/cmd/internal/cli"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
 )
@@ -37,18 +40,32 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "executor:", err)
-		os.Exit(1)
-	}
+	usage.Exit("executor", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
 
-const usage = `usage:
-  executor run [flags] JOB.json     run one job in this process
-  executor submit [flags] JOB.json  publish a job to the ALINEO_JOBS stream
-  executor status [flags] JOB_ID    print a job's status
-  executor work [flags]             run jobs from the stream until SIGTERM (then drain)
-  executor demo [flags]             kill an executor mid-job and watch another take over`
+const help = `usage: executor COMMAND [flags] [ARG]
+
+Runs alineo jobs, in this process or as a fleet worker on ALINEO_JOBS.
+
+commands:
+  run JOB.json      run one job in this process
+  submit JOB.json   publish a job to the ALINEO_JOBS stream and print its id
+  status JOB_ID     print a job's status (-o json for JSON)
+  work              run jobs from the stream until SIGTERM (then drain)
+  demo              kill an executor mid-job and watch another take over
+  help              print this help
+
+"executor COMMAND -h" lists the command's flags.`
+
+// heads are the first lines of each command's -h.
+var heads = map[string]string{
+	"run":    "usage: executor run [flags] JOB.json\n\nRuns one job in this process, on embedded defaults.",
+	"submit": "usage: executor submit [flags] JOB.json\n\nPublishes a job to ALINEO_JOBS and prints its id.",
+	"status": "usage: executor status [flags] JOB_ID\n\nPrints a job's status.",
+	"work":   "usage: executor work [flags]\n\nRuns jobs from ALINEO_JOBS until SIGTERM, then drains: the current step ends, is checkpointed and handed back.",
+	"demo": "usage: executor demo [flags]\n\nThe takeover demo: an executor killed mid-job, another taking over.\n" +
+		"On a terminal the dashboard stays up until Enter or Ctrl-C (--hold D: for D).",
+}
 
 // config is what every subcommand reads.
 type config struct {
@@ -57,14 +74,43 @@ type config struct {
 	concurrency, maxDeliver                                        int
 	id                                                             string
 	output, project                                                bool
-	apiListen                                                      string
+	deprecatedOutput                                               bool // --output was used
+	format                                                         string
+	apiListen, demoDir                                             string
 	hold                                                           time.Duration
 }
+
+// outputFlag is --print-output, and --output, its deprecated alias (the
+// name clashed with the usual -o/--output FORMAT).
+type outputFlag struct {
+	c     *config
+	alias bool
+}
+
+func (f outputFlag) String() string {
+	if f.c == nil {
+		return "false"
+	}
+	return strconv.FormatBool(f.c.output)
+}
+
+func (f outputFlag) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	f.c.output = b
+	if f.alias {
+		f.c.deprecatedOutput = true
+	}
+	return nil
+}
+
+func (f outputFlag) IsBoolFlag() bool { return true }
 
 func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSet, *config) {
 	c := &config{}
 	fs := flag.NewFlagSet("executor "+name, flag.ContinueOnError)
-	fs.SetOutput(out)
 	fs.StringVar(&c.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&c.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
 	fs.StringVar(&c.sandbox, "sandbox", getenv("OPEN_SANDBOX_URL"), "OpenSandbox server URL (env OPEN_SANDBOX_URL); empty starts sandboxd in-process")
@@ -77,23 +123,29 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 		fs.StringVar(&c.sqlite, "sqlite", cli.DefaultSQLite, "SQLite read model the in-process projector keeps")
 		fs.StringVar(&c.postgres, "postgres", "", "Postgres DSN for the read model; default DATABASE_URL or PG* when set")
 		fs.BoolVar(&c.project, "projector", getenv("NATS_URL") == "" || name == "demo", "run a projector in-process (default on with embedded NATS)")
-		fs.BoolVar(&c.output, "output", name == "run", "print the commands' stdout")
+		c.output = name == "run"
+		fs.Var(outputFlag{c: c}, "print-output", "print the commands' stdout and stderr (default true for run)")
+		fs.Var(outputFlag{c: c, alias: true}, "output", "deprecated alias of --print-output")
+	case "status":
+		fs.StringVar(&c.format, "o", "text", "output format: text or json")
 	case "work":
 		fs.IntVar(&c.concurrency, "concurrency", 1, "jobs run at once")
 		fs.StringVar(&c.id, "id", getenv("HOSTNAME"), "worker id shown in job statuses (default $HOSTNAME or random)")
 		fs.DurationVar(&c.drainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long the current step may take before the job is handed back anyway")
-		fs.BoolVar(&c.output, "output", false, "print the commands' stdout")
+		fs.Var(outputFlag{c: c}, "print-output", "print the commands' stdout and stderr")
+		fs.Var(outputFlag{c: c, alias: true}, "output", "deprecated alias of --print-output")
 	}
 	if name == "demo" {
 		fs.StringVar(&c.apiListen, "api", "127.0.0.1:0", "address of the demo's API and dashboard")
-		fs.DurationVar(&c.hold, "hold", 0, "keep the API and dashboard up this long after the demo")
+		fs.StringVar(&c.demoDir, "dir", "./.alineo/demo", "where the demo keeps its NATS store and read model (emptied first), so the dashboard can be reopened on them")
+		fs.DurationVar(&c.hold, "hold", 0, "keep the API and dashboard up this long after the demo (default: until Enter or Ctrl-C on a terminal, not at all otherwise)")
 	}
 	return fs, c
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(usage)
+		return usage.Errorf(help, "no command")
 	}
 	cmd, args := args[0], args[1:]
 	var wantArgs int
@@ -101,22 +153,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "run", "submit", "status":
 		wantArgs = 1
 	case "work", "demo":
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
-		return nil
+	case "help", "-h", "-help", "--help":
+		return usage.Help(stdout, help)
 	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return usage.Errorf(help, "unknown command %q", cmd)
 	}
 	fs, c := flags(cmd, getenv, stdout)
-	if err := fs.Parse(args); err != nil {
+	if err := usage.Parse(fs, args, heads[cmd], stdout); err != nil {
 		return err
 	}
 	if fs.NArg() != wantArgs {
-		return fmt.Errorf("executor %s: want %d argument(s), got %d\n%s", cmd, wantArgs, fs.NArg(), usage)
+		return usage.Errorf(usage.Text(fs, heads[cmd]), "executor %s: want %d argument(s), got %d", cmd, wantArgs, fs.NArg())
+	}
+	if c.deprecatedOutput {
+		fmt.Fprintln(stdout, "warning: --output is deprecated and will be removed in the next release; use --print-output")
+	}
+	if c.format != "" && c.format != "text" && c.format != "json" {
+		return usage.Errorf(usage.Text(fs, heads[cmd]), "-o: want text or json, got %q", c.format)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return usage.Errorf(usage.Text(fs, heads[cmd]), "--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	switch cmd {
@@ -309,6 +366,11 @@ func status(ctx context.Context, c *config, id string, stdout io.Writer, log *sl
 	st, err := q.Status(ctx, id)
 	if err != nil {
 		return err
+	}
+	if c.format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
 	}
 	fmt.Fprintf(stdout, "%s %s: %s (attempt %d, %d/%d steps, sandbox %s)", st.ID, st.Name, st.State, st.Attempt, st.Done, st.Steps, st.SandboxID)
 	if st.Error != "" {

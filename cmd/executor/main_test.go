@@ -89,7 +89,7 @@ func TestRunBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "usage"},
+		{nil, "no command"},
 		{[]string{"fly"}, "unknown command"},
 		{[]string{"run"}, "want 1 argument"},
 		{[]string{"run", "a", "b"}, "want 1 argument"},

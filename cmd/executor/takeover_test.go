@@ -3,10 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,6 +119,41 @@ func (f *fleetEnv) waitStatus(t *testing.T, id string, timeout time.Duration, ok
 	return st
 }
 
+// wantTakenOver checks that the dead attempt's session (name, id) ends with
+// sandbox.closed recorded by the new owner, and that the server no longer
+// runs its sandbox.
+func (f *fleetEnv) wantTakenOver(t *testing.T, name, id, by string) {
+	t.Helper()
+	l, err := bus.NewLedger(f.bus, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	es, err := l.ReadAll(context.Background(), name, id)
+	if err != nil || len(es) == 0 {
+		t.Fatalf("session %s/%s: %d entries, %v", name, id, len(es), err)
+	}
+	last := es[len(es)-1]
+	var p events.SandboxClosedPayload
+	if last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Reason != events.ClosedTakenOver || p.By != by {
+		t.Errorf("session %s/%s ends with %s %s, want sandbox.closed taken over by %s", name, id, last.Event, last.Payload, by)
+	}
+	resp, err := http.Get(f.sandboxURL + "/v1/sandboxes/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb struct {
+		Status struct {
+			State string `json:"state"`
+		} `json:"status"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&sb)
+	if resp.StatusCode == http.StatusOK && sb.Status.State == "Running" {
+		t.Errorf("sandbox %s still Running on the server after the takeover", id)
+	}
+}
+
 // execStarts counts the exec.started entries of the whole ledger by command.
 // It reads from sequence 1 until no entry arrives for 300 ms.
 func (f *fleetEnv) execStarts(t *testing.T) map[string]int {
@@ -182,7 +222,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	f := newFleetEnv(t, 2*time.Second)
 	id := f.submit(t, takeoverJob)
 	w1 := startWorker(t, f.natsURL, f.sandboxURL, "--id", "w1", "--ack-wait", "2s")
-	f.waitStatus(t, id, 30*time.Second, func(st jobs.Status) error {
+	killed := f.waitStatus(t, id, 30*time.Second, func(st jobs.Status) error {
 		if st.Checkpoint == nil || st.Done < 3 {
 			return fmt.Errorf("not past the checkpoint yet: %+v", st)
 		}
@@ -209,6 +249,7 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	if st.Worker != "w2" || st.Attempt != 2 {
 		t.Errorf("status = %+v, want attempt 2 by w2", st)
 	}
+	f.wantTakenOver(t, killed.SandboxName, killed.SandboxID, "w2")
 	counts := f.execStarts(t)
 	for cmd, want := range map[string]int{"echo one": 1, "echo two > /root/two": 1, "sleep 4; echo three": 2, "cat /root/two": 1} {
 		if got := counts[cmd]; got != want {
@@ -300,6 +341,7 @@ func TestTakeoverWithoutCheckpoint(t *testing.T) {
 	if st.Worker != "w2" || st.Attempt != 2 || st.SandboxID == first.SandboxID {
 		t.Errorf("status = %+v, want attempt 2 by w2 in a new sandbox (first was %s)", st, first.SandboxID)
 	}
+	f.wantTakenOver(t, first.SandboxName, first.SandboxID, "w2")
 	counts := f.execStarts(t)
 	if counts["echo first"] != 2 || counts["echo third"] != 1 {
 		t.Errorf("exec starts = %v, want the first step twice (no checkpoint) and the last once", counts)
@@ -328,15 +370,46 @@ func TestDemo(t *testing.T) {
 		cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(append([]string{"work"}, args...), "\x1f"))
 		return cmd
 	}
-	t.Cleanup(func() { workerCommand = prev })
+	// On a terminal the dashboard stays up until Enter.
+	prevInteractive, prevStdin := interactive, stdin
+	enterR, enterW := io.Pipe()
+	interactive, stdin = func() bool { return true }, enterR
+	t.Cleanup(func() { workerCommand, interactive, stdin = prev, prevInteractive, prevStdin })
 	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
 	out := &syncBuffer{}
-	err := run(context.Background(), []string{"demo"}, func(k string) string { return env[k] }, out)
+	dir := t.TempDir()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(context.Background(), []string{"demo", "--dir", dir}, func(k string) string { return env[k] }, out)
+	}()
+	var dashboard string
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		m := regexp.MustCompile(`dashboard: (http://\S+/) `).FindStringSubmatch(out.String())
+		if m == nil || !strings.Contains(out.String(), "press Enter") {
+			select {
+			case err := <-errc:
+				t.Fatalf("demo ended before holding the dashboard: %v\n%s", err, out)
+			default:
+			}
+			return fmt.Errorf("dashboard not held yet")
+		}
+		dashboard = m[1]
+		return nil
+	})
+	resp, err := http.Get(dashboard)
 	if err != nil {
+		t.Fatalf("dashboard while held: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("dashboard while held: %d", resp.StatusCode)
+	}
+	fmt.Fprintln(enterW, "")
+	if err := <-errc; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"SIGKILL executor-A", "succeeded on attempt 2 by executor-B", "replayed", "dashboard: http://",
-		`"sh /root/job/build.sh"`} {
+	for _, want := range []string{"SIGKILL executor-A", "succeeded on attempt 2 by executor-B", "replayed",
+		`"sh /root/job/build.sh"`, "go run ./cmd/api --nats-dir " + filepath.Join(dir, "nats") + " --sqlite " + filepath.Join(dir, "alineo.db")} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
 		}

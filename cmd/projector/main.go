@@ -28,19 +28,27 @@ import (
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/cmd/internal/cli"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/projections"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "projector:", err)
-		os.Exit(1)
-	}
+	usage.Exit("projector", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
 
-const usage = `usage: projector [run|rebuild|verify] [flags]`
+const help = `usage: projector [COMMAND] [flags]
+
+Keeps the read model (SQLite or Postgres tables) from the ledger stream.
+
+commands:
+  run       follow the stream as a durable consumer (the default)
+  rebuild   project the whole history into the store and exit
+  verify    rebuild into memory and compare with the store row for row
+  help      print this help
+
+"projector COMMAND -h" lists the command's flags.`
 
 type options struct {
 	nats, natsDir, sqlitePath, postgres, consumer, metrics string
@@ -50,7 +58,6 @@ type options struct {
 func parse(name string, args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("projector "+name, flag.ContinueOnError)
-	fs.SetOutput(out)
 	fs.StringVar(&o.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&o.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
 	fs.StringVar(&o.sqlitePath, "sqlite", cli.DefaultSQLite, "SQLite database path (used unless Postgres is selected)")
@@ -58,27 +65,30 @@ func parse(name string, args []string, getenv func(string) string, out io.Writer
 	fs.StringVar(&o.consumer, "consumer", projections.DefaultConsumer, "durable consumer name and offset key")
 	fs.StringVar(&o.metrics, "metrics", cli.Env(getenv, "ALINEO_METRICS_ADDR", "127.0.0.1:9464"), "address of /metrics and /healthz (env ALINEO_METRICS_ADDR); empty for none")
 	fs.DurationVar(&o.progress, "progress", 10*time.Second, "interval of the progress line (run); 0 for none")
-	if err := fs.Parse(args); err != nil {
+	head := "usage: projector " + name + " [flags]"
+	if err := usage.Parse(fs, args, head, out); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), usage)
+		return o, usage.Errorf(usage.Text(fs, head), "unexpected argument %q", fs.Arg(0))
 	}
 	return o, nil
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	cmd := "run"
+	cmd, explicit := "run", false
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+		cmd, args, explicit = args[0], args[1:], true
 	}
 	switch cmd {
 	case "run", "rebuild", "verify":
 	case "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
+		return usage.Help(stdout, help)
 	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return usage.Errorf(help, "unknown command %q", cmd)
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") && cmd == "run" && !explicit {
+		return usage.Help(stdout, help)
 	}
 	o, err := parse(cmd, args, getenv, stdout)
 	if err != nil {

@@ -33,17 +33,28 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "sandboxd:", err)
-		os.Exit(1)
-	}
+	usage.Exit("sandboxd", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
 }
+
+const help = `usage: sandboxd [flags]
+       sandboxd COMMAND ...
+
+Runs the OpenSandbox-compatible sandbox server until SIGTERM.
+
+commands:
+  image pull REF                 pull an image into the layer store
+  image ls                       list the images in the store
+  image rm REF                   remove an image record (its layers go at the next gc)
+  image import NAME ROOTFS.tar   register a root filesystem tarball as an image
+  image gc                       remove the layers no image or sandbox uses (server stopped)
+  help                           print this help`
 
 // listFlag collects a repeated flag's values.
 type listFlag []string
@@ -75,8 +86,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 && args[0] == "image" {
 		return runImage(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "help" {
+		return usage.Help(stdout, help)
+	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	listen := fs.String("listen", "127.0.0.1:8080", "TCP address of the lifecycle API")
 	data := fs.String("data", defaultDataDir, "data directory: records, images, sandbox layers")
 	apiKey := fs.String("api-key", getenv("OPEN_SANDBOX_API_KEY"), "API key required in OPEN-SANDBOX-API-KEY (env OPEN_SANDBOX_API_KEY); empty = no auth")
@@ -97,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	mirrors, insecure := registryFlags(fs)
 	initBin := fs.String("init-binary", "", "statically linked sandboxd binary bind-mounted into every sandbox as its init and execd (default: this executable, which must then be static to run in images: CGO_ENABLED=0)")
 	pullTimeout := fs.Duration("pull-timeout", 10*time.Minute, "bound of the image pull of a create")
-	if err := fs.Parse(args); err != nil {
+	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
 	}
 	quotaBytes, err := sandboxd.ParseSize(*quota)
@@ -119,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		memBytes = -1 // Config: negative means no limit
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -165,14 +178,17 @@ const imageUsage = "usage: sandboxd image pull|ls|rm|import|gc [--data DIR] [ARG
 
 func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(imageUsage)
+		return usage.Errorf("", imageUsage)
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet("sandboxd image "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stdout)
 	data := fs.String("data", defaultDataDir, "data directory")
 	mirrors, insecure := registryFlags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	head := "usage: sandboxd image " + cmd + " [--data DIR] [ARGS]"
+	if cmd == "import" {
+		head = "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar"
+	}
+	if err := usage.Parse(fs, args[1:], head, stdout); err != nil {
 		return err
 	}
 	cfg := sandboxd.Config{RegistryMirrors: *mirrors, InsecureRegistries: *insecure,
@@ -180,7 +196,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 	switch cmd {
 	case "import":
 		if fs.NArg() != 2 {
-			return errors.New("usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
+			return usage.Errorf("", "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar")
 		}
 		name, tarPath := fs.Arg(0), fs.Arg(1)
 		if err := sandboxd.ImportImage(ctx, *data, name, tarPath); err != nil {
@@ -190,7 +206,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	case "gc":
 		if fs.NArg() != 0 {
-			return errors.New("usage: sandboxd image gc [--data DIR]")
+			return usage.Errorf("", "usage: sandboxd image gc [--data DIR]")
 		}
 		st, err := sandboxd.GCImages(ctx, *data, cfg)
 		if err != nil {
@@ -200,7 +216,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	case "pull", "ls", "rm":
 	default:
-		return errors.New(imageUsage)
+		return usage.Errorf("", imageUsage)
 	}
 	st, err := sandboxd.OpenImages(*data, cfg)
 	if err != nil {
@@ -210,7 +226,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 	switch cmd {
 	case "pull":
 		if fs.NArg() != 1 {
-			return errors.New("usage: sandboxd image pull [--data DIR] REF")
+			return usage.Errorf("", "usage: sandboxd image pull [--data DIR] REF")
 		}
 		im, err := st.Pull(ctx, fs.Arg(0), nil)
 		if err != nil {
@@ -233,7 +249,7 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 		return tw.Flush()
 	case "rm":
 		if fs.NArg() == 0 {
-			return errors.New("usage: sandboxd image rm [--data DIR] NAME|REF [NAME|REF]")
+			return usage.Errorf("", "usage: sandboxd image rm [--data DIR] NAME|REF [NAME|REF]")
 		}
 		for _, ref := range fs.Args() {
 			if err := sandboxd.RemoveImage(*data, st, ref); err != nil {

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/events"
+)
+
+func sandboxesCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+	var q api.SandboxQuery
+	var status string
+	fs.StringVar(&q.Name, "name", "", "only sessions of this name")
+	fs.StringVar(&status, "status", "", "only running or completed sessions")
+	fs.StringVar(&q.RunID, "run-id", "", "only sessions of this run id")
+	fs.StringVar(&q.SandboxID, "sandbox-id", "", "only sessions of this sandbox id")
+	fs.IntVar(&q.Limit, "limit", 0, "at most this many sessions (default the server's page, 100)")
+	return func(ctx context.Context, c *cli, _ []string) error {
+		q.Status = adapters.SandboxStatus(status)
+		list, err := c.client.Sandboxes(ctx, q)
+		if err != nil {
+			return err
+		}
+		return c.out.sandboxes(list.Sandboxes)
+	}
+}
+
+func showCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
+	return func(ctx context.Context, c *cli, args []string) error {
+		d, err := c.client.Sandbox(ctx, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		return c.out.details(d)
+	}
+}
+
+func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+	follow := fs.Bool("f", false, "follow: print new events as they happen (resumes with Last-Event-ID after a drop) until Ctrl-C")
+	return func(ctx context.Context, c *cli, args []string) error {
+		name, id := args[0], args[1]
+		c.out.stream = *follow
+		var last uint64
+		c.out.eventsHeader(false)
+		for { // every page
+			page, err := c.client.Events(ctx, name, id, last, 0)
+			if err != nil {
+				return err
+			}
+			for _, e := range page.Events {
+				if err := c.out.event(e, false); err != nil {
+					return err
+				}
+				last = e.Seq
+			}
+			if page.NextAfter == 0 {
+				break
+			}
+			last = page.NextAfter
+		}
+		if !*follow {
+			return nil
+		}
+		if err := c.out.flush(); err != nil {
+			return err
+		}
+		q := api.StreamQuery{SandboxID: id, After: last}
+		if last == 0 {
+			q.From = 1 // nothing projected yet: the session's whole history
+		}
+		return c.client.Stream(ctx, q, func(e events.Entry) error {
+			if e.Name != name {
+				return nil // another session of the same sandbox id
+			}
+			if err := c.out.event(e, false); err != nil {
+				return err
+			}
+			return c.out.flush()
+		})
+	}
+}
+
+func tailCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+	var evs listFlag
+	fs.Var(&evs, "event", "only this event (repeatable or comma-separated), e.g. exec.started")
+	sandbox := fs.String("sandbox", "", "only this sandbox id")
+	from := fs.Uint64("from", 0, "start at this ledger sequence (1: the whole history) instead of the next new event")
+	return func(ctx context.Context, c *cli, _ []string) error {
+		c.out.stream = true
+		q := api.StreamQuery{SandboxID: *sandbox, From: *from}
+		for _, e := range evs {
+			ev := events.Event(e)
+			if !ev.Known() {
+				return fmt.Errorf("--event: unknown event %q", e)
+			}
+			q.Events = append(q.Events, ev)
+		}
+		c.out.eventsHeader(true)
+		if err := c.out.flush(); err != nil {
+			return err
+		}
+		return c.client.Stream(ctx, q, func(e events.Entry) error {
+			if err := c.out.event(e, true); err != nil {
+				return err
+			}
+			return c.out.flush()
+		})
+	}
+}
+
+func jobsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+	limit := fs.Int("limit", 0, "at most this many jobs (default 100)")
+	return func(ctx context.Context, c *cli, _ []string) error {
+		sts, err := c.client.Jobs(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		return c.out.jobs(sts)
+	}
+}
+
+func jobCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
+	return func(ctx context.Context, c *cli, args []string) error {
+		switch args[0] {
+		case "submit":
+			spec, err := os.ReadFile(args[1])
+			if err != nil {
+				return err
+			}
+			st, err := c.client.SubmitJob(ctx, spec)
+			var ae *api.Error
+			if errors.As(err, &ae) && ae.Field != "" {
+				return fmt.Errorf("%s: %s: %s", args[1], ae.Field, ae.Message)
+			}
+			if err != nil {
+				return err
+			}
+			return c.out.submitted(st)
+		case "status":
+			st, err := c.client.Job(ctx, args[1])
+			if err != nil {
+				return err
+			}
+			return c.out.jobs1(st)
+		}
+		return usage.Errorf("usage: "+jobUsage, "alineo job: want submit FILE or status JOB_ID, got %q", args[0])
+	}
+}

@@ -1,0 +1,186 @@
+// Command alineo is the auditor's CLI against the alineo API (cmd/api): it
+// lists sessions, shows one, prints and follows their events live, tails the
+// whole ledger stream and lists and submits jobs.
+//
+//	alineo sandboxes [--name N] [--status running|completed] [--run-id R] [--sandbox-id ID] [--limit N]
+//	alineo show NAME ID
+//	alineo events NAME ID [-f]
+//	alineo tail [--event E]... [--sandbox ID] [--from SEQ]
+//	alineo jobs [--limit N]
+//	alineo job submit FILE
+//	alineo job status JOB_ID
+//
+// Every command takes --url (ALINEO_API_URL, default http://127.0.0.1:8090),
+// --token (ALINEO_API_TOKEN) and -o table|json|jsonl. Tables are aligned;
+// colour is used only on a terminal (and never with NO_COLOR set). It
+// imports package api (its client) and the standard library only.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/cmd/internal/usage"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	usage.Exit("alineo", run(ctx, os.Args[1:], os.Getenv, os.Stdout))
+}
+
+const help = `usage: alineo COMMAND [flags] [ARGS]
+
+The auditor's CLI against the alineo API.
+
+commands:
+  sandboxes             list sessions, newest first (filters: --name, --status, --run-id, --sandbox-id)
+  show NAME ID          show one session's details
+  events NAME ID [-f]   print a session's events; -f follows them live
+  tail [--event E]      follow the whole event stream live (--event, --sandbox filter it)
+  jobs                  list jobs, the most recently submitted first
+  job submit FILE       submit a job spec (JSON) and print its id
+  job status JOB_ID     print a job's status
+  help                  print this help
+
+Every command takes --url (env ALINEO_API_URL, default http://127.0.0.1:8090),
+--token (env ALINEO_API_TOKEN) and -o table|json|jsonl. "alineo COMMAND -h"
+lists the command's flags.`
+
+// DefaultURL is the API's address when neither --url nor ALINEO_API_URL is set.
+const DefaultURL = "http://127.0.0.1:8090"
+
+// command is one subcommand: its usage line, its arguments and what it does.
+type command struct {
+	usage string
+	args  int // exact number of arguments; -1 for "see check"
+	flags func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
+}
+
+var commands = map[string]command{
+	"sandboxes": {"alineo sandboxes [flags]\n\nLists sessions, newest first.", 0, sandboxesCmd},
+	"show":      {"alineo show [flags] NAME ID\n\nShows one session's details.", 2, showCmd},
+	"events":    {"alineo events [flags] NAME ID\n\nPrints a session's events; -f follows them live and resumes after a drop.", 2, eventsCmd},
+	"tail":      {"alineo tail [flags]\n\nFollows the whole event stream live; resumes after a drop.", 0, tailCmd},
+	"jobs":      {"alineo jobs [flags]\n\nLists jobs, the most recently submitted first.", 0, jobsCmd},
+	"job":       {jobUsage, 2, jobCmd},
+}
+
+const jobUsage = "alineo job [flags] submit FILE | status JOB_ID\n\nSubmits a job spec (JSON) or prints a job's status."
+
+// cli is what every command gets: the API client and the output.
+type cli struct {
+	client *api.Client
+	out    *printer
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usage.Errorf(help, "no command")
+	}
+	name, args := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return usage.Help(stdout, help)
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		return usage.Errorf(help, "unknown command %q", name)
+	}
+	fs := flag.NewFlagSet("alineo "+name, flag.ContinueOnError)
+	base := cmd.usage
+	url := fs.String("url", env(getenv, "ALINEO_API_URL", DefaultURL), "API base URL (env ALINEO_API_URL)")
+	token := fs.String("token", getenv("ALINEO_API_TOKEN"), "API bearer token (env ALINEO_API_TOKEN)")
+	format := fs.String("o", "table", "output format: table, json or jsonl")
+	fs.StringVar(format, "output", "table", "output format: table, json or jsonl (same as -o)")
+	do := cmd.flags(fs)
+	head := "usage: " + base
+	pos, err := parse(fs, args, head, stdout)
+	if err != nil {
+		return err
+	}
+	if len(pos) != cmd.args {
+		return usage.Errorf(usage.Text(fs, head), "alineo %s: want %d argument(s), got %d", name, cmd.args, len(pos))
+	}
+	switch *format {
+	case "table", "json", "jsonl":
+	default:
+		return usage.Errorf(usage.Text(fs, head), "-o: want table, json or jsonl, got %q", *format)
+	}
+	client, err := api.NewClient(*url, *token, nil)
+	if err != nil {
+		return usage.Errorf(usage.Text(fs, head), "--url: %w", err)
+	}
+	c := &cli{client: client, out: newPrinter(stdout, *format, colour(stdout, getenv))}
+	err = do(ctx, c, pos)
+	if ferr := c.out.flush(); err == nil {
+		err = ferr
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status == 401 {
+		return fmt.Errorf("%w (set --token or ALINEO_API_TOKEN)", err)
+	}
+	return err
+}
+
+// parse parses flags anywhere among the arguments ("show NAME ID -o json")
+// and returns the arguments; after "--" everything is an argument.
+func parse(fs *flag.FlagSet, args []string, head string, stdout io.Writer) ([]string, error) {
+	var pos []string
+	for {
+		if err := usage.Parse(fs, args, head, stdout); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+func env(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// colour reports whether w is a terminal and NO_COLOR is unset (and TERM is
+// not "dumb").
+func colour(w io.Writer, getenv func(string) string) bool {
+	if getenv("NO_COLOR") != "" || getenv("TERM") == "dumb" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// listFlag collects a repeatable, comma-separated flag.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(v string) error {
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*f = append(*f, s)
+		}
+	}
+	return nil
+}
