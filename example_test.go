@@ -28,7 +28,7 @@ func exampleServerURL() string {
 		ctx := context.Background()
 		cfg := sandboxd.Config{NoIsolation: os.Getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1"}
 		for {
-			srv, err := sandboxd.New(cfg)
+			srv, err := sandboxd.Open(context.Background(), cfg)
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func newSandbox(ctx context.Context, client *alineo.Client) *alineo.Sandbox {
 func ExampleNew() {
 	ctx := context.Background()
 	// Without an OpenSandbox server, run sandboxd in-process and pass its URL.
-	srv, err := sandboxd.New(sandboxd.Config{NoIsolation: os.Getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1"})
+	srv, err := sandboxd.Open(context.Background(), sandboxd.Config{NoIsolation: os.Getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -68,7 +68,7 @@ type Config struct {
 	// VolumeRoots are the host directories below which a create request's
 	// `host` volumes may bind host paths (each a bind mount, read-only when the
 	// volume says so). A host path outside every one is refused with 400;
-	// without any, every host volume is. New resolves each to a clean absolute
+	// without any, every host volume is. Open resolves each to a clean absolute
 	// path without symbolic links.
 	VolumeRoots []string
 	// DefaultMemory is the memory limit, in bytes, of a sandbox whose
@@ -79,7 +79,7 @@ type Config struct {
 	// host (its loopback or interface addresses) that sandboxes may reach
 	// through their egress proxy when their policy allows it. Every other
 	// address of the host is closed to every sandbox, whatever its
-	// networkPolicy says. New validates each entry.
+	// networkPolicy says. Open validates each entry.
 	AllowHosts []string
 	// HostNetwork lets a sandbox created without a networkPolicy or
 	// credentialProxy share the host's network namespace: any protocol to any

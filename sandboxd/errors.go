@@ -12,7 +12,7 @@ var (
 	ErrConflict = errors.New("conflict with the sandbox state")
 	// ErrInvalidRequest reports a request that fails validation.
 	ErrInvalidRequest = errors.New("invalid request")
-	// ErrInvalidConfig reports a Config that New refuses.
+	// ErrInvalidConfig reports a Config that Open refuses.
 	ErrInvalidConfig = errors.New("invalid sandboxd config")
 	// ErrClosed is returned by operations on a closed server.
 	ErrClosed = errors.New("sandboxd closed")

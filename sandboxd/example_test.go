@@ -15,7 +15,7 @@ import (
 // wait for it to run, and close the server (which kills the sandbox).
 func Example() {
 	ctx := context.Background()
-	srv, err := sandboxd.New(sandboxd.Config{}) // 127.0.0.1:0, temporary data dir
+	srv, err := sandboxd.Open(context.Background(), sandboxd.Config{}) // 127.0.0.1:0, temporary data dir
 	if err != nil {
 		fmt.Println(err)
 		return

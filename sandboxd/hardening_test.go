@@ -1,6 +1,7 @@
 package sandboxd_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -280,7 +281,7 @@ func TestHostAddressesClosed(t *testing.T) {
 	})
 	t.Run("bad allow-host", func(t *testing.T) {
 		for _, h := range []string{"nonsense", "example.com:80", "127.0.0.1:99999"} {
-			if _, err := sandboxd.New(sandboxd.Config{AllowHosts: []string{h}}); err == nil {
+			if _, err := sandboxd.Open(context.Background(), sandboxd.Config{AllowHosts: []string{h}}); err == nil {
 				t.Errorf("New with AllowHosts %q succeeded", h)
 			}
 		}

@@ -25,7 +25,7 @@ func startServer(t testing.TB, cfg sandboxd.Config) (*sandboxd.Server, string) {
 	if cfg.Logger == nil && testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	s, err := sandboxd.New(cfg)
+	s, err := sandboxd.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -193,7 +193,7 @@ func TestImportImageRejectsEscapes(t *testing.T) {
 }
 
 func TestStartRejectsMissingImage(t *testing.T) {
-	s, err := sandboxd.New(sandboxd.Config{Images: map[string]string{"gone": filepath.Join(t.TempDir(), "missing")}})
+	s, err := sandboxd.Open(context.Background(), sandboxd.Config{Images: map[string]string{"gone": filepath.Join(t.TempDir(), "missing")}})
 	if err != nil {
 		t.Fatal(err)
 	}

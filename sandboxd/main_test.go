@@ -15,7 +15,7 @@ const serverEnv = "ALINEO_SANDBOXD_TEST_SERVER"
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(serverEnv); dir != "" {
-		s, err := sandboxd.New(sandboxd.Config{DataDir: dir})
+		s, err := sandboxd.Open(context.Background(), sandboxd.Config{DataDir: dir})
 		if err == nil {
 			var url string
 			url, err = s.Start(context.Background())

@@ -258,7 +258,7 @@ func TestParallelSandboxes(t *testing.T) {
 
 func TestRestartKeepsRecords(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := sandboxd.New(sandboxd.Config{DataDir: dir})
+	s1, err := sandboxd.Open(context.Background(), sandboxd.Config{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestRestartKeepsRecords(t *testing.T) {
 }
 
 func TestCloseKillsEverySandbox(t *testing.T) {
-	s, err := sandboxd.New(sandboxd.Config{})
+	s, err := sandboxd.Open(context.Background(), sandboxd.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestServerCrash(t *testing.T) {
 func TestDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
 	startServer(t, sandboxd.Config{DataDir: dir})
-	if _, err := sandboxd.New(sandboxd.Config{DataDir: dir}); !errors.Is(err, sandboxd.ErrDataDirInUse) {
+	if _, err := sandboxd.Open(context.Background(), sandboxd.Config{DataDir: dir}); !errors.Is(err, sandboxd.ErrDataDirInUse) {
 		t.Fatalf("second server on %s: err = %v, want ErrDataDirInUse", dir, err)
 	}
 }
@@ -532,7 +532,7 @@ func TestRacingOperations(t *testing.T) {
 func TestIsolationRefused(t *testing.T) {
 	// No OCI runtime: Start fails at once, naming the package to install.
 	missing := sandboxd.Config{Runtime: filepath.Join(t.TempDir(), "runc")}
-	s, err := sandboxd.New(missing)
+	s, err := sandboxd.Open(context.Background(), missing)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestIsolationRefused(t *testing.T) {
 		t.Fatalf("Start = %v, want ErrIsolationUnavailable naming --no-isolation and the runc package", err)
 	}
 	// The handler without Start fails the sandbox with the same reason.
-	s2, err := sandboxd.New(missing)
+	s2, err := sandboxd.Open(context.Background(), missing)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,10 +149,11 @@ func cloneSandbox(s Sandbox) Sandbox {
 	return s
 }
 
-// New returns a server for cfg. It creates the data directory and loads the
-// records a previous run left there: sandboxes that were live come back
-// Terminated with reason "sandboxd_restart". It starts no process or listener.
-func New(cfg Config) (*Server, error) {
+// Open returns a server for cfg. It creates the data directory, takes its
+// lock and loads the records a previous run left there: sandboxes that were
+// live come back Terminated with reason "sandboxd_restart", their leftovers
+// removed. It starts no listener; Start serves.
+func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ func New(cfg Config) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
-	if err := s.openSnapshots(context.Background()); err != nil {
+	if err := s.openSnapshots(ctx); err != nil {
 		lock.Close()
 		return nil, err
 	}

@@ -367,7 +367,7 @@ func TestSnapshotIncremental(t *testing.T) {
 // same data directory and creates a sandbox from it.
 func TestSnapshotSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := sandboxd.New(sandboxd.Config{DataDir: dir})
+	s1, err := sandboxd.Open(context.Background(), sandboxd.Config{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func SandboxdServer(t testing.TB, cfg sandboxd.Config) (string, *sandboxd.Server
 	if os.Getenv("ALINEO_SANDBOXD_NO_ISOLATION") == "1" {
 		cfg.NoIsolation = true
 	}
-	s, err := sandboxd.New(cfg)
+	s, err := sandboxd.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("testenv: sandboxd: %v", err)
 	}

@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	url := getenv("OPEN_SANDBOX_URL")
 	if url == "" {
 		// No server: run sandboxd in this process and use its URL.
-		srv, err := sandboxd.New(sandboxd.Config{NoIsolation: *noIsolation})
+		srv, err := sandboxd.Open(ctx, sandboxd.Config{NoIsolation: *noIsolation})
 		if err != nil {
 			return err
 		}

@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	} else if *hostNet {
 		fmt.Fprintln(stdout, "WARNING: --host-network: sandboxes without a networkPolicy can reach every service of this machine, loopback included.")
 	}
-	s, err := sandboxd.New(sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
+	s, err := sandboxd.Open(ctx, sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
 		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,

@@ -89,7 +89,7 @@ func Sandboxd(ctx context.Context, url string, getenv func(string) string, log *
 		return url, func() {}, nil
 	}
 	cfg := sandboxd.Config{NoIsolation: getenv(NoIsolationEnv) == "1", Logger: log}
-	s, err := sandboxd.New(cfg)
+	s, err := sandboxd.Open(ctx, cfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("sandboxd: %w", err)
 	}
