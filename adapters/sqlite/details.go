@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
+	"github.com/alineo-labs/alineo/events"
 )
 
 // applyDetails upserts every session's delta into alineo_sandbox_details.
@@ -16,4 +18,85 @@ func applyDetails(ctx context.Context, tx *sql.Tx, ds *summary.Deltas) error {
 		}
 	}
 	return nil
+}
+
+// catchUpChunk bounds the rows one step of catchUp folds.
+const catchUpChunk = 4096
+
+var (
+	// pendingExists asks whether the summary is behind: one probe of the
+	// partial index alineo_events_unsummarised, which holds only rows not
+	// folded yet.
+	pendingExists  = `SELECT EXISTS (SELECT 1 FROM alineo_events WHERE ` + summary.Pending + `)`
+	pendingRows    = `SELECT id, ts, name, sandbox_id, event, payload FROM alineo_events WHERE ` + summary.Pending + ` ORDER BY id LIMIT ?`
+	markSummarised = `UPDATE alineo_events SET summarised = 1 WHERE ` + summary.Pending + ` AND id <= ?`
+)
+
+// catchUp folds into alineo_sandbox_details the rows that were appended
+// without being folded (by another process: the TypeScript SDK, or a tool
+// writing SQL) and marks them folded, in tx, chunk by chunk. It returns the
+// number of rows folded. tx is an immediate transaction, so no other writer
+// appends or folds meanwhile.
+func catchUp(ctx context.Context, tx *sql.Tx) (int, error) {
+	total := 0
+	for {
+		n, last, err := catchUpChunkOnce(ctx, tx)
+		if err != nil || n == 0 {
+			return total, err
+		}
+		if _, err := tx.ExecContext(ctx, markSummarised, last); err != nil {
+			return total, err
+		}
+		total += n
+		if n < catchUpChunk {
+			return total, nil
+		}
+	}
+}
+
+// catchUpChunkOnce folds the first catchUpChunk pending rows and returns how
+// many there were and the id of the last.
+func catchUpChunkOnce(ctx context.Context, tx *sql.Tx) (n int, last int64, err error) {
+	rows, err := tx.QueryContext(ctx, pendingRows, catchUpChunk)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	var d summary.Deltas
+	for rows.Next() {
+		var (
+			e       events.Entry
+			ev      string
+			payload []byte
+		)
+		if err := rows.Scan(&last, &e.Ts, &e.Name, &e.SandboxID, &ev, &payload); err != nil {
+			return 0, 0, err
+		}
+		e.Event, e.Payload = events.Event(ev), json.RawMessage(payload)
+		d.Add(e)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	return n, last, applyDetails(ctx, tx, &d)
+}
+
+// caughtUp brings the summary up to date before it is read: when the partial
+// index shows rows not folded yet, it folds them in a write transaction. When
+// the summary is current (every row appended by this module's stores), it costs
+// one probe of an empty index.
+func (s *Store) caughtUp(ctx context.Context) error {
+	_, r, err := s.dbs(ctx)
+	if err != nil {
+		return err
+	}
+	var pending bool
+	if err := r.QueryRowContext(ctx, pendingExists).Scan(&pending); err != nil || !pending {
+		return err
+	}
+	return s.write(ctx, "catch up sandbox details", func(tx *sql.Tx) error {
+		_, err := catchUp(ctx, tx)
+		return err
+	})
 }
