@@ -20,8 +20,8 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
-	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
