@@ -3,17 +3,36 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 )
 
-// applyDetails upserts every session's delta into alineo_sandbox_details.
+// applyDetails upserts every session's delta into alineo_sandbox_details,
+// with one prepared statement when there are several.
 func applyDetails(ctx context.Context, tx *sql.Tx, ds *summary.Deltas) error {
-	for _, r := range ds.Rows() {
-		if _, err := tx.ExecContext(ctx, upsertDetails, r.Session.Name, r.Session.SandboxID,
-			string(r.Status), r.Started, r.Completed, r.Execs, r.RunID); err != nil {
+	rows := ds.Rows()
+	exec := func(r summary.Row) error {
+		_, err := tx.ExecContext(ctx, upsertDetails, r.Session.Name, r.Session.SandboxID,
+			string(r.Status), r.Started, r.Completed, r.Execs, r.RunID)
+		return err
+	}
+	if len(rows) > 2 {
+		stmt, err := tx.PrepareContext(ctx, upsertDetails)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		exec = func(r summary.Row) error {
+			_, err := stmt.ExecContext(ctx, r.Session.Name, r.Session.SandboxID,
+				string(r.Status), r.Started, r.Completed, r.Execs, r.RunID)
+			return err
+		}
+	}
+	for _, r := range rows {
+		if err := exec(r); err != nil {
 			return err
 		}
 	}
@@ -86,8 +105,13 @@ func catchUpChunkOnce(ctx context.Context, tx *sql.Tx) (n int, last int64, err e
 // index shows rows not folded yet, it folds them in a write transaction. When
 // the summary is current (every row appended by this module's stores), it costs
 // one probe of an empty index.
+//
+// The catch-up commits with synchronous=NORMAL (no fsync; WAL keeps it
+// atomic): it holds only what the ledger says already, and a catch-up lost to
+// a power cut leaves its rows unmarked, folded again by the next one. The
+// writer connection gets its level back before any other write uses it.
 func (s *Store) caughtUp(ctx context.Context) error {
-	_, r, err := s.dbs(ctx)
+	w, r, err := s.dbs(ctx)
 	if err != nil {
 		return err
 	}
@@ -95,8 +119,29 @@ func (s *Store) caughtUp(ctx context.Context) error {
 	if err := r.QueryRowContext(ctx, pendingExists).Scan(&pending); err != nil || !pending {
 		return err
 	}
-	return s.write(ctx, "catch up sandbox details", func(tx *sql.Tx) error {
-		_, err := catchUp(ctx, tx)
+	conn, err := w.Conn(ctx) // the one writer connection, held until Close
+	if err != nil {
 		return err
-	})
+	}
+	defer conn.Close()
+	if s.cfg.Synchronous != "NORMAL" {
+		if _, err := conn.ExecContext(ctx, "PRAGMA synchronous=NORMAL"); err != nil {
+			return err
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous="+s.cfg.Synchronous); err != nil {
+				// Never hand on a connection with the wrong level: drop it.
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+	}
+	tx, err := conn.BeginTx(ctx, nil) // BEGIN IMMEDIATE: _txlock=immediate
+	if err != nil {
+		return err
+	}
+	if _, err := catchUp(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }

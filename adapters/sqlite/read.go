@@ -126,7 +126,7 @@ func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOpt
 // the indexes of detailsSchema.
 func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
 	if err := s.caughtUp(ctx); err != nil {
-		return nil, s.translate(op, err)
+		return nil, s.translate(op+": catch up", err)
 	}
 	var a []any
 	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details` + summary.Query(name, opts, func(v any) string {
