@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // The event names the TypeScript SDK (@alineo-labs/sandbox 0.2.0) writes. Each
@@ -233,13 +235,107 @@ func UnwrapPayload(p json.RawMessage) json.RawMessage {
 	if len(p) < 2 || p[0] != '"' {
 		return p
 	}
-	var s string
-	if json.Unmarshal(p, &s) != nil {
+	s, ok := unquote(p)
+	if !ok {
 		return p
 	}
-	t := strings.TrimSpace(s)
-	if t == "" || (t[0] != '{' && t[0] != '[') || !json.Valid([]byte(t)) {
+	t := bytes.TrimSpace(s)
+	if len(t) == 0 || (t[0] != '{' && t[0] != '[') || !json.Valid(t) {
 		return p
 	}
 	return json.RawMessage(t)
+}
+
+// unquote decodes the JSON string literal q (quotes included), or reports
+// false when q is not exactly one. It is encoding/json's string decoding
+// without the reflection: a payload read back from a JSONB string is decoded
+// on every read.
+func unquote(q []byte) ([]byte, bool) {
+	q = bytes.Trim(q, " \t\r\n") // JSON's white space
+	if len(q) < 2 || q[0] != '"' || q[len(q)-1] != '"' {
+		return nil, false
+	}
+	in := q[1 : len(q)-1]
+	out := make([]byte, 0, len(in))
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		switch {
+		case c == '"' || c < 0x20:
+			return nil, false
+		case c >= utf8.RuneSelf:
+			// Invalid UTF-8 becomes U+FFFD byte by byte, as in encoding/json.
+			r, size := utf8.DecodeRune(in[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, in[i:i+size]...)
+			}
+			i += size - 1
+			continue
+		case c != '\\':
+			out = append(out, c)
+			continue
+		}
+		i++
+		if i >= len(in) {
+			return nil, false
+		}
+		switch in[i] {
+		case '"', '\\', '/':
+			out = append(out, in[i])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(in[i+1:])
+			if !ok {
+				return nil, false
+			}
+			i += 4
+			if utf16.IsSurrogate(r) {
+				r2, ok := rune(0), false
+				if i+2 < len(in) && in[i+1] == '\\' && in[i+2] == 'u' {
+					r2, ok = hex4(in[i+3:])
+				}
+				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+					r, i = dec, i+6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// hex4 decodes the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

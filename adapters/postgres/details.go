@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,34 +28,50 @@ const catchUpLock = migrateLock + 1
 const catchUpChunk = 4096
 
 var (
-	// pendingExists asks whether the summary is behind: one probe of the
-	// partial index alineo_events_unsummarised, which holds only rows not
-	// folded yet.
-	pendingExists  = `SELECT EXISTS (SELECT 1 FROM alineo_events WHERE ` + summary.Pending + `)`
-	pendingRows    = `SELECT id, ts, name, sandbox_id, event, payload FROM alineo_events WHERE ` + summary.Pending + ` ORDER BY id LIMIT $1`
+	// pendingAbove asks whether the summary is behind on rows above an id:
+	// a probe of the partial index alineo_events_unsummarised, which holds
+	// only rows not folded yet (and, until a vacuum, the dead entries of rows
+	// folded since, which the id bound skips).
+	pendingAbove   = `SELECT EXISTS (SELECT 1 FROM alineo_events WHERE ` + summary.Pending + ` AND id > $1)`
+	pendingRows    = `SELECT id, ts, name, sandbox_id, event, payload FROM alineo_events WHERE ` + summary.Pending + ` AND id > $1 ORDER BY id LIMIT $2`
 	markSummarised = `UPDATE alineo_events SET summarised = true WHERE id = ANY($1)`
 )
 
-// catchUp folds into alineo_sandbox_details the rows that were appended
-// without being folded (by another process: the TypeScript SDK, or a tool
-// writing SQL) and marks them folded, in tx, chunk by chunk, under
-// catchUpLock. It returns the number of rows folded. A row another
-// transaction has not committed yet is not seen; the next catch-up folds it.
-func catchUp(ctx context.Context, tx pgx.Tx) (int, error) {
+// fullProbeEvery is how often caughtUp probes the whole partial index rather
+// than above the rows it folded last: a transaction of another process that
+// got its ids before one that committed first is folded within this long.
+const fullProbeEvery = time.Second
+
+// catchUpState is what a Store remembers of its catch-ups.
+type catchUpState struct {
+	mu sync.Mutex
+	// floor is the highest id folded so far; a probe above it skips the
+	// dead index entries of the rows folded before.
+	floor  int64
+	fullAt time.Time // when the last probe of the whole index ran
+}
+
+// catchUp folds into alineo_sandbox_details the rows with an id above floor
+// that were appended without being folded (by another process: the
+// TypeScript SDK, or a tool writing SQL) and marks them folded, in tx, chunk
+// by chunk, under catchUpLock. It returns the number of rows folded and the
+// highest id among them. A row another transaction has not committed yet is
+// not seen; a later catch-up folds it.
+func catchUp(ctx context.Context, tx pgx.Tx, floor int64) (int, int64, error) {
 	// The commit need not wait for the WAL flush: a catch-up holds only what
 	// the ledger says already, and one lost to a crash leaves its rows
 	// unmarked, folded again by the next one.
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, catchUpLock); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	total := 0
+	total, last := 0, floor
 	for {
-		rows, err := tx.Query(ctx, pendingRows, catchUpChunk)
+		rows, err := tx.Query(ctx, pendingRows, last, catchUpChunk)
 		if err != nil {
-			return total, err
+			return total, last, err
 		}
 		var (
 			d   summary.Deltas
@@ -68,7 +86,7 @@ func catchUp(ctx context.Context, tx pgx.Tx) (int, error) {
 			)
 			if err := rows.Scan(&id, &e.Ts, &e.Name, &e.SandboxID, &ev, &payload); err != nil {
 				rows.Close()
-				return total, err
+				return total, last, err
 			}
 			e.Event, e.Payload = events.Event(ev), json.RawMessage(payload)
 			d.Add(e)
@@ -76,20 +94,20 @@ func catchUp(ctx context.Context, tx pgx.Tx) (int, error) {
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return total, err
+			return total, last, err
 		}
 		if len(ids) == 0 {
-			return total, nil
+			return total, last, nil
 		}
 		b := &pgx.Batch{}
 		queueDetails(b, &d)
 		b.Queue(markSummarised, ids)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return total, err
+			return total, last, err
 		}
-		total += len(ids)
+		total, last = total+len(ids), ids[len(ids)-1]
 		if len(ids) < catchUpChunk {
-			return total, nil
+			return total, last, nil
 		}
 	}
 }
@@ -97,18 +115,42 @@ func catchUp(ctx context.Context, tx pgx.Tx) (int, error) {
 // caughtUp brings the summary up to date before it is read: when the partial
 // index shows rows not folded yet, it folds them in a transaction. When the
 // summary is current (every row appended by this module's stores), it costs
-// one probe of an empty index.
+// one probe of the index above the last row folded; once a second, of the
+// whole index (see fullProbeEvery).
 func (s *Store) caughtUp(ctx context.Context) error {
 	p, err := s.db(ctx)
 	if err != nil {
 		return err
 	}
+	s.cu.mu.Lock()
+	floor, full := s.cu.floor, time.Since(s.cu.fullAt) >= fullProbeEvery
+	s.cu.mu.Unlock()
+	if full {
+		floor = 0
+	}
 	var pending bool
-	if err := p.QueryRow(ctx, pendingExists).Scan(&pending); err != nil || !pending {
+	if err := p.QueryRow(ctx, pendingAbove, floor).Scan(&pending); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		_, err := catchUp(ctx, tx)
+	if full {
+		s.cu.mu.Lock()
+		s.cu.fullAt = time.Now()
+		s.cu.mu.Unlock()
+	}
+	if !pending {
+		return nil
+	}
+	var last int64
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		var err error
+		_, last, err = catchUp(ctx, tx, floor)
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	s.cu.mu.Lock()
+	s.cu.floor = max(s.cu.floor, last)
+	s.cu.mu.Unlock()
+	return nil
 }

@@ -94,7 +94,7 @@ func migrate(ctx context.Context, p *pgxpool.Pool, log *slog.Logger) error {
 				return fmt.Errorf("migrate: reset sandbox details: %w", err)
 			}
 		}
-		n, err := catchUp(ctx, tx)
+		n, _, err := catchUp(ctx, tx, 0)
 		if err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}

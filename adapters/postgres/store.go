@@ -71,6 +71,8 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 	pool   *pgxpool.Pool
+
+	cu catchUpState
 }
 
 // Open returns a Store for the database at dsn: a postgres:// URL or a
