@@ -38,7 +38,11 @@
 // alineo_events_unsummarised; every details read probes that index first and,
 // when it holds rows, folds them into the summary and marks them one catch-up at a time across processes (an advisory lock), so
 // listings, GetSandboxDetails and a Resume see every session whoever appended
-// it. A caught-up summary costs one probe of an empty index. A database
+// it. A caught-up summary costs one probe of an empty index. The probe reads
+// above the last row the store folded (the index keeps the dead entries of
+// folded rows until a vacuum), and the whole index once a second: a row whose
+// transaction took its id before another that committed first lists within
+// that second. A database
 // migrated from a version without the marker has its summary rebuilt from
 // every row once. Rows another process deletes are not noticed (DeleteSandbox
 // of this store drops the details with the rows).

@@ -3,8 +3,10 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -226,4 +228,38 @@ func TestVocabularyTypeScript(t *testing.T) {
 	if cps, err := s.ListCheckpoints(c, "one", "sb-1"); err != nil || len(cps) != 1 || cps[0].SnapshotID != "snap-sb-1" {
 		t.Fatalf("ListCheckpoints = %+v, %v", cps, err)
 	}
+}
+
+// TestCatchUpLateCommit: a foreign row whose id is below rows folded already
+// (its transaction took the id first and committed last) still lists, within
+// the store's full probe of the index.
+func TestCatchUpLateCommit(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	s := open(t, dsn)
+	c := t.Context()
+	if _, err := s.ListAllSandboxDetails(c, adapters.ListOptions{}); err != nil { // migrate
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ins := `INSERT INTO alineo_events (id, sandbox_id, name, step_idx, event, payload, ts) VALUES ($1, $2, 'n', -1, 'sandbox_created', to_jsonb($3::text), $4)`
+	if _, err := conn.Exec(c, ins, 5_000_000, "high", `{"sandboxId":"high"}`, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := s.ListAllSandboxDetails(c, adapters.ListOptions{}); err != nil || len(all) != 1 {
+		t.Fatalf("ListAllSandboxDetails = %+v, %v; want high", all, err)
+	}
+	if _, err := conn.Exec(c, ins, 4_000_000, "late", `{"sandboxId":"late","runId":"r"}`, 1000); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		d, err := s.GetSandboxDetails(c, "n", "late")
+		if err != nil || d == nil || d.RunID != "r" {
+			return fmt.Errorf("late session = %+v, %v", d, err)
+		}
+		return nil
+	})
 }
