@@ -51,65 +51,60 @@ type catchUpState struct {
 	fullAt time.Time // when the last probe of the whole index ran
 }
 
-// catchUp folds into alineo_sandbox_details the rows with an id above floor
-// that were appended without being folded (by another process: the
-// TypeScript SDK, or a tool writing SQL) and marks them folded, in tx, chunk
-// by chunk, under catchUpLock. It returns the number of rows folded and the
-// highest id among them. A row another transaction has not committed yet is
-// not seen; a later catch-up folds it.
+// catchUp folds into alineo_sandbox_details the first catchUpChunk rows with
+// an id above floor that were appended without being folded (by another
+// process: the TypeScript SDK, or a tool writing SQL) and marks them folded,
+// in tx, under catchUpLock. It returns the number of rows folded
+// (catchUpChunk when there may be more) and the highest id among them. A row
+// another transaction has not committed yet is not seen; a later catch-up
+// folds it.
 func catchUp(ctx context.Context, tx pgx.Tx, floor int64) (int, int64, error) {
 	// The commit need not wait for the WAL flush: a catch-up holds only what
 	// the ledger says already, and one lost to a crash leaves its rows
 	// unmarked, folded again by the next one.
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-		return 0, 0, err
+		return 0, floor, err
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, catchUpLock); err != nil {
-		return 0, 0, err
+		return 0, floor, err
 	}
-	total, last := 0, floor
-	for {
-		rows, err := tx.Query(ctx, pendingRows, last, catchUpChunk)
-		if err != nil {
-			return total, last, err
-		}
+	rows, err := tx.Query(ctx, pendingRows, floor, catchUpChunk)
+	if err != nil {
+		return 0, floor, err
+	}
+	var (
+		d   summary.Deltas
+		ids []int64
+	)
+	for rows.Next() {
 		var (
-			d   summary.Deltas
-			ids []int64
+			id      int64
+			e       events.Entry
+			ev      string
+			payload []byte
 		)
-		for rows.Next() {
-			var (
-				id      int64
-				e       events.Entry
-				ev      string
-				payload []byte
-			)
-			if err := rows.Scan(&id, &e.Ts, &e.Name, &e.SandboxID, &ev, &payload); err != nil {
-				rows.Close()
-				return total, last, err
-			}
-			e.Event, e.Payload = events.Event(ev), json.RawMessage(payload)
-			d.Add(e)
-			ids = append(ids, id)
+		if err := rows.Scan(&id, &e.Ts, &e.Name, &e.SandboxID, &ev, &payload); err != nil {
+			rows.Close()
+			return 0, floor, err
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return total, last, err
-		}
-		if len(ids) == 0 {
-			return total, last, nil
-		}
-		b := &pgx.Batch{}
-		queueDetails(b, &d)
-		b.Queue(markSummarised, ids)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return total, last, err
-		}
-		total, last = total+len(ids), ids[len(ids)-1]
-		if len(ids) < catchUpChunk {
-			return total, last, nil
-		}
+		e.Event, e.Payload = events.Event(ev), json.RawMessage(payload)
+		d.Add(e)
+		ids = append(ids, id)
 	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, floor, err
+	}
+	if len(ids) == 0 {
+		return 0, floor, nil
+	}
+	b := &pgx.Batch{}
+	queueDetails(b, &d)
+	b.Queue(markSummarised, ids)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, floor, err
+	}
+	return len(ids), ids[len(ids)-1], nil
 }
 
 // caughtUp brings the summary up to date before it is read: when the partial
@@ -140,17 +135,23 @@ func (s *Store) caughtUp(ctx context.Context) error {
 	if !pending {
 		return nil
 	}
-	var last int64
-	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		var err error
-		_, last, err = catchUp(ctx, tx, floor)
-		return err
-	})
-	if err != nil {
-		return err
+	// A transaction per chunk: a catch-up cut short (its ctx ended) keeps
+	// what it folded.
+	for {
+		var n int
+		err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			var err error
+			n, floor, err = catchUp(ctx, tx, floor)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		s.cu.mu.Lock()
+		s.cu.floor = max(s.cu.floor, floor)
+		s.cu.mu.Unlock()
+		if n < catchUpChunk {
+			return nil
+		}
 	}
-	s.cu.mu.Lock()
-	s.cu.floor = max(s.cu.floor, last)
-	s.cu.mu.Unlock()
-	return nil
 }

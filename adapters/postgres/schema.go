@@ -90,16 +90,14 @@ func migrate(ctx context.Context, p *pgxpool.Pool, log *slog.Logger) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if rebuild {
-			if _, err := tx.Exec(ctx, `DELETE FROM alineo_sandbox_details`); err != nil {
+			// The first details read folds every row (caughtUp).
+			tag, err := tx.Exec(ctx, `DELETE FROM alineo_sandbox_details`)
+			if err != nil {
 				return fmt.Errorf("migrate: reset sandbox details: %w", err)
 			}
-		}
-		n, _, err := catchUp(ctx, tx, 0)
-		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		if n > 0 {
-			log.Info("postgres: summarised sandbox details from the ledger", "entries", n)
+			if n := tag.RowsAffected(); n > 0 {
+				log.Info("postgres: sandbox details are summarised again from the ledger on first read", "reset", n)
+			}
 		}
 		return nil
 	})

@@ -51,26 +51,18 @@ var (
 	markSummarised = `UPDATE alineo_events SET summarised = 1 WHERE ` + summary.Pending + ` AND id <= ?`
 )
 
-// catchUp folds into alineo_sandbox_details the rows that were appended
-// without being folded (by another process: the TypeScript SDK, or a tool
-// writing SQL) and marks them folded, in tx, chunk by chunk. It returns the
-// number of rows folded. tx is an immediate transaction, so no other writer
-// appends or folds meanwhile.
+// catchUp folds into alineo_sandbox_details the first catchUpChunk rows that
+// were appended without being folded (by another process: the TypeScript SDK,
+// or a tool writing SQL) and marks them folded, in tx. It returns the number of
+// rows folded: catchUpChunk when there may be more. tx is an immediate
+// transaction, so no other writer appends or folds meanwhile.
 func catchUp(ctx context.Context, tx *sql.Tx) (int, error) {
-	total := 0
-	for {
-		n, last, err := catchUpChunkOnce(ctx, tx)
-		if err != nil || n == 0 {
-			return total, err
-		}
-		if _, err := tx.ExecContext(ctx, markSummarised, last); err != nil {
-			return total, err
-		}
-		total += n
-		if n < catchUpChunk {
-			return total, nil
-		}
+	n, last, err := catchUpChunkOnce(ctx, tx)
+	if err != nil || n == 0 {
+		return n, err
 	}
+	_, err = tx.ExecContext(ctx, markSummarised, last)
+	return n, err
 }
 
 // catchUpChunkOnce folds the first catchUpChunk pending rows and returns how
@@ -135,13 +127,23 @@ func (s *Store) caughtUp(ctx context.Context) error {
 			}
 		}()
 	}
-	tx, err := conn.BeginTx(ctx, nil) // BEGIN IMMEDIATE: _txlock=immediate
-	if err != nil {
-		return err
+	// A transaction per chunk: a catch-up cut short (its ctx ended) keeps
+	// what it folded, and appends interleave with a long one.
+	for {
+		tx, err := conn.BeginTx(ctx, nil) // BEGIN IMMEDIATE: _txlock=immediate
+		if err != nil {
+			return err
+		}
+		n, err := catchUp(ctx, tx)
+		if err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		if n < catchUpChunk {
+			return nil
+		}
 	}
-	if _, err := catchUp(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

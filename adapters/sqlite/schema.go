@@ -102,16 +102,14 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 		return fmt.Errorf("migrate: additions: %w", err)
 	}
 	if rebuild {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details`); err != nil {
+		// The first details read folds every row (caughtUp).
+		res, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details`)
+		if err != nil {
 			return fmt.Errorf("migrate: reset sandbox details: %w", err)
 		}
-	}
-	n, err := catchUp(ctx, tx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if n > 0 {
-		log.Info("sqlite: summarised sandbox details from the ledger", "entries", n)
+		if n := rowsAffected(res); n > 0 {
+			log.Info("sqlite: sandbox details are summarised again from the ledger on first read", "reset", n)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: commit: %w", err)
@@ -134,4 +132,9 @@ func addColumn(ctx context.Context, tx *sql.Tx, table, column, typ string) (bool
 		return false, fmt.Errorf("migrate: add %s.%s: %w", table, column, err)
 	}
 	return true, nil
+}
+
+func rowsAffected(res sql.Result) int64 {
+	n, _ := res.RowsAffected()
+	return n
 }
