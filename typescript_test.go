@@ -109,8 +109,8 @@ func TestResumeTypeScriptSession(t *testing.T) {
 			t.Errorf("exec %d = %+v, %v; want %q, %q, exit %d", i+1, res, err, want.stdout, want.stderr, want.exit)
 		}
 	}
-	// Step 8 is live (the fake execd answers a command with its text).
-	if res, err := sb.Exec(ctx, tsSteps[0].cmd).Wait(); err != nil || res.Stdout != tsSteps[0].cmd {
+	// Step 8 is live (the fake execd answers a command with its text, a line).
+	if res, err := sb.Exec(ctx, tsSteps[0].cmd).Wait(); err != nil || res.Stdout != tsSteps[0].cmd+"\n" {
 		t.Fatalf("live exec 8 = %+v, %v", res, err)
 	}
 	f.mu.Lock()
