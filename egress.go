@@ -208,7 +208,7 @@ func sessionPolicy(es []events.Entry) (rules []EgressRule, def EgressAction, has
 		return nil, "", false, err
 	}
 	for _, e := range es {
-		if e.Event != events.SandboxCreated {
+		if !e.Event.Is(events.SandboxCreated) {
 			continue
 		}
 		var p events.SandboxCreatedPayload

@@ -165,7 +165,7 @@ func (e *Exec) refetch(ctx context.Context, from, to int) ([]chunk, error) {
 	var out []chunk
 	i := 0
 	for _, en := range es {
-		if en.Event != events.ExecOutput || en.StepIndex != e.step {
+		if !en.Event.Is(events.ExecOutput) || en.StepIndex != e.step {
 			continue
 		}
 		if i >= from && i < to {

@@ -41,7 +41,7 @@ func TestValidationAtTheFront(t *testing.T) {
 			if err := l.write(ctx, events.SandboxCreated, events.SandboxLevel, events.SandboxCreatedPayload{SandboxID: "sb-1"}); err != nil {
 				t.Fatalf("SDK write: %v", err)
 			}
-			if err := l.write(ctx, "exec_complete", 1, nil); !errors.Is(err, adapters.ErrInvalidEntry) {
+			if err := l.write(ctx, "exec_finished", 1, nil); !errors.Is(err, adapters.ErrInvalidEntry) {
 				t.Fatalf("SDK write of an unknown event = %v, want ErrInvalidEntry", err)
 			}
 			// From outside the SDK: refused by the store itself.

@@ -35,14 +35,17 @@ type replayResult struct {
 }
 
 // decode decodes the recorded call. Output chunks that are neither stdout nor
-// stderr (the TypeScript SDK may have written other types) and empty ones are
-// left out. A call recorded by the TypeScript SDK has no fingerprint: it is
-// computed from the recorded kind and text.
+// stderr (the TypeScript SDK records every execd event as an exec_event:
+// init, ping, error, execution_complete, stdin...) and empty ones are left
+// out. A call recorded by the TypeScript SDK has no fingerprint: it is
+// computed from the recorded kind and text. Its output lines carry no
+// newline, and they are joined as they are: the replay gives what the
+// TypeScript SDK's own replay gives (printf 'a\nb\n' replays as "ab").
 func (rec *recordedExec) decode() (replayResult, error) {
 	var res replayResult
 	if rec.started != nil {
 		var p events.ExecStartedPayload
-		if err := json.Unmarshal(rec.started, &p); err != nil {
+		if err := json.Unmarshal(events.UnwrapPayload(rec.started), &p); err != nil {
 			return res, fmt.Errorf("decode exec.started of step %d: %w", rec.step, err)
 		}
 		res.text, res.fingerprint = p.Text(), p.Fingerprint
@@ -58,8 +61,12 @@ func (rec *recordedExec) decode() (replayResult, error) {
 		}
 	}
 	for _, raw := range rec.outputs {
+		raw = events.UnwrapPayload(raw)
 		var p events.ExecOutputPayload
 		if err := json.Unmarshal(raw, &p); err != nil {
+			if _, output := events.OutputStream(raw); !output {
+				continue // an execd event of another type, whatever its fields
+			}
 			return res, fmt.Errorf("decode exec.output of step %d: %w", rec.step, err)
 		}
 		if b := p.Bytes(); len(b) > 0 && (p.Type == events.Stdout || p.Type == events.Stderr) {
@@ -67,7 +74,7 @@ func (rec *recordedExec) decode() (replayResult, error) {
 		}
 	}
 	var p events.ExecCompletedPayload
-	if err := json.Unmarshal(rec.completed, &p); err != nil {
+	if err := json.Unmarshal(events.UnwrapPayload(rec.completed), &p); err != nil {
 		return res, fmt.Errorf("decode exec.completed of step %d: %w", rec.step, err)
 	}
 	res.exitCode = p.ExitCode
@@ -103,7 +110,9 @@ func (r *replayCache) take(step int) (*recordedExec, bool) {
 // applyEntries adds to r every exec of es that completed (its exec.completed
 // is in es), replacing an earlier result of the same step. es is one session's
 // ledger prefix in (Ts, Seq) order; execs started but not completed in es are
-// left out. Payloads are not decoded here (see recordedExec).
+// left out. Payloads are not decoded here (see recordedExec). Either
+// vocabulary is read: exec_start, exec_event and exec_complete are
+// exec.started, exec.output and exec.completed.
 func (r *replayCache) applyEntries(es []events.Entry) {
 	open := map[int]*recordedExec{}
 	get := func(step int) *recordedExec {
@@ -118,7 +127,7 @@ func (r *replayCache) applyEntries(es []events.Entry) {
 		if e.StepIndex < 1 {
 			continue
 		}
-		switch e.Event {
+		switch e.Event.Canonical() {
 		case events.ExecStarted:
 			open[e.StepIndex] = &recordedExec{step: e.StepIndex, started: e.Payload}
 		case events.ExecOutput:
@@ -137,7 +146,7 @@ func (r *replayCache) applyEntries(es []events.Entry) {
 // entry, or of the last one whose name is tag when tag is not empty; -1 if none.
 func checkpointIndex(es []events.Entry, tag string) (int, events.CheckpointCreatedPayload, error) {
 	for i := len(es) - 1; i >= 0; i-- {
-		if es[i].Event != events.CheckpointCreated {
+		if !es[i].Event.Is(events.CheckpointCreated) {
 			continue
 		}
 		var p events.CheckpointCreatedPayload
@@ -154,7 +163,7 @@ func checkpointIndex(es []events.Entry, tag string) (int, events.CheckpointCreat
 // createdPayload returns the payload of the session's first sandbox.created, if any.
 func createdPayload(es []events.Entry) (events.SandboxCreatedPayload, bool, error) {
 	for _, e := range es {
-		if e.Event == events.SandboxCreated {
+		if e.Event.Is(events.SandboxCreated) {
 			var p events.SandboxCreatedPayload
 			if err := e.Decode(&p); err != nil {
 				return p, false, fmt.Errorf("entry %d: %w", e.Seq, err)
@@ -236,7 +245,7 @@ func buildResumePoint(ctx context.Context, store adapters.Ledger, name, sandboxI
 		}
 		cut := -1
 		for i, e := range prev {
-			if e.Event != events.CheckpointCreated {
+			if !e.Event.Is(events.CheckpointCreated) {
 				continue
 			}
 			var c events.CheckpointCreatedPayload

@@ -42,6 +42,12 @@ type ResumeOptions struct {
 // *CommandError when the call is strict, as live. Calls past the cached ones run
 // live on the restored filesystem, numbered on from there.
 //
+// A session the TypeScript SDK recorded resumes the same way (its event names
+// are read as ours): each replayed call returns what the TypeScript SDK's own
+// replay returns, its recorded output lines joined with "" (they carry no
+// newline). The strict rule above is the one difference: the TypeScript SDK
+// resolves a replayed non-zero exit whatever the call's strictness.
+//
 // With opts.Name set, Resume reads only the ledger (Options.Adapter). Without
 // it, the session is found in the read model; a client without one fails with
 // an error wrapping ErrNoReadModel.

@@ -5,7 +5,8 @@ import "github.com/alineo-labs/alineo/events"
 // DetailsOf derives a session's details from its entries (all of one session,
 // as Ledger.ReadAll returns them), as a Store keeps them: StartedAt and RunID
 // from the earliest sandbox.created, CompletedAt from the latest
-// sandbox.closed, ExecCount from the exec.completed entries. It returns nil
+// sandbox.closed, ExecCount from the exec.completed entries (in either
+// vocabulary: sandbox_created, sandbox_closed and exec_complete count the same). It returns nil
 // when the session has no sandbox.created. It lets a program with a Ledger
 // alone answer GetSandboxDetails.
 func DetailsOf(es []events.Entry) *SandboxDetails {
@@ -13,7 +14,7 @@ func DetailsOf(es []events.Entry) *SandboxDetails {
 	var completed int64
 	execs := 0
 	for _, e := range es {
-		switch e.Event {
+		switch e.Event.Canonical() {
 		case events.SandboxCreated:
 			if d == nil || e.Ts < d.StartedAt {
 				if d == nil {

@@ -31,7 +31,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 // summary renders an entry's payload in one short line for the timeline.
 func summary(e events.Entry) string {
 	var s string
-	switch e.Event {
+	switch e.Event.Canonical() { // either vocabulary
 	case events.ExecStarted:
 		var p events.ExecStartedPayload
 		if e.Decode(&p) == nil {

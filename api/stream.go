@@ -28,7 +28,7 @@ func streamFilter(r *http.Request) (bus.Filter, *Error) {
 	}
 	for _, v := range q["event"] {
 		for name := range strings.SplitSeq(v, ",") {
-			ev := events.Event(strings.TrimSpace(name))
+			ev := events.Event(strings.TrimSpace(name)).Canonical() // the bus carries the dotted names
 			if ev == "" {
 				continue
 			}

@@ -209,7 +209,7 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 		// outlive them, so the loss can be a hole rather than a new FirstSeq);
 		// the head of this session's history may be among them.
 		if l.cfg.Projection == nil {
-			if len(es) > 0 && es[0].Event != events.SandboxCreated {
+			if len(es) > 0 && !es[0].Event.Is(events.SandboxCreated) {
 				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, si.State.FirstSeq)
 			}
 		} else {
@@ -264,7 +264,7 @@ func (l *Ledger) checkpoints(ctx context.Context, name, sandboxID string) ([]eve
 		if err != nil {
 			return nil, err
 		}
-		return slices.DeleteFunc(all, func(e events.Entry) bool { return e.Event != events.CheckpointCreated }), nil
+		return slices.DeleteFunc(all, func(e events.Entry) bool { return !e.Event.Is(events.CheckpointCreated) }), nil
 	})
 }
 

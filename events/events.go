@@ -34,9 +34,10 @@ var All = []Event{
 	CredentialBound, CredentialRevoked, SandboxClosed,
 }
 
-// Known reports whether ev is one of the event names in All.
+// Known reports whether ev is one of the event names in All, or the
+// TypeScript SDK's alias of one (see Event.Canonical).
 func (ev Event) Known() bool {
-	switch ev {
+	switch ev.Canonical() {
 	case SandboxCreated, ExecStarted, ExecOutput, ExecCompleted, CheckpointCreated,
 		SandboxPaused, SandboxResumed, EgressRuleAdded, EgressRuleRemoved,
 		CredentialBound, CredentialRevoked, SandboxClosed:
@@ -81,12 +82,14 @@ type Session struct {
 // Session returns the entry's session key.
 func (e Entry) Session() Session { return Session{Name: e.Name, SandboxID: e.SandboxID} }
 
-// Decode unmarshals e.Payload into v. A nil payload leaves v untouched.
+// Decode unmarshals e.Payload into v. A nil payload leaves v untouched. A
+// payload stored as a JSON string holding JSON (UnwrapPayload) decodes as the
+// JSON it holds.
 func (e Entry) Decode(v any) error {
 	if len(e.Payload) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(e.Payload, v); err != nil {
+	if err := json.Unmarshal(UnwrapPayload(e.Payload), v); err != nil {
 		return &ValidationError{Field: "payload", Reason: "does not decode as " + string(e.Event), Err: err}
 	}
 	return nil

@@ -29,7 +29,7 @@ func TestValidate(t *testing.T) {
 		{"empty name", func(e *events.Entry) { e.Name = "" }, "name"},
 		{"empty sandbox id", func(e *events.Entry) { e.SandboxID = "" }, "sandboxId"},
 		{"empty event", func(e *events.Entry) { e.Event = "" }, "event"},
-		{"unknown event", func(e *events.Entry) { e.Event = "exec_complete" }, "event"},
+		{"unknown event", func(e *events.Entry) { e.Event = "exec_finished" }, "event"},
 		{"zero ts", func(e *events.Entry) { e.Ts = 0 }, "ts"},
 		{"negative ts", func(e *events.Entry) { e.Ts = -5 }, "ts"},
 		{"step below -1", func(e *events.Entry) { e.StepIndex = -2 }, "stepIndex"},

@@ -28,10 +28,11 @@ func Validate(e Entry) error {
 	if e.Payload == nil {
 		return nil
 	}
-	if payloadFits(e.Event, e.Payload) || e.Event == ExecOutput && outputFits(e.Payload) {
+	ev := e.Event.Canonical()
+	if payloadFits(ev, e.Payload) || ev == ExecOutput && outputFits(e.Payload) {
 		return nil
 	}
-	p := payloadFor(e.Event)
+	p := payloadFor(ev)
 	if p == nil {
 		if !ValidJSON(e.Payload) {
 			return &ValidationError{Field: "payload", Reason: "is not valid JSON"}
@@ -40,7 +41,7 @@ func Validate(e Entry) error {
 	}
 	// One pass: Unmarshal rejects JSON that is not valid, so the payload is
 	// parsed once.
-	if err := json.Unmarshal(e.Payload, p); err != nil {
+	if err := json.Unmarshal(UnwrapPayload(e.Payload), p); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || !json.Valid(e.Payload) {
 			return &ValidationError{Field: "payload", Reason: "is not valid JSON", Err: err}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -275,14 +276,26 @@ func (c *cluster) start() error {
 		"-c", "max_connections=300", "-c", "shared_buffers=128MB")
 	c.prepare(cmd)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	done := make(chan struct{})
+	// Pdeathsig fires when the OS thread that started the server exits, not
+	// the process: the Go runtime ends a thread whose goroutine exits locked to
+	// it (sandboxd's namespace work does), which killed the shared server in
+	// the middle of a test run. The server is started from a goroutine locked
+	// to its thread until the server is gone.
+	started, done := make(chan error, 1), make(chan struct{})
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the server
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			runtime.UnlockOSThread()
+			return
+		}
 		_ = cmd.Wait()
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
 	c.cmd, c.done = cmd, done
 	deadline := time.Now().Add(60 * time.Second)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {

@@ -392,7 +392,7 @@ var invalidEntries = []struct {
 }{
 	{"empty name", func(e *events.Entry) { e.Name = "" }, "name"},
 	{"empty sandbox id", func(e *events.Entry) { e.SandboxID = "" }, "sandboxId"},
-	{"unknown event", func(e *events.Entry) { e.Event = "exec_complete" }, "event"},
+	{"unknown event", func(e *events.Entry) { e.Event = "exec_finished" }, "event"},
 	{"payload not json", func(e *events.Entry) { e.Payload = json.RawMessage(`{"seq":`) }, "payload"},
 	{"zero ts", func(e *events.Entry) { e.Ts = 0 }, "ts"},
 	{"negative ts", func(e *events.Entry) { e.Ts = -1 }, "ts"},

@@ -11,7 +11,8 @@ import (
 )
 
 // Differential applies the same random workload (appends, batches, projected
-// batches, deletes, all with colliding timestamps) to a reference store and to
+// batches, deletes, all with colliding timestamps, a third of the entries under
+// the TypeScript SDK's event names) to a reference store and to
 // the store under test, and checks every read answers the same. Pass fresh,
 // empty stores; the reference is normally memory.New(). Seq values are not
 // compared (row ids differ between stores), except those of projected entries.
@@ -42,6 +43,9 @@ func Differential(t *testing.T, reference, subject ProjectionStore, seed uint64)
 		if r.IntN(5) == 0 {
 			b := r.IntN(2)
 			e.Branch = &b
+		}
+		if r.IntN(3) == 0 { // the TypeScript SDK's name: an alias every read accepts
+			e.Event = events.TypeScript.Name(e.Event)
 		}
 		return e
 	}

@@ -182,7 +182,8 @@ func (s *Store) insert(e events.Entry, seq uint64) {
 // summarise folds e into its session's details, as the SQL stores do in the
 // transaction of the append.
 func (s *Store) summarise(e events.Entry) {
-	switch e.Event {
+	ev := e.Event.Canonical() // either vocabulary
+	switch ev {
 	case events.SandboxCreated, events.SandboxClosed, events.ExecCompleted:
 	default:
 		return
@@ -193,7 +194,7 @@ func (s *Store) summarise(e events.Entry) {
 		d = &sessionSummary{}
 		s.details[k] = d
 	}
-	switch e.Event {
+	switch ev {
 	case events.SandboxCreated:
 		if d.startedAt == 0 || e.Ts < d.startedAt {
 			d.startedAt = e.Ts
@@ -241,7 +242,7 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 	}
 	rows := s.sessions[events.Session{Name: name, SandboxID: sandboxID}]
 	for i := len(rows) - 1; i >= 0; i-- {
-		if rows[i].e.Event == events.CheckpointCreated {
+		if rows[i].e.Event.Is(events.CheckpointCreated) {
 			e := clone(rows[i].e)
 			return &e, nil
 		}
@@ -258,7 +259,7 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 	}
 	var out []adapters.CheckpointInfo
 	for _, r := range s.sessions[events.Session{Name: name, SandboxID: sandboxID}] {
-		if r.e.Event != events.CheckpointCreated {
+		if !r.e.Event.Is(events.CheckpointCreated) {
 			continue
 		}
 		var p events.CheckpointCreatedPayload

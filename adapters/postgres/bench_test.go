@@ -62,7 +62,7 @@ func rawCopy(ctx context.Context, s *Store, es []events.Entry, batch int) error 
 		err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, pgx.CopyFromSlice(len(part), func(j int) ([]any, error) {
 				e := part[j]
-				return []any{e.SandboxID, e.Name, int32(e.StepIndex), nil, string(e.Event), []byte(e.Payload), nil, e.Ts, nil}, nil
+				return []any{e.SandboxID, e.Name, int32(e.StepIndex), nil, string(e.Event), []byte(e.Payload), nil, e.Ts, nil, true}, nil
 			}))
 			return err
 		})
@@ -137,7 +137,7 @@ const (
 // sandbox.created, six execs (started, output, completed) and then
 // sandbox.closed (even sessions) or one more output (odd ones, still running).
 const loadEvents = `
-INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts)
+INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, summarised)
 SELECT 'sbx-' || lpad(i::text, 6, '0'), 'job-' || (i % 50),
   CASE WHEN j = 0 OR (j = $2 - 1 AND i % 2 = 0) THEN -1 ELSE j / 3 + 1 END,
   NULL,
@@ -151,7 +151,8 @@ SELECT 'sbx-' || lpad(i::text, 6, '0'), 'job-' || (i % 50),
        WHEN j = $2 - 1 AND i % 2 = 0 THEN NULL
        ELSE jsonb_build_object('seq', j / 3 + 1, 'type', 'stdout', 'text', repeat('x', 150)) END,
   NULL,
-  1764400000000 + i * 1000 + j
+  1764400000000 + i * 1000 + j,
+  true
 FROM generate_series(0, $1 - 1) AS i, generate_series(0, $2 - 1) AS j`
 
 const loadDetails = `

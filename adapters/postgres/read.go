@@ -37,7 +37,9 @@ func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
 		e.Branch = &b
 	}
 	if payload != nil {
-		e.Payload = json.RawMessage(payload)
+		// A payload stored as a JSONB string holding JSON (the TypeScript
+		// SDK's Postgres adapter stores every payload so) reads as that JSON.
+		e.Payload = events.UnwrapPayload(json.RawMessage(payload))
 	}
 	if errText != nil {
 		e.Error = *errText
@@ -63,6 +65,9 @@ func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.E
 	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
+// checkpointNames lists sandbox.checkpoint_created in both vocabularies.
+var checkpointNames = summary.InList(events.CheckpointCreated)
+
 // ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
@@ -72,8 +77,8 @@ func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.E
 // LastCheckpoint implements adapters.Ledger.
 func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
 	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
-		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts DESC, id DESC LIMIT 1`,
-		name, sandboxID, string(events.CheckpointCreated))
+		WHERE name = $1 AND sandbox_id = $2 AND event IN `+checkpointNames+` ORDER BY ts DESC, id DESC LIMIT 1`,
+		name, sandboxID)
 	if err != nil || len(es) == 0 {
 		return nil, err
 	}
@@ -83,8 +88,8 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 // ListCheckpoints implements adapters.Ledger.
 func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
 	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
-		WHERE name = $1 AND sandbox_id = $2 AND event = $3 ORDER BY ts, id`,
-		name, sandboxID, string(events.CheckpointCreated))
+		WHERE name = $1 AND sandbox_id = $2 AND event IN `+checkpointNames+` ORDER BY ts, id`,
+		name, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +126,9 @@ func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOpt
 // details queries the summary table: filters, order and limit all in SQL, on
 // the indexes of the schema.
 func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, s.translate(ctx, op, err)
+	}
 	var a []any
 	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details` + summary.Query(name, opts, func(v any) string {
 		a = append(a, v)
@@ -131,6 +139,9 @@ func (s *Store) details(ctx context.Context, op string, name *string, opts adapt
 
 // GetSandboxDetails implements adapters.ReadModel.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, s.translate(ctx, "get sandbox details", err)
+	}
 	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = $1 AND sandbox_id = $2 AND started_at IS NOT NULL`, name, sandboxID)
 	if err != nil || len(ds) == 0 {

@@ -7,14 +7,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 )
 
 // migrateLock is the pg_advisory_xact_lock key of the migration ("alineo").
 const migrateLock int64 = 0x616c696e656f
 
-// The schema of storage.md in its Postgres shape, then the old indexes dropped
-// and our additions; every statement is idempotent.
-const schema = `
+// The schema of storage.md in its Postgres shape, then our additions; every
+// statement is idempotent. The older single-column indexes are left as they
+// are (see the package doc).
+var schema = `
 CREATE TABLE IF NOT EXISTS alineo_events (
   id          BIGSERIAL PRIMARY KEY,
   sandbox_id  TEXT      NOT NULL,
@@ -34,11 +37,11 @@ CREATE TABLE IF NOT EXISTS alineo_environments (
   image       TEXT   NOT NULL,
   built_at    BIGINT NOT NULL
 );
-DROP INDEX IF EXISTS alineo_events_sandbox_id;
-DROP INDEX IF EXISTS alineo_events_name;
 
 ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS ledger_seq BIGINT;
 CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
+ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS summarised BOOLEAN;
+CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
 ALTER TABLE alineo_environments ADD COLUMN IF NOT EXISTS fingerprint TEXT;
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer TEXT   PRIMARY KEY,
@@ -66,20 +69,6 @@ CREATE INDEX IF NOT EXISTS alineo_sandbox_details_sandbox_started
   ON alineo_sandbox_details(sandbox_id, started_at DESC, name) WHERE started_at IS NOT NULL;
 `
 
-// backfill fills the summary from the entries of a ledger that had none.
-const backfill = `
-INSERT INTO alineo_sandbox_details (name, sandbox_id, status, started_at, completed_at, exec_count, run_id)
-SELECT name, sandbox_id,
-  CASE WHEN MAX(ts) FILTER (WHERE event = 'sandbox.closed') IS NULL THEN 'running' ELSE 'completed' END,
-  MIN(ts) FILTER (WHERE event = 'sandbox.created'),
-  MAX(ts) FILTER (WHERE event = 'sandbox.closed'),
-  COUNT(*) FILTER (WHERE event = 'exec.completed'),
-  COALESCE(NULLIF((array_agg(payload->>'runId' ORDER BY ts, id) FILTER (WHERE event = 'sandbox.created'))[1], ''), sandbox_id)
-FROM alineo_events
-WHERE event IN ('sandbox.created', 'sandbox.closed', 'exec.completed')
-GROUP BY name, sandbox_id
-`
-
 // migrate brings the database to the current schema in one transaction under
 // an advisory lock: concurrent migrations from several processes run one after
 // the other, and the later ones change nothing.
@@ -88,22 +77,27 @@ func migrate(ctx context.Context, p *pgxpool.Pool, log *slog.Logger) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLock); err != nil {
 			return fmt.Errorf("migrate: lock: %w", err)
 		}
-		var hadDetails bool
-		if err := tx.QueryRow(ctx, `SELECT to_regclass('alineo_sandbox_details') IS NOT NULL`).Scan(&hadDetails); err != nil {
-			return fmt.Errorf("migrate: look for alineo_sandbox_details: %w", err)
+		// summarised marks the rows folded into alineo_sandbox_details. When
+		// it is new, no row is marked: the summary (if an earlier version kept
+		// one) is rebuilt from every row, those another process appended
+		// included.
+		var rebuild bool
+		if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM information_schema.columns
+			 WHERE table_schema = current_schema() AND table_name = 'alineo_events' AND column_name = 'summarised')`).Scan(&rebuild); err != nil {
+			return fmt.Errorf("migrate: inspect alineo_events: %w", err)
 		}
 		if _, err := tx.Exec(ctx, schema); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
-		if hadDetails {
-			return nil
-		}
-		tag, err := tx.Exec(ctx, backfill)
-		if err != nil {
-			return fmt.Errorf("migrate: backfill sandbox details: %w", err)
-		}
-		if n := tag.RowsAffected(); n > 0 {
-			log.Info("postgres: backfilled sandbox details from the ledger", "sessions", n)
+		if rebuild {
+			// The first details read folds every row (caughtUp).
+			tag, err := tx.Exec(ctx, `DELETE FROM alineo_sandbox_details`)
+			if err != nil {
+				return fmt.Errorf("migrate: reset sandbox details: %w", err)
+			}
+			if n := tag.RowsAffected(); n > 0 {
+				log.Info("postgres: sandbox details are summarised again from the ledger on first read", "reset", n)
+			}
 		}
 		return nil
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
 )
 
@@ -29,6 +30,13 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// MaxConns bounds the pool, unless the DSN sets pool_max_conns. Default 10.
 	MaxConns int32
+	// Vocabulary is the set of event names and payload fields the store
+	// writes: events.Dotted (default, the names of the storage docs) or
+	// events.TypeScript (exactly what the TypeScript SDK 0.2.0 writes, so that
+	// TypeScript processes sharing the database read what this store writes;
+	// payloads are JSONB objects, which its reads parse, not the JSONB strings
+	// its own Postgres adapter stores). Reads accept both whatever it is.
+	Vocabulary events.Vocabulary
 	// Logger receives migration notes. Default: discard.
 	Logger *slog.Logger
 }
@@ -46,6 +54,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ConnectTimeout < 0 || c.MaxConns < 0 {
 		return c, fmt.Errorf("%w: ConnectTimeout %v, MaxConns %d", ErrInvalidConfig, c.ConnectTimeout, c.MaxConns)
 	}
+	if !c.Vocabulary.Valid() {
+		return c, fmt.Errorf("%w: Vocabulary %v", ErrInvalidConfig, c.Vocabulary)
+	}
 	return c, nil
 }
 
@@ -60,6 +71,8 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 	pool   *pgxpool.Pool
+
+	cu catchUpState
 }
 
 // Open returns a Store for the database at dsn: a postgres:// URL or a

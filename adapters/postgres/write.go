@@ -15,16 +15,18 @@ import (
 	"github.com/alineo-labs/alineo/internal/validated"
 )
 
-// columns of alineo_events that a write sets, in the order of row.
-var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq"}
+// columns of alineo_events that a write sets, in the order of row. summarised
+// is true on every row this store writes: it folds the row into the summary in
+// the same transaction.
+var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq", "summarised"}
 
-const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true)`
 
 // insertProjected inserts a batch in order from arrays, skipping entries whose
 // ledger sequence is stored already, and returns the sequences it stored.
-const insertProjected = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq)
-SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq
+const insertProjected = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
+SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, true
 FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[])
   WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, n)
 ORDER BY n
@@ -61,7 +63,7 @@ func row(e events.Entry, seq uint64) []any {
 	if seq != 0 {
 		ledgerSeq = int64(seq)
 	}
-	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq}
+	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, true}
 }
 
 // Append implements adapters.Ledger: it validates e.
@@ -87,17 +89,21 @@ func (s *Store) AppendValidated(ctx context.Context, v validated.Entries) error 
 }
 
 func (s *Store) append(ctx context.Context, e events.Entry) error {
+	e, err := s.cfg.Vocabulary.Encode(e)
+	if err != nil {
+		return fmt.Errorf("postgres: append: %w", err)
+	}
 	p, err := s.db(ctx)
 	if err != nil {
 		return s.translate(ctx, "append", err)
 	}
 	if !summary.Summarised(e.Event) {
-		_, err = p.Exec(ctx, insertOne, row(e, 0)...)
+		_, err = p.Exec(ctx, insertOne, row(e, 0)[:9]...)
 		return s.translate(ctx, "append", err)
 	}
 	// A batch runs as one implicit transaction, in one round trip.
 	b := &pgx.Batch{}
-	b.Queue(insertOne, row(e, 0)...)
+	b.Queue(insertOne, row(e, 0)[:9]...)
 	var d summary.Deltas
 	d.Add(e)
 	queueDetails(b, &d)
@@ -118,6 +124,10 @@ func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if len(es) == 0 {
 		return nil
+	}
+	es, err := entries.Encode(s.cfg.Vocabulary, es)
+	if err != nil {
+		return fmt.Errorf("postgres: append batch: %w", err)
 	}
 	p, err := s.db(ctx)
 	if err != nil {
@@ -166,6 +176,10 @@ func (s *Store) ApplyValidated(ctx context.Context, consumer string, v validated
 }
 
 func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	es, err := entries.Encode(s.cfg.Vocabulary, es)
+	if err != nil {
+		return fmt.Errorf("postgres: apply batch: %w", err)
+	}
 	p, err := s.db(ctx)
 	if err != nil {
 		return s.translate(ctx, "apply batch", err)

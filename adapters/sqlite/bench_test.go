@@ -83,7 +83,7 @@ func rawInsert(ctx context.Context, db *sql.DB, es []events.Entry, batch int) er
 			if k == chunk {
 				_, err = stmt.ExecContext(ctx, a...)
 			} else {
-				_, err = tx.ExecContext(ctx, insertCols+strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, k), ", "), a...)
+				_, err = tx.ExecContext(ctx, insertRows(k), a...)
 			}
 			if err != nil {
 				return err
@@ -197,7 +197,12 @@ const (
 // loadDetailsDataset writes sessions × per entries and their summary rows
 // straight into a migrated database, with multi-row INSERTs in large
 // transactions (synchronous off): the fastest raw path of this driver.
-func loadDetailsDataset(b *testing.B, sessions, per int) (*Store, time.Duration) {
+//
+// With foreignEvery > 0, every foreignEvery-th session is written as the
+// TypeScript SDK writes it (its names, its columns: not marked summarised, and
+// no summary row), as if another process had appended it after the store's
+// first open.
+func loadDetailsDataset(b *testing.B, sessions, per int, foreignEvery ...int) (*Store, time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	path, _ := migrated(b)
@@ -229,9 +234,20 @@ func loadDetailsDataset(b *testing.B, sessions, per int) (*Store, time.Duration)
 		}
 		summary = summary[:0]
 	}
+	var foreign []events.Entry
 	for i := range sessions {
 		id, name := fmt.Sprintf("sbx-%06d", i), fmt.Sprintf("job-%d", i%50)
 		ts := int64(1764400000000) + int64(i)*1000
+		if len(foreignEvery) > 0 && i%foreignEvery[0] == 0 {
+			foreign = append(foreign, tsSession(name, id, ts, per)...)
+			if len(foreign) >= 10_000 {
+				if err := foreignInsert(ctx, raw, foreign); err != nil {
+					b.Fatal(err)
+				}
+				foreign = foreign[:0]
+			}
+			continue
+		}
 		batch = append(batch, events.Entry{Ts: ts, Name: name, SandboxID: id, StepIndex: -1, Event: events.SandboxCreated,
 			Payload: []byte(fmt.Sprintf(created, id, i))})
 		execs := 0
@@ -257,6 +273,9 @@ func loadDetailsDataset(b *testing.B, sessions, per int) (*Store, time.Duration)
 	}
 	if len(batch) > 0 {
 		flush()
+	}
+	if err := foreignInsert(ctx, raw, foreign); err != nil {
+		b.Fatal(err)
 	}
 	return s, time.Since(start)
 }

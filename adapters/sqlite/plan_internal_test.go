@@ -57,3 +57,54 @@ func TestDetailsQueriesUseIndexes(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedIndexesPlans checks the plans on a database the TypeScript SDK
+// shares (its single-column indexes present): the summary's catch-up probe
+// reads only the partial index of rows not folded, and a session's reads stay
+// on the composite index.
+func TestSharedIndexesPlans(t *testing.T) {
+	s, err := Open(t.TempDir()+"/plan.db", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w, _, err := s.dbs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ExecContext(t.Context(), `CREATE INDEX IF NOT EXISTS alineo_events_sandbox_id ON alineo_events(sandbox_id);
+		CREATE INDEX IF NOT EXISTS alineo_events_name ON alineo_events(name); ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, q string
+		a       []any
+		index   string
+	}{
+		{"pending", pendingExists, nil, "alineo_events_unsummarised"},
+		{"read all", `SELECT ` + entryCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? ORDER BY ts, id`, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
+		{"checkpoints", `SELECT ` + entryCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND event IN ` + checkpointNames + ` ORDER BY ts, id`, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows, err := w.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tt.q, tt.a...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, notused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			got := strings.Join(plan, "; ")
+			if !strings.Contains(got, tt.index) || strings.Contains(got, "TEMP B-TREE") {
+				t.Fatalf("plan = %q, want a search of %s without a sort", got, tt.index)
+			}
+		})
+	}
+}

@@ -43,7 +43,8 @@ func scanEntry(rows *sql.Rows) (events.Entry, error) {
 		e.Branch = &b
 	}
 	if payload != nil {
-		e.Payload = json.RawMessage(payload)
+		// A payload stored as a JSON string holding JSON reads as that JSON.
+		e.Payload = events.UnwrapPayload(json.RawMessage(payload))
 	}
 	return e, nil
 }
@@ -74,6 +75,9 @@ func (s *Store) entries(ctx context.Context, op, q string, a ...any) ([]events.E
 	return collect(ctx, s, op, scanEntry, q, a...)
 }
 
+// checkpointNames lists sandbox.checkpoint_created in both vocabularies.
+var checkpointNames = summary.InList(events.CheckpointCreated)
+
 // ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
@@ -83,8 +87,8 @@ func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.E
 // LastCheckpoint implements adapters.Ledger.
 func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*events.Entry, error) {
 	es, err := s.entries(ctx, "last checkpoint", `SELECT `+entryCols+` FROM alineo_events
-		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts DESC, id DESC LIMIT 1`,
-		name, sandboxID, string(events.CheckpointCreated))
+		WHERE name = ? AND sandbox_id = ? AND event IN `+checkpointNames+` ORDER BY ts DESC, id DESC LIMIT 1`,
+		name, sandboxID)
 	if err != nil || len(es) == 0 {
 		return nil, err
 	}
@@ -94,8 +98,8 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 // ListCheckpoints implements adapters.Ledger.
 func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]adapters.CheckpointInfo, error) {
 	es, err := s.entries(ctx, "list checkpoints", `SELECT `+entryCols+` FROM alineo_events
-		WHERE name = ? AND sandbox_id = ? AND event = ? ORDER BY ts, id`,
-		name, sandboxID, string(events.CheckpointCreated))
+		WHERE name = ? AND sandbox_id = ? AND event IN `+checkpointNames+` ORDER BY ts, id`,
+		name, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +125,9 @@ func (s *Store) ListAllSandboxDetails(ctx context.Context, opts adapters.ListOpt
 // details queries the summary table: filters, order and limit all in SQL, on
 // the indexes of detailsSchema.
 func (s *Store) details(ctx context.Context, op string, name *string, opts adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, s.translate(op+": catch up", err)
+	}
 	var a []any
 	q := `SELECT ` + detailsCols + ` FROM alineo_sandbox_details` + summary.Query(name, opts, func(v any) string {
 		a = append(a, v)
@@ -137,6 +144,9 @@ func scanDetails(rows *sql.Rows) (adapters.SandboxDetails, error) {
 
 // GetSandboxDetails implements adapters.ReadModel.
 func (s *Store) GetSandboxDetails(ctx context.Context, name, sandboxID string) (*adapters.SandboxDetails, error) {
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, s.translate("get sandbox details", err)
+	}
 	ds, err := collect(ctx, s, "get sandbox details", scanDetails, `SELECT `+detailsCols+` FROM alineo_sandbox_details
 		WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL`, name, sandboxID)
 	if err != nil || len(ds) == 0 {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+
+	"github.com/alineo-labs/alineo/adapters/internal/summary"
 )
 
 // The schema of storage.md, verbatim: a ledger written by the TypeScript SDK
@@ -29,13 +31,12 @@ CREATE TABLE IF NOT EXISTS alineo_environments (
   image       TEXT    NOT NULL,
   built_at    INTEGER NOT NULL
 );
-DROP INDEX IF EXISTS alineo_events_sandbox_id;
-DROP INDEX IF EXISTS alineo_events_name;
 `
 
 // Our additions. Columns are added by addColumn, which checks first.
-const additions = `
+var additions = `
 CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
+CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer    TEXT    PRIMARY KEY,
   "offset"    INTEGER NOT NULL
@@ -68,24 +69,6 @@ CREATE INDEX IF NOT EXISTS alineo_sandbox_details_sandbox_started
   ON alineo_sandbox_details(sandbox_id, started_at DESC, name) WHERE started_at IS NOT NULL;
 `
 
-// backfill fills the summary from the entries of a ledger that had none.
-const backfill = `
-INSERT INTO alineo_sandbox_details (name, sandbox_id, status, started_at, completed_at, exec_count, run_id)
-SELECT name, sandbox_id,
-  CASE WHEN MAX(CASE WHEN event = 'sandbox.closed' THEN ts END) IS NULL THEN 'running' ELSE 'completed' END,
-  MIN(CASE WHEN event = 'sandbox.created' THEN ts END),
-  MAX(CASE WHEN event = 'sandbox.closed' THEN ts END),
-  SUM(CASE WHEN event = 'exec.completed' THEN 1 ELSE 0 END),
-  (SELECT COALESCE(NULLIF(CASE WHEN json_valid(c.payload) AND json_type(c.payload) = 'object'
-                               THEN CAST(json_extract(c.payload, '$.runId') AS TEXT) END, ''), c.sandbox_id)
-     FROM alineo_events c
-    WHERE c.name = e.name AND c.sandbox_id = e.sandbox_id AND c.event = 'sandbox.created'
-    ORDER BY c.ts, c.id LIMIT 1)
-FROM alineo_events e
-WHERE event IN ('sandbox.created', 'sandbox.closed', 'exec.completed')
-GROUP BY name, sandbox_id
-`
-
 // migrate brings the database to the current schema. It is idempotent and runs
 // in one immediate transaction, so concurrent migrations from several
 // processes run one after the other and the later ones change nothing.
@@ -99,29 +82,33 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	hadDetails, err := exists(ctx, tx, "table", "alineo_sandbox_details")
-	if err != nil {
-		return err
-	}
 	if _, err := tx.ExecContext(ctx, seedSchema); err != nil {
 		return fmt.Errorf("migrate: seed schema: %w", err)
 	}
-	if err := addColumn(ctx, tx, "alineo_events", "ledger_seq", "INTEGER"); err != nil {
+	if _, err := addColumn(ctx, tx, "alineo_events", "ledger_seq", "INTEGER"); err != nil {
 		return err
 	}
-	if err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
+	if _, err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
+		return err
+	}
+	// summarised marks the rows folded into alineo_sandbox_details. When it
+	// is new, no row is marked: the summary (if an earlier version kept one)
+	// is rebuilt from every row, those another process appended included.
+	rebuild, err := addColumn(ctx, tx, "alineo_events", "summarised", "INTEGER")
+	if err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, additions+detailsSchema); err != nil {
 		return fmt.Errorf("migrate: additions: %w", err)
 	}
-	if !hadDetails {
-		res, err := tx.ExecContext(ctx, backfill)
+	if rebuild {
+		// The first details read folds every row (caughtUp).
+		res, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details`)
 		if err != nil {
-			return fmt.Errorf("migrate: backfill sandbox details: %w", err)
+			return fmt.Errorf("migrate: reset sandbox details: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			log.Info("sqlite: backfilled sandbox details from the ledger", "sessions", n)
+		if n := rowsAffected(res); n > 0 {
+			log.Info("sqlite: sandbox details are summarised again from the ledger on first read", "reset", n)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -130,27 +117,24 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 	return nil
 }
 
-func exists(ctx context.Context, tx *sql.Tx, typ, name string) (bool, error) {
-	var n int
-	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = ? AND name = ?`, typ, name).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("migrate: look for %s %s: %w", typ, name, err)
-	}
-	return n > 0, nil
-}
-
-// addColumn adds a nullable column unless the table has it.
-func addColumn(ctx context.Context, tx *sql.Tx, table, column, typ string) error {
+// addColumn adds a nullable column unless the table has it, and reports
+// whether it did.
+func addColumn(ctx context.Context, tx *sql.Tx, table, column, typ string) (bool, error) {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("migrate: inspect %s: %w", table, err)
+		return false, fmt.Errorf("migrate: inspect %s: %w", table, err)
 	}
 	if n > 0 {
-		return nil
+		return false, nil
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN %s %s`, table, column, typ)); err != nil {
-		return fmt.Errorf("migrate: add %s.%s: %w", table, column, err)
+		return false, fmt.Errorf("migrate: add %s.%s: %w", table, column, err)
 	}
-	return nil
+	return true, nil
+}
+
+func rowsAffected(res sql.Result) int64 {
+	n, _ := res.RowsAffected()
+	return n
 }

@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
 )
 
@@ -42,6 +43,12 @@ type Config struct {
 	// committed append survives a power loss) or "NORMAL" (in WAL mode: it
 	// survives a crash of the process, and commits are much faster).
 	Synchronous string
+	// Vocabulary is the set of event names and payload fields the store
+	// writes: events.Dotted (default, the names of the storage docs) or
+	// events.TypeScript (exactly what the TypeScript SDK 0.2.0 writes, so that
+	// TypeScript processes sharing the database read what this store writes).
+	// Reads accept both whatever it is.
+	Vocabulary events.Vocabulary
 	// Logger receives migration notes. Default: discard.
 	Logger *slog.Logger
 }
@@ -64,6 +71,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: BusyTimeout %v < 0", ErrInvalidConfig, c.BusyTimeout)
 	case c.MaxReaders < 0:
 		return c, fmt.Errorf("%w: MaxReaders %d < 0", ErrInvalidConfig, c.MaxReaders)
+	case !c.Vocabulary.Valid():
+		return c, fmt.Errorf("%w: Vocabulary %v", ErrInvalidConfig, c.Vocabulary)
 	}
 	c.Synchronous = strings.ToUpper(c.Synchronous)
 	if c.Synchronous != "FULL" && c.Synchronous != "NORMAL" {

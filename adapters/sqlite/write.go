@@ -13,14 +13,24 @@ import (
 	"github.com/alineo-labs/alineo/internal/validated"
 )
 
-const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq) VALUES `
+// insertCols starts an INSERT of rows folded into the summary in the same
+// transaction: summarised is 1 on every row this store writes.
+const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised) VALUES `
 
-const insertOne = insertCols + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+// values is one row's placeholders.
+const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
+
+const insertOne = insertCols + values
 
 // chunk is the number of rows of one multi-row INSERT of AppendBatch.
 const chunk = 100
 
-var insertChunk = insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, chunk), ", ")
+var insertChunk = insertRows(chunk)
+
+// insertRows returns a multi-row INSERT of n rows.
+func insertRows(n int) string {
+	return insertCols + strings.TrimSuffix(strings.Repeat(values+`, `, n), ", ")
+}
 
 // onConflictSeq makes ApplyBatch's INSERTs skip a row whose ledger sequence is
 // stored already (a safety net: ApplyBatch leaves those rows out).
@@ -97,6 +107,10 @@ func (s *Store) AppendValidated(ctx context.Context, v validated.Entries) error 
 }
 
 func (s *Store) append(ctx context.Context, e events.Entry) error {
+	e, err := s.cfg.Vocabulary.Encode(e)
+	if err != nil {
+		return fmt.Errorf("sqlite: append: %w", err)
+	}
 	if !summary.Summarised(e.Event) {
 		// One statement: atomic without an explicit transaction.
 		w, _, err := s.dbs(ctx)
@@ -130,6 +144,10 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
+	es, err := entries.Encode(s.cfg.Vocabulary, es)
+	if err != nil {
+		return fmt.Errorf("sqlite: append batch: %w", err)
+	}
 	return s.write(ctx, "append batch", func(tx *sql.Tx) error {
 		var d summary.Deltas
 		a := make([]any, 0, 9*chunk)
@@ -157,7 +175,7 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 				a = args(a, e, 0)
 				d.Add(e)
 			}
-			q := insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, len(es)), ", ")
+			q := insertRows(len(es))
 			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
 				return err
 			}
@@ -187,6 +205,10 @@ func (s *Store) ApplyValidated(ctx context.Context, consumer string, v validated
 }
 
 func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, offset uint64) error {
+	es, err := entries.Encode(s.cfg.Vocabulary, es)
+	if err != nil {
+		return fmt.Errorf("sqlite: apply batch: %w", err)
+	}
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
 		fresh, err := unstored(ctx, tx, es)
 		if err != nil {
@@ -218,7 +240,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 				a = args(a, e, e.Seq)
 				d.Add(e)
 			}
-			q := insertCols + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?), `, len(fresh)), ", ") + onConflictSeq
+			q := insertRows(len(fresh)) + onConflictSeq
 			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
 				return err
 			}

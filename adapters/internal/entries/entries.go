@@ -59,3 +59,19 @@ func Checkpoints(es []events.Entry) ([]adapters.CheckpointInfo, error) {
 	}
 	return out, nil
 }
+
+// Encode returns es as the vocabulary v stores them (events.Vocabulary.Encode):
+// es itself for events.Dotted, else a new slice.
+func Encode(v events.Vocabulary, es []events.Entry) ([]events.Entry, error) {
+	if v == events.Dotted {
+		return es, nil
+	}
+	out := make([]events.Entry, len(es))
+	for i, e := range es {
+		var err error
+		if out[i], err = v.Encode(e); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return out, nil
+}

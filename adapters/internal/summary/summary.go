@@ -8,14 +8,59 @@
 package summary
 
 import (
+	"strings"
+
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 )
 
-// Summarised reports whether ev changes a session's details.
+// Summarised reports whether ev changes a session's details, in either
+// vocabulary (see events.Event.Canonical).
 func Summarised(ev events.Event) bool {
-	return ev == events.SandboxCreated || ev == events.SandboxClosed || ev == events.ExecCompleted
+	switch ev.Canonical() {
+	case events.SandboxCreated, events.SandboxClosed, events.ExecCompleted:
+		return true
+	}
+	return false
 }
+
+// Names are the stored names of the events that change a session's details,
+// in both vocabularies.
+var Names = func() []events.Event {
+	var out []events.Event
+	for _, ev := range []events.Event{events.SandboxCreated, events.SandboxClosed, events.ExecCompleted} {
+		out = append(out, events.Names(ev)...)
+	}
+	return out
+}()
+
+// InList returns the SQL list "('a', 'b', ...)" of the names of evs in both
+// vocabularies, for a condition "event IN ...". The names are constants of
+// package events and hold no quote.
+func InList(evs ...events.Event) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	first := true
+	for _, ev := range evs {
+		for _, n := range events.Names(ev) {
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString("'" + string(n) + "'")
+		}
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// Pending is the condition that selects the entries a store has not folded
+// into its summary yet: the rows of the summarised events that another
+// process appended (this module's stores write summarised = 1 or true with
+// every row, and fold it in the same transaction). The stores' partial index
+// alineo_events_unsummarised has exactly this condition, so a query with it
+// reads only such rows: none, once the summary has caught up.
+var Pending = `summarised IS NULL AND event IN ` + InList(events.SandboxCreated, events.SandboxClosed, events.ExecCompleted)
 
 // RunID returns the runId of a sandbox.created payload, or the SandboxID when it has none.
 func RunID(e events.Entry) string {
@@ -70,7 +115,7 @@ func (ds *Deltas) Add(e events.Entry) {
 		ds.m[k] = d
 		ds.order = append(ds.order, k)
 	}
-	switch e.Event {
+	switch e.Event.Canonical() {
 	case events.SandboxCreated:
 		if d.Started == 0 || e.Ts < d.Started {
 			d.Started, d.RunID = e.Ts, RunID(e)

@@ -21,6 +21,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
@@ -47,12 +48,18 @@ func UsePostgres(getenv func(string) string) bool {
 // OpenStore opens Postgres when dsn is set or the variables select it
 // (postgres.Open then reads DATABASE_URL or the PG* variables), and SQLite at
 // sqlitePath otherwise. It returns the store and a description for logs.
+// ALINEO_VOCABULARY=typescript makes the store write the TypeScript SDK's
+// event names and payloads (events.TypeScript), for a database shared with it.
 func OpenStore(sqlitePath, dsn string, getenv func(string) string) (Store, string, error) {
+	voc, err := events.ParseVocabulary(getenv("ALINEO_VOCABULARY"))
+	if err != nil {
+		return nil, "", fmt.Errorf("ALINEO_VOCABULARY: %w", err)
+	}
 	if dsn != "" || UsePostgres(getenv) {
 		if dsn == "" {
 			dsn = getenv("DATABASE_URL")
 		}
-		s, err := postgres.Open(dsn, postgres.Config{})
+		s, err := postgres.Open(dsn, postgres.Config{Vocabulary: voc})
 		if err != nil {
 			return nil, "", fmt.Errorf("postgres: %w", err)
 		}
@@ -61,7 +68,7 @@ func OpenStore(sqlitePath, dsn string, getenv func(string) string) (Store, strin
 	if sqlitePath == "" {
 		sqlitePath = DefaultSQLite
 	}
-	s, err := sqlite.Open(sqlitePath, sqlite.Config{Synchronous: "NORMAL"})
+	s, err := sqlite.Open(sqlitePath, sqlite.Config{Synchronous: "NORMAL", Vocabulary: voc})
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: %w", err)
 	}
