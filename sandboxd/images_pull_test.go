@@ -60,7 +60,7 @@ func appLayers(t *testing.T) []v1.Layer {
 
 var appConfig = v1.Config{
 	Env:        []string{"PATH=/bin", "GREETING=hello-from-image", "OVERRIDE=image"},
-	WorkingDir: "/work",
+	WorkingDir: "/srv/app",
 	Entrypoint: []string{"/bin/app"},
 	Cmd:        []string{"sleep"},
 }
@@ -107,10 +107,10 @@ func TestImageFromRegistry(t *testing.T) {
 		{"/bin/app exists /etc/secret.txt", "no"}, // whited out by the top layer
 		{"/bin/app exists /usr/bin/env", "no"},    // the host's files are not there
 		{"/bin/app exists /lib64", "no"},          // nor its libc
-		{"/bin/app pwd", "/work"},                 // the image's WorkingDir
-		{"app cat '../data/keep.txt'", "kept"},    // the image's PATH; cwd /work
-		{"/bin/app write /work/w 'a b'", ""},      // quotes without a shell
-		{"/bin/app cat /work/w", "a b"},
+		{"/bin/app pwd", "/srv/app"},              // the image's WorkingDir
+		{"app cat '../../data/keep.txt'", "kept"}, // the image's PATH; cwd /srv/app
+		{"/bin/app write /srv/app/w 'a b'", ""},   // quotes without a shell
+		{"/bin/app cat /srv/app/w", "a b"},
 	} {
 		if got := sh(t, u, tok, c.cmd); got != c.want {
 			t.Errorf("%s = %q, want %q", c.cmd, got, c.want)
@@ -131,7 +131,7 @@ func TestImageFromRegistry(t *testing.T) {
 	waitState(t, base, id, sandboxd.StatePaused)
 	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
 	waitState(t, base, id, sandboxd.StateRunning)
-	if got := sh(t, u, tok, "/bin/app cat /work/w"); got != "a b" {
+	if got := sh(t, u, tok, "/bin/app cat /srv/app/w"); got != "a b" {
 		t.Errorf("after resume: %q", got)
 	}
 
@@ -144,7 +144,7 @@ func TestImageFromRegistry(t *testing.T) {
 		}
 	}
 	u2, tok2 := execdEndpoint(t, base, id2, false)
-	if got := sh(t, u2, tok2, "/bin/app exists /work/w"); got != "no" {
+	if got := sh(t, u2, tok2, "/bin/app exists /srv/app/w"); got != "no" {
 		t.Errorf("the second sandbox sees the first one's file: %q", got)
 	}
 
@@ -255,19 +255,19 @@ func TestImageSnapshot(t *testing.T) {
 	src := imageCreate(t, base, image, nil)
 	waitState(t, base, src, sandboxd.StateRunning)
 	u, tok := execdEndpoint(t, base, src, false)
-	sh(t, u, tok, "/bin/app write /work/state one")
+	sh(t, u, tok, "/bin/app write /srv/app/state one")
 	snap := snapshot(t, base, src, "")
 	waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
 
 	check := func(t *testing.T, id, u, tok string) {
 		t.Helper()
-		if got := sh(t, u, tok, "/bin/app cat /work/state /data/new.txt"); got != "onefrom the top layer" {
+		if got := sh(t, u, tok, "/bin/app cat /srv/app/state /data/new.txt"); got != "onefrom the top layer" {
 			t.Errorf("restored sandbox: %q", got)
 		}
 		if got := sh(t, u, tok, "/bin/app exists /etc/secret.txt"); got != "no" {
 			t.Errorf("restored sandbox sees the whited-out file: %q", got)
 		}
-		if got := sh(t, u, tok, "/bin/app pwd"); got != "/work" {
+		if got := sh(t, u, tok, "/bin/app pwd"); got != "/srv/app" {
 			t.Errorf("restored sandbox cwd = %q", got)
 		}
 	}
