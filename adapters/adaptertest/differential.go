@@ -87,32 +87,50 @@ func Differential(t *testing.T, reference, subject ProjectionStore, seed uint64)
 
 	for _, name := range names {
 		for _, id := range ids {
-			want, got := mustRead(t, reference, name, id), mustRead(t, subject, name, id)
-			if len(got) != len(want) {
-				t.Fatalf("ReadAll(%s, %s): %d entries, want %d", name, id, len(got), len(want))
-			}
-			for i := range want {
-				if err := sameEntry(got[i], want[i]); err != nil {
-					t.Fatalf("ReadAll(%s, %s) entry %d: %v", name, id, i, err)
-				}
-			}
-			cw, err1 := reference.ListCheckpoints(ctx(t), name, id)
-			cg, err2 := subject.ListCheckpoints(ctx(t), name, id)
-			if err1 != nil || err2 != nil || (len(cw) > 0 || len(cg) > 0) && !reflect.DeepEqual(cg, cw) {
-				t.Fatalf("ListCheckpoints(%s, %s) = %+v, %v; want %+v, %v", name, id, cg, err2, cw, err1)
-			}
-			lw, err1 := reference.LastCheckpoint(ctx(t), name, id)
-			lg, err2 := subject.LastCheckpoint(ctx(t), name, id)
-			if err1 != nil || err2 != nil || (lw == nil) != (lg == nil) || (lw != nil && sameEntry(*lg, *lw) != nil) {
-				t.Fatalf("LastCheckpoint(%s, %s) = %+v, %v; want %+v, %v", name, id, lg, err2, lw, err1)
-			}
-			dw, err1 := reference.GetSandboxDetails(ctx(t), name, id)
-			dg, err2 := subject.GetSandboxDetails(ctx(t), name, id)
-			if err1 != nil || err2 != nil || !reflect.DeepEqual(dg, dw) {
-				t.Fatalf("GetSandboxDetails(%s, %s) = %+v, %v; want %+v, %v", name, id, dg, err2, dw, err1)
-			}
+			sameSession(t, reference, subject, name, id)
 		}
 	}
+	sameListings(t, reference, subject, names)
+	ow, err1 := reference.Offset(ctx(t), "p")
+	og, err2 := subject.Offset(ctx(t), "p")
+	if err1 != nil || err2 != nil || og != ow {
+		t.Fatalf("Offset = %d, %v; want %d, %v", og, err2, ow, err1)
+	}
+}
+
+// sameSession fails t unless both stores answer every read of one session
+// alike.
+func sameSession(t *testing.T, reference, subject ProjectionStore, name, id string) {
+	t.Helper()
+	want, got := mustRead(t, reference, name, id), mustRead(t, subject, name, id)
+	if len(got) != len(want) {
+		t.Fatalf("ReadAll(%s, %s): %d entries, want %d", name, id, len(got), len(want))
+	}
+	for i := range want {
+		if err := sameEntry(got[i], want[i]); err != nil {
+			t.Fatalf("ReadAll(%s, %s) entry %d: %v", name, id, i, err)
+		}
+	}
+	cw, err1 := reference.ListCheckpoints(ctx(t), name, id)
+	cg, err2 := subject.ListCheckpoints(ctx(t), name, id)
+	if err1 != nil || err2 != nil || (len(cw) > 0 || len(cg) > 0) && !reflect.DeepEqual(cg, cw) {
+		t.Fatalf("ListCheckpoints(%s, %s) = %+v, %v; want %+v, %v", name, id, cg, err2, cw, err1)
+	}
+	lw, err1 := reference.LastCheckpoint(ctx(t), name, id)
+	lg, err2 := subject.LastCheckpoint(ctx(t), name, id)
+	if err1 != nil || err2 != nil || (lw == nil) != (lg == nil) || (lw != nil && sameEntry(*lg, *lw) != nil) {
+		t.Fatalf("LastCheckpoint(%s, %s) = %+v, %v; want %+v, %v", name, id, lg, err2, lw, err1)
+	}
+	dw, err1 := reference.GetSandboxDetails(ctx(t), name, id)
+	dg, err2 := subject.GetSandboxDetails(ctx(t), name, id)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(dg, dw) {
+		t.Fatalf("GetSandboxDetails(%s, %s) = %+v, %v; want %+v, %v", name, id, dg, err2, dw, err1)
+	}
+}
+
+// sameListings fails t unless both stores list alike under each option.
+func sameListings(t *testing.T, reference, subject ProjectionStore, names []string) {
+	t.Helper()
 	for _, opts := range []adapters.ListOptions{
 		{}, {Limit: 2}, {Status: adapters.StatusRunning}, {Status: adapters.StatusCompleted, Limit: 3},
 		{Before: T0 + 10}, {RunID: "run-s1"}, {RunID: "s2"}, {SandboxID: "s1"}, {SandboxID: "s2", Limit: 1},
@@ -129,10 +147,5 @@ func Differential(t *testing.T, reference, subject ProjectionStore, seed uint64)
 				t.Fatalf("ListSandboxDetails(%s, %+v):\n got %+v, %v\nwant %+v, %v", name, opts, dg, err2, dw, err1)
 			}
 		}
-	}
-	ow, err1 := reference.Offset(ctx(t), "p")
-	og, err2 := subject.Offset(ctx(t), "p")
-	if err1 != nil || err2 != nil || og != ow {
-		t.Fatalf("Offset = %d, %v; want %d, %v", og, err2, ow, err1)
 	}
 }
