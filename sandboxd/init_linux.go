@@ -167,28 +167,9 @@ func runInit() int {
 	if err := json.Unmarshal(line, &cfg); err != nil {
 		return fail("decode config: %v", err)
 	}
-	os.Clearenv()
-	for _, kv := range cfg.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			os.Setenv(k, v)
-		}
-	}
-	root := "/"
-	if cfg.Isolated {
-		if cfg.CACert != "" {
-			bundle, err := installCA([]byte(cfg.CACert))
-			if err != nil {
-				return fail("install the egress CA: %v", err)
-			}
-			for _, kv := range caEnv(bundle) {
-				k, v, _ := strings.Cut(kv, "=")
-				os.Setenv(k, v)
-				cfg.Env = append(cfg.Env, kv)
-			}
-		}
-	} else {
-		root = filepath.Join(cfg.SandboxDir, plainRoot)
-		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	root, err := setupEnv(&cfg)
+	if err != nil {
+		return fail("%v", err)
 	}
 
 	workDir := root
@@ -209,57 +190,10 @@ func runInit() int {
 		execdUID, execdGID = &uid, &gid
 	}
 
-	var ln net.Listener
-	if cfg.Netns {
-		f := os.NewFile(fdExecdHost, "execd-listener")
-		ln, err = net.FileListener(f)
-		f.Close()
-	} else {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-	}
+	execd, port, err := startExecd(&cfg, root, logf, execdUID, execdGID)
 	if err != nil {
-		return fail("listen: %v", err)
+		return fail("%v", err)
 	}
-	lnf, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return fail("listener file: %v", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-
-	cr, cw, err := os.Pipe()
-	if err != nil {
-		return fail("pipe: %v", err)
-	}
-	execd := exec.Command("/proc/self/exe")
-	execd.Args = []string{"sandboxd-execd"}
-	execd.Env = append([]string{initEnv + "=execd"}, cfg.Env...)
-	if cfg.Isolated {
-		// execd keeps background command logs and session state in a
-		// directory under $TMPDIR. /tmp is part of the snapshotted root, so
-		// that state goes to the tmpfs /dev/shm instead: it is the running
-		// execd's own, and a snapshot must neither copy a command's output to
-		// disk nor restore a dead execd's files into a new sandbox. Only
-		// execd's own environment changes; commands get cfg.Env.
-		execd.Env = append(execd.Env, "TMPDIR="+execdTmp)
-	}
-	execd.Dir = root
-	execd.ExtraFiles = []*os.File{lnf, cr}
-	execd.Stdout, execd.Stderr = logf, logf
-	execd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !cfg.Isolated {
-		execd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
-	if err := execd.Start(); err != nil {
-		return fail("start execd: %v", err)
-	}
-	cr.Close()
-	lnf.Close()
-	ln.Close()
-	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated),
-		Cwd: cfg.WorkingDir, UID: execdUID, GID: execdGID}); err != nil {
-		return fail("configure execd: %v", err)
-	}
-	cw.Close()
 
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -311,6 +245,103 @@ func runInit() int {
 		os.Exit(0)
 	}()
 
+	return reap(entry.Process.Pid, execd.Process.Pid, report, killAll)
+}
+
+// setupEnv sets the init's environment from cfg, installs the egress CA
+// (adding its variables to cfg.Env) and returns the sandbox's root as the
+// init sees it.
+func setupEnv(cfg *initConfig) (string, error) {
+	os.Clearenv()
+	for _, kv := range cfg.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			os.Setenv(k, v)
+		}
+	}
+	root := "/"
+	if cfg.Isolated {
+		if cfg.CACert != "" {
+			bundle, err := installCA([]byte(cfg.CACert))
+			if err != nil {
+				return "", fmt.Errorf("install the egress CA: %w", err)
+			}
+			for _, kv := range caEnv(bundle) {
+				k, v, _ := strings.Cut(kv, "=")
+				os.Setenv(k, v)
+				cfg.Env = append(cfg.Env, kv)
+			}
+		}
+	} else {
+		root = filepath.Join(cfg.SandboxDir, plainRoot)
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
+
+	return root, nil
+}
+
+// startExecd starts execd as a child on its listener (the host's, passed in,
+// for a sandbox with its own network namespace) and sends it its
+// configuration. It returns the process and execd's port.
+func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (*exec.Cmd, int, error) {
+	var ln net.Listener
+	var err error
+	if cfg.Netns {
+		f := os.NewFile(fdExecdHost, "execd-listener")
+		ln, err = net.FileListener(f)
+		f.Close()
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("listen: %w", err)
+	}
+	lnf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, 0, fmt.Errorf("listener file: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cr, cw, err := os.Pipe()
+	if err != nil {
+		return nil, 0, fmt.Errorf("pipe: %w", err)
+	}
+	execd := exec.Command("/proc/self/exe")
+	execd.Args = []string{"sandboxd-execd"}
+	execd.Env = append([]string{initEnv + "=execd"}, cfg.Env...)
+	if cfg.Isolated {
+		// execd keeps background command logs and session state in a
+		// directory under $TMPDIR. /tmp is part of the snapshotted root, so
+		// that state goes to the tmpfs /dev/shm instead: it is the running
+		// execd's own, and a snapshot must neither copy a command's output to
+		// disk nor restore a dead execd's files into a new sandbox. Only
+		// execd's own environment changes; commands get cfg.Env.
+		execd.Env = append(execd.Env, "TMPDIR="+execdTmp)
+	}
+	execd.Dir = root
+	execd.ExtraFiles = []*os.File{lnf, cr}
+	execd.Stdout, execd.Stderr = logf, logf
+	execd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !cfg.Isolated {
+		execd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := execd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("start execd: %w", err)
+	}
+	cr.Close()
+	lnf.Close()
+	ln.Close()
+	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated),
+		Cwd: cfg.WorkingDir, UID: uid, GID: gid}); err != nil {
+		_ = execd.Process.Kill()
+		return nil, 0, fmt.Errorf("configure execd: %w", err)
+	}
+	cw.Close()
+	return execd, port, nil
+}
+
+// reap is PID 1's loop: it reaps every child and returns when the
+// entrypoint or execd exits, reporting why.
+func reap(entryPID, execdPID int, report func(initMsg), killAll func()) int {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -323,7 +354,7 @@ func runInit() int {
 			continue
 		}
 		switch pid {
-		case entry.Process.Pid:
+		case entryPID:
 			code := ws.ExitStatus()
 			m := initMsg{Exit: &code}
 			if ws.Signaled() {
@@ -333,7 +364,7 @@ func runInit() int {
 			report(m)
 			killAll()
 			return 0
-		case execd.Process.Pid:
+		case execdPID:
 			report(initMsg{Execd: describeWait(ws)})
 			killAll()
 			return 1
