@@ -111,24 +111,7 @@ func CheckTypeScriptFixture(t *testing.T, s adapters.Store, f TypeScriptFixture)
 		if err != nil || !slices.Contains(byRun, want) {
 			t.Errorf("ListAllSandboxDetails(run %s) = %+v, %v; want it to hold %s", want.RunID, byRun, err, want.SandboxID)
 		}
-		k := events.Session{Name: want.Name, SandboxID: want.SandboxID}
-		wantCps := f.Checkpoints[k]
-		cps, err := s.ListCheckpoints(c, want.Name, want.SandboxID)
-		if err != nil || len(cps) != len(wantCps) || (len(cps) > 0 && !reflect.DeepEqual(cps, wantCps)) {
-			t.Errorf("ListCheckpoints(%s, %s) = %+v, %v; want %+v", want.Name, want.SandboxID, cps, err, wantCps)
-		}
-		last, err := s.LastCheckpoint(c, want.Name, want.SandboxID)
-		switch {
-		case err != nil:
-			t.Errorf("LastCheckpoint(%s, %s): %v", want.Name, want.SandboxID, err)
-		case len(wantCps) == 0 && last != nil:
-			t.Errorf("LastCheckpoint(%s, %s) = %+v, want none", want.Name, want.SandboxID, last)
-		case len(wantCps) > 0:
-			var p events.CheckpointCreatedPayload
-			if last == nil || last.Decode(&p) != nil || p.SnapshotID != wantCps[len(wantCps)-1].SnapshotID {
-				t.Errorf("LastCheckpoint(%s, %s) = %+v (%+v), want snapshot %s", want.Name, want.SandboxID, last, p, wantCps[len(wantCps)-1].SnapshotID)
-			}
-		}
+		checkTypeScriptCheckpoints(t, s, want, f.Checkpoints[events.Session{Name: want.Name, SandboxID: want.SandboxID}])
 	}
 	for _, k := range f.Unlisted {
 		if d, err := s.GetSandboxDetails(c, k.Name, k.SandboxID); err != nil || d != nil {
@@ -145,6 +128,29 @@ func CheckTypeScriptFixture(t *testing.T, s adapters.Store, f TypeScriptFixture)
 	for _, want := range f.Environments {
 		if rec, err := s.GetEnvironment(c, want.Name); err != nil || rec == nil || *rec != want {
 			t.Errorf("GetEnvironment(%s) = %+v, %v; want %+v", want.Name, rec, err, want)
+		}
+	}
+}
+
+// checkTypeScriptCheckpoints checks one fixture session's checkpoints and
+// last checkpoint.
+func checkTypeScriptCheckpoints(t *testing.T, s adapters.Store, want adapters.SandboxDetails, wantCps []adapters.CheckpointInfo) {
+	t.Helper()
+	c := ctx(t)
+	cps, err := s.ListCheckpoints(c, want.Name, want.SandboxID)
+	if err != nil || len(cps) != len(wantCps) || (len(cps) > 0 && !reflect.DeepEqual(cps, wantCps)) {
+		t.Errorf("ListCheckpoints(%s, %s) = %+v, %v; want %+v", want.Name, want.SandboxID, cps, err, wantCps)
+	}
+	last, err := s.LastCheckpoint(c, want.Name, want.SandboxID)
+	switch {
+	case err != nil:
+		t.Errorf("LastCheckpoint(%s, %s): %v", want.Name, want.SandboxID, err)
+	case len(wantCps) == 0 && last != nil:
+		t.Errorf("LastCheckpoint(%s, %s) = %+v, want none", want.Name, want.SandboxID, last)
+	case len(wantCps) > 0:
+		var p events.CheckpointCreatedPayload
+		if last == nil || last.Decode(&p) != nil || p.SnapshotID != wantCps[len(wantCps)-1].SnapshotID {
+			t.Errorf("LastCheckpoint(%s, %s) = %+v (%+v), want snapshot %s", want.Name, want.SandboxID, last, p, wantCps[len(wantCps)-1].SnapshotID)
 		}
 	}
 }
