@@ -80,6 +80,25 @@ func (w *demoWorker) stop(sig syscall.Signal) {
 	}
 }
 
+// awaitCompleted waits until the read model shows every session of ids
+// completed.
+func awaitCompleted(ctx context.Context, rm adapters.ReadModel, name string, ids ...string) error {
+	for _, id := range ids {
+		for {
+			d, err := rm.GetSandboxDetails(ctx, name, id)
+			if err == nil && d != nil && d.Status == adapters.StatusCompleted {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("read model: session %s not completed: %w", id, errors.Join(err, ctx.Err()))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
 // demo shows a takeover on embedded defaults: NATS, sandboxd, a projector and
 // the API in this process; two executor processes; the first is killed with
 // SIGKILL after the job's checkpoint, the second takes the job over.
@@ -149,18 +168,8 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 	}
 	// Until both sessions' sandbox.closed are projected: the killed one's was
 	// recorded by executor-B when it took the job over.
-	for _, id := range []string{first.SandboxID, final.SandboxID} {
-		for {
-			d, err := pr.store.GetSandboxDetails(wctx, spec.Name, id)
-			if err == nil && d != nil && d.Status == adapters.StatusCompleted {
-				break
-			}
-			select {
-			case <-wctx.Done():
-				return fmt.Errorf("read model: session %s not completed: %w", id, errors.Join(err, wctx.Err()))
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+	if err := awaitCompleted(wctx, pr.store, spec.Name, first.SandboxID, final.SandboxID); err != nil {
+		return err
 	}
 	say("timeline (%s):", pr.desc)
 	live := map[string]int{}
