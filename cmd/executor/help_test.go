@@ -7,43 +7,28 @@ import (
 	"testing"
 
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad
 // flags and arguments are usage errors (exit 2).
 func TestHelpAndUsageErrors(t *testing.T) {
-	noenv := func(string) string { return "" }
-	for _, tc := range []struct {
-		args []string
-		code int
-		want []string // in the help output
-	}{
-		{[]string{"-h"}, 0, []string{"usage: executor", "\n  run ", "\n  submit ", "\n  status ", "\n  work ", "\n  demo "}},
-		{[]string{"--help"}, 0, []string{"work"}},
-		{[]string{"help"}, 0, []string{"work"}},
-		{[]string{"run", "-h"}, 0, []string{"usage: executor run", "-print-output"}},
-		{[]string{"submit", "--help"}, 0, []string{"usage: executor submit"}},
-		{[]string{"status", "-h"}, 0, []string{"usage: executor status", "-o"}},
-		{[]string{"work", "-h"}, 0, []string{"usage: executor work", "-print-output", "-concurrency"}},
-		{[]string{"demo", "-h"}, 0, []string{"usage: executor demo", "-hold"}},
-		{nil, 2, nil},
-		{[]string{"fly"}, 2, nil},
-		{[]string{"run"}, 2, nil},
-		{[]string{"work", "--nope"}, 2, nil},
-		{[]string{"work", "--log-level", "loud"}, 2, nil},
-		{[]string{"status", "-o", "yaml", "0123"}, 2, nil},
-	} {
-		var out bytes.Buffer
-		err := run(context.Background(), tc.args, noenv, &out)
-		if got := usage.Code(err); got != tc.code {
-			t.Errorf("run(%q): exit %d (%v), want %d", tc.args, got, err, tc.code)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("run(%q) printed %q, want it to contain %q", tc.args, out.String(), w)
-			}
-		}
-	}
+	usagetest.Check(t, run, []usagetest.Case{
+		{Args: []string{"-h"}, Code: 0, Want: []string{"usage: executor", "\n  run ", "\n  submit ", "\n  status ", "\n  work ", "\n  demo "}},
+		{Args: []string{"--help"}, Code: 0, Want: []string{"work"}},
+		{Args: []string{"help"}, Code: 0, Want: []string{"work"}},
+		{Args: []string{"run", "-h"}, Code: 0, Want: []string{"usage: executor run", "-print-output"}},
+		{Args: []string{"submit", "--help"}, Code: 0, Want: []string{"usage: executor submit"}},
+		{Args: []string{"status", "-h"}, Code: 0, Want: []string{"usage: executor status", "-o"}},
+		{Args: []string{"work", "-h"}, Code: 0, Want: []string{"usage: executor work", "-print-output", "-concurrency"}},
+		{Args: []string{"demo", "-h"}, Code: 0, Want: []string{"usage: executor demo", "-hold"}},
+		{Code: 2},
+		{Args: []string{"fly"}, Code: 2},
+		{Args: []string{"run"}, Code: 2},
+		{Args: []string{"work", "--nope"}, Code: 2},
+		{Args: []string{"work", "--log-level", "loud"}, Code: 2},
+		{Args: []string{"status", "-o", "yaml", "0123"}, Code: 2},
+	})
 }
 
 // TestOutputAlias: --print-output sets the switch; --output, its deprecated

@@ -1,42 +1,23 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"strings"
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad
 // flags and arguments are usage errors (exit 2).
 func TestHelpAndUsageErrors(t *testing.T) {
-	noenv := func(string) string { return "" }
-	for _, tc := range []struct {
-		args []string
-		code int
-		want []string // in the help output
-	}{
-		{[]string{"-h"}, 0, []string{"usage: projector", "\n  run ", "\n  rebuild ", "\n  verify "}},
-		{[]string{"--help"}, 0, []string{"rebuild", "verify"}},
-		{[]string{"help"}, 0, []string{"rebuild", "verify"}},
-		{[]string{"rebuild", "-h"}, 0, []string{"usage: projector rebuild", "-sqlite"}},
-		{[]string{"verify", "--help"}, 0, []string{"usage: projector verify"}},
-		{[]string{"run", "-h"}, 0, []string{"usage: projector run", "-progress"}},
-		{[]string{"frobnicate"}, 2, nil},
-		{[]string{"--nope"}, 2, nil},
-		{[]string{"run", "extra"}, 2, nil},
-	} {
-		var out bytes.Buffer
-		err := run(context.Background(), tc.args, noenv, &out)
-		if got := usage.Code(err); got != tc.code {
-			t.Errorf("run(%q): exit %d (%v), want %d", tc.args, got, err, tc.code)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("run(%q) printed %q, want it to contain %q", tc.args, out.String(), w)
-			}
-		}
-	}
+	usagetest.Check(t, run, []usagetest.Case{
+		{Args: []string{"-h"}, Code: 0, Want: []string{"usage: projector", "\n  run ", "\n  rebuild ", "\n  verify "}},
+		{Args: []string{"--help"}, Code: 0, Want: []string{"rebuild", "verify"}},
+		{Args: []string{"help"}, Code: 0, Want: []string{"rebuild", "verify"}},
+		{Args: []string{"rebuild", "-h"}, Code: 0, Want: []string{"usage: projector rebuild", "-sqlite"}},
+		{Args: []string{"verify", "--help"}, Code: 0, Want: []string{"usage: projector verify"}},
+		{Args: []string{"run", "-h"}, Code: 0, Want: []string{"usage: projector run", "-progress"}},
+		{Args: []string{"frobnicate"}, Code: 2},
+		{Args: []string{"--nope"}, Code: 2},
+		{Args: []string{"run", "extra"}, Code: 2},
+	})
 }
