@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func TestPTYSession(t *testing.T) {
 	}
 	// SIGINT ends the foreground command, not the shell.
 	stdin(ctx, t, c, "sleep 30\n")
-	time.Sleep(300 * time.Millisecond) // the shell must have started sleep before the signal
+	waitForProcess(t, "sleep\x0030\x00") // the shell must have started sleep before the signal
 	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"signal","signal":"SIGINT"}`))
 	stdin(ctx, t, c, "echo after-$?\n")
 	readUntil(ctx, t, c, "after-130")
@@ -134,8 +135,13 @@ func TestPTYSession(t *testing.T) {
 	}
 	// Takeover: the first client is closed with 4001 and the second replays from offset 0.
 	c2 := e.dialPTY(ctx, id, "?takeover=1&since=0")
-	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != 4001 {
-		t.Fatalf("evicted client: %v", err)
+	// Output sent before the eviction may still be in flight ahead of the close.
+	var err error
+	for err == nil {
+		_, _, err = c.Read(ctx)
+	}
+	if websocket.CloseStatus(err) != 4001 {
+		t.Fatalf("evicted client: %v, want close status 4001", err)
 	}
 	f := readFrame(ctx, t, c2)
 	if f.channel != 0x03 || binary.BigEndian.Uint64(f.data[:8]) != 0 || !strings.Contains(string(f.data[8:]), "after-130") {
@@ -182,4 +188,21 @@ func TestPTYPipeModeAndCommand(t *testing.T) {
 	if got[1] != "out-x\n" || got[2] != "err-x\n" {
 		t.Fatalf("pipe output = %q", got)
 	}
+}
+
+// waitForProcess polls /proc until a process whose command line starts with
+// cmdline (NUL-separated) runs, for up to 10 s.
+func waitForProcess(t *testing.T, cmdline string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.HasPrefix(string(b), cmdline) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no process %q within 10 s", cmdline)
 }
