@@ -67,15 +67,24 @@ func TestPythonContextKeepsState(t *testing.T) {
 	// Interrupt: a long run is broken off and the context survives.
 	done := make(chan result, 1)
 	go func() { done <- e.code(id, "python", "import time\nfor _ in range(600): time.sleep(0.1)") }()
-	time.Sleep(300 * time.Millisecond) // let the run start; the interrupt of an idle context is a no-op
-	wantStatus(t, e.do("DELETE", "/code?id="+id, nil), 200)
-	select {
-	case res := <-done:
-		if res.events[len(res.events)-1].Error == nil || res.events[len(res.events)-1].Error.Ename != "KeyboardInterrupt" {
-			t.Fatalf("interrupted run: %+v", res.events)
+	// The interrupt of an idle context is a no-op: interrupt until the run,
+	// once started, is broken off.
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+interrupt:
+	for {
+		select {
+		case res := <-done:
+			if res.events[len(res.events)-1].Error == nil || res.events[len(res.events)-1].Error.Ename != "KeyboardInterrupt" {
+				t.Fatalf("interrupted run: %+v", res.events)
+			}
+			break interrupt
+		case <-tick.C:
+			wantStatus(t, e.do("DELETE", "/code?id="+id, nil), 200)
+		case <-deadline:
+			t.Fatal("interrupt did not end the run")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("interrupt did not end the run")
 	}
 	if got, _ := resultText(e.code(id, "python", "x")); got != "41" {
 		t.Fatalf("after interrupt x = %q", got)
