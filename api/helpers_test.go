@@ -2,24 +2,20 @@ package api_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters/sqlite"
-	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/api/apitest"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
-	"github.com/alineo-labs/alineo/testenv"
 )
 
 const token = "s3cret-token"
@@ -32,99 +28,26 @@ type env struct {
 	store  *sqlite.Store
 	queue  *jobs.Queue
 	srv    *httptest.Server
-	api    *api.Server
 	proj   *projections.Projector
 
-	mu sync.Mutex
-	ts int64
+	x *apitest.Env
 }
 
 func newEnv(t testing.TB, tok string) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := bus.NewLedger(b, bus.LedgerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := sqlite.Open(testenv.SQLitePath(t), sqlite.Config{Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &projections.Projector{Bus: b, Store: store, BatchWait: 5 * time.Millisecond}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx) }()
-	s, err := api.New(api.Config{Store: store, Bus: b, Queue: q, Token: tok, Heartbeat: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		<-done
-		l.Close()
-		store.Close()
-		b.Close()
-	})
-	return &env{t: t, bus: b, ledger: l, store: store, queue: q, srv: srv, api: s, proj: p, ts: time.Now().UnixMilli()}
+	x := apitest.New(t, tok)
+	return &env{t: t, bus: x.Bus, ledger: x.Ledger, store: x.Store, queue: x.Queue, srv: x.Server, proj: x.Proj, x: x}
 }
 
-// publish appends entries for session (name, id) and waits until they are
-// acknowledged; it returns their stream sequences are then known to the caller
-// through the projector. Each call gets a later Ts.
-func (e *env) publish(name, id string, es ...events.Entry) {
-	e.t.Helper()
-	ctx := context.Background()
-	e.mu.Lock()
-	for i := range es {
-		e.ts++
-		es[i].Ts, es[i].Name, es[i].SandboxID = e.ts, name, id
-	}
-	e.mu.Unlock()
-	if err := e.ledger.AppendBatch(ctx, es); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.ledger.Sync(ctx, id); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// publish appends entries for session (name, id), each with a later Ts, and
+// waits until they are acknowledged.
+func (e *env) publish(name, id string, es ...events.Entry) { e.x.Publish(name, id, es...) }
 
 // session publishes a sandbox with n execs (started+completed each), closed or not.
-func (e *env) session(name, id string, n int, closed bool) {
-	e.t.Helper()
-	es := []events.Entry{events.New(0, name, id, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: id})}
-	for i := 1; i <= n; i++ {
-		es = append(es,
-			events.New(0, name, id, i, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: fmt.Sprintf("echo %d", i)}),
-			events.New(0, name, id, i, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte(fmt.Sprintf("%d\n", i)))),
-			events.New(0, name, id, i, events.ExecCompleted, events.ExecCompletedPayload{}))
-	}
-	if closed {
-		es = append(es, events.New(0, name, id, events.SandboxLevel, events.SandboxClosed, nil))
-	}
-	e.publish(name, id, es...)
-}
+func (e *env) session(name, id string, n int, closed bool) { e.x.Session(name, id, n, closed) }
 
 // waitProjected waits until the projector has applied everything published.
-func (e *env) waitProjected() {
-	e.t.Helper()
-	testenv.Eventually(e.t, 10*time.Second, func() error {
-		last := e.ledger.LastSeq()
-		if got := e.proj.Progress().Offset; got < last {
-			return fmt.Errorf("projector offset %d, want %d", got, last)
-		}
-		return nil
-	})
-}
+func (e *env) waitProjected() { e.x.WaitProjected() }
 
 // do sends a request with the token (when tok != "") and decodes a JSON answer into v.
 func (e *env) do(method, path, tok string, body io.Reader, v any) *http.Response {
