@@ -330,7 +330,7 @@ func TestDashboardPages(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	code, body := get("/")
-	if code != 200 || !strings.Contains(body, `data-id="sbweb"`) || !strings.Contains(body, "EventSource") {
+	if code != 200 || !strings.Contains(body, `data-id="sbweb"`) || !strings.Contains(body, `src="/ui/assets/app.js"`) {
 		t.Fatalf("list page: %d\n%s", code, body)
 	}
 	code, body = get("/ui/sandboxes/web/sbweb")

@@ -3,17 +3,24 @@ package api
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"html/template"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/jobs"
 )
 
 //go:embed templates/*.html
 var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ms": func(ms int64) string {
@@ -22,11 +29,35 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000")
 	},
-	"sandboxURL": func(name, id string) string {
-		return "/ui/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id)
+	"sandboxURL": sandboxURL,
+	"execURL": func(name, id string, x *execView) string {
+		return sandboxURL(name, id) + "/execs/" + x.Step()
 	},
+	"outputURL": func(name, id string, x *execView, stream string) string {
+		return "/v1/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id) + "/execs/" + x.Step() + "/output?stream=" + stream
+	},
+	"runURL":  func(run string) string { return "/ui/runs/" + url.PathEscape(run) },
+	"jobURL":  func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
 	"summary": summary,
+	"card":    cardOutput,
+	"list":    func(xs ...string) []string { return xs },
+	"page":    func(b []byte) textPage { return pageOf(b, execPageBytes) },
+	"stream":  func(x *execView, s string) []byte { return x.Stream(events.Stream(s)) },
+	"short": func(s string) string {
+		if len(s) > 12 {
+			return s[:12] + "…"
+		}
+		return s
+	},
+	"json": func(v any) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	},
 }).ParseFS(templateFS, "templates/*.html"))
+
+func sandboxURL(name, id string) string {
+	return "/ui/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id)
+}
 
 // summary renders an entry's payload in one short line for the timeline.
 func summary(e events.Entry) string {
@@ -60,27 +91,84 @@ func summary(e events.Entry) string {
 	return s
 }
 
+// page is what every dashboard template gets: the page's title and nav
+// entry, and its data.
+type page struct {
+	Title string
+	Nav   string // "sandboxes" or "jobs"
+	Data  any
+}
+
+type errorPage struct {
+	Status  int
+	Title   string
+	Message string
+	Back    string
+}
+
 type listPage struct {
-	Status    string
-	Sandboxes []adapters.SandboxDetails
-	Error     string
+	Status, Name, Run string
+	Sandboxes         []adapters.SandboxDetails
+	Counts            statusCounts
+	Limit             int
+	NextBefore        int64
 }
 
 type sandboxPage struct {
 	Details     *adapters.SandboxDetails
+	View        sessionView
 	Events      []events.Entry
 	Checkpoints []adapters.CheckpointInfo
-	LastSeq     uint64
+	Rel         relation
+	Parent      *adapters.SandboxDetails // the session Rel names, when it is known
 }
 
-func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
+type execPage struct {
+	Details *adapters.SandboxDetails
+	Exec    *execView
+	LastSeq uint64
+}
+
+type jobsPage struct {
+	Jobs []jobs.Status
+}
+
+type jobPage struct {
+	Job       jobs.Status
+	Attempts  []jobAttempt
+	Takeovers int
+}
+
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
-	if err := pages.ExecuteTemplate(w, name, data); err != nil {
+	if err := pages.ExecuteTemplate(w, name, p); err != nil {
 		s.log.Error("api: render dashboard", "page", name, "err", err)
 	}
+}
+
+// renderError shows the error page: 404 for what does not exist, 503 when a
+// dependency is down, 500 otherwise.
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int, title, msg string) {
+	if status >= 500 {
+		s.log.Warn("api: dashboard page failed", "path", r.URL.Path, "status", status, "err", msg)
+	}
+	s.render(w, status, "error.html", page{Title: title, Data: errorPage{Status: status, Title: title, Message: msg, Back: "/"}})
+}
+
+func (s *Server) renderStoreError(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, adapters.ErrUnavailable) || errors.Is(err, adapters.ErrClosed) {
+		status = http.StatusServiceUnavailable
+	}
+	s.renderError(w, r, status, "The read model is not available", err.Error())
 }
 
 // requireTokenHTML guards a dashboard page: without the token it shows the
@@ -88,7 +176,7 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 func (s *Server) requireTokenHTML(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
-			s.render(w, http.StatusUnauthorized, "login.html", map[string]string{"Error": ""})
+			s.render(w, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: ""})
 			return
 		}
 		h(w, r)
@@ -103,7 +191,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		if tok != "" {
 			msg = "wrong token"
 		}
-		s.render(w, http.StatusUnauthorized, "login.html", map[string]string{"Error": msg})
+		s.render(w, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: msg})
 		return
 	}
 	if s.cfg.Token != "" {
@@ -115,40 +203,160 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// assets serves the dashboard's CSS and JavaScript (embedded; no CDN).
+func (s *Server) assets() http.Handler {
+	sub, err := fs.Sub(assetFS, "assets")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory
+	}
+	files := http.StripPrefix("/ui/assets/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		files.ServeHTTP(w, r)
+	})
+}
+
+const listLimit = 200
+
 func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
-	st := adapters.SandboxStatus(r.URL.Query().Get("status"))
+	q := r.URL.Query()
+	st := adapters.SandboxStatus(q.Get("status"))
 	if st != adapters.StatusRunning && st != adapters.StatusCompleted {
 		st = ""
 	}
-	p := listPage{Status: string(st)}
-	ds, err := s.cfg.Store.ListAllSandboxDetails(r.Context(), adapters.ListOptions{Status: st, Limit: 200})
-	if err != nil {
-		p.Error = err.Error()
+	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
+	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit}
+	o := adapters.ListOptions{Status: st, Limit: listLimit + 1, RunID: p.Run, Before: max(before, 0)}
+	var ds []adapters.SandboxDetails
+	var err error
+	if p.Name != "" {
+		ds, err = s.cfg.Store.ListSandboxDetails(r.Context(), p.Name, o)
+	} else {
+		ds, err = s.cfg.Store.ListAllSandboxDetails(r.Context(), o)
 	}
-	p.Sandboxes = ds
-	s.render(w, http.StatusOK, "list.html", p)
+	if err != nil {
+		s.renderStoreError(w, r, err)
+		return
+	}
+	if len(ds) > listLimit {
+		ds = ds[:listLimit]
+		p.NextBefore = ds[len(ds)-1].StartedAt
+	}
+	p.Sandboxes, p.Counts = ds, countStatus(ds)
+	s.render(w, http.StatusOK, "list.html", page{Title: "sandboxes", Nav: "sandboxes", Data: p})
 }
 
-func (s *Server) dashboardSandbox(w http.ResponseWriter, r *http.Request) {
+// session reads the session the path names, or renders the error page.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) (*adapters.SandboxDetails, []events.Entry, bool) {
 	name, id := r.PathValue("name"), r.PathValue("id")
 	d, err := s.cfg.Store.GetSandboxDetails(r.Context(), name, id)
 	if err != nil {
-		s.render(w, http.StatusServiceUnavailable, "error.html", map[string]string{"Error": err.Error()})
-		return
+		s.renderStoreError(w, r, err)
+		return nil, nil, false
 	}
 	if d == nil {
-		s.render(w, http.StatusNotFound, "error.html", map[string]string{"Error": "no sandbox " + id + " named " + name})
-		return
+		s.renderError(w, r, http.StatusNotFound, "No such sandbox", "no sandbox "+id+" named "+name+" in the read model")
+		return nil, nil, false
 	}
 	es, err := s.cfg.Store.ReadAll(r.Context(), name, id)
 	if err != nil {
-		s.render(w, http.StatusServiceUnavailable, "error.html", map[string]string{"Error": err.Error()})
+		s.renderStoreError(w, r, err)
+		return nil, nil, false
+	}
+	return d, es, true
+}
+
+func (s *Server) dashboardSandbox(w http.ResponseWriter, r *http.Request) {
+	d, es, ok := s.session(w, r)
+	if !ok {
 		return
 	}
-	cps, _ := s.cfg.Store.ListCheckpoints(r.Context(), name, id)
-	p := sandboxPage{Details: d, Events: es, Checkpoints: cps}
-	for _, e := range es {
-		p.LastSeq = max(p.LastSeq, e.Seq)
+	cps, err := s.cfg.Store.ListCheckpoints(r.Context(), d.Name, d.SandboxID)
+	if err != nil {
+		s.renderStoreError(w, r, err)
+		return
 	}
-	s.render(w, http.StatusOK, "sandbox.html", p)
+	p := sandboxPage{Details: d, View: buildSession(es), Events: es, Checkpoints: cps}
+	p.Rel = relationOf(p.View.Created)
+	if p.Rel.Kind == "resumed from" {
+		if ps, err := s.cfg.Store.ListAllSandboxDetails(r.Context(), adapters.ListOptions{SandboxID: p.Rel.From, Limit: 1}); err == nil && len(ps) > 0 {
+			p.Parent = &ps[0]
+		}
+	}
+	s.render(w, http.StatusOK, "sandbox.html", page{Title: d.Name + " " + d.SandboxID, Nav: "sandboxes", Data: p})
+}
+
+func (s *Server) dashboardExec(w http.ResponseWriter, r *http.Request) {
+	k, ok := parseExecKey(r.PathValue("step"))
+	if !ok {
+		s.renderError(w, r, http.StatusNotFound, "No such exec", "an exec is named by its step number (and -branch), got "+strconv.Quote(r.PathValue("step")))
+		return
+	}
+	d, es, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	v := buildSession(es)
+	x := v.find(k)
+	if x == nil {
+		s.renderError(w, r, http.StatusNotFound, "No such exec", "sandbox "+d.SandboxID+" has no exec "+k.String())
+		return
+	}
+	s.render(w, http.StatusOK, "exec.html", page{Title: "exec " + k.String() + " · " + d.Name, Nav: "sandboxes",
+		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq}})
+}
+
+func (s *Server) dashboardRun(w http.ResponseWriter, r *http.Request) {
+	run := r.PathValue("run")
+	l, err := buildLineage(r.Context(), s.cfg.Store, run)
+	if err != nil {
+		s.renderStoreError(w, r, err)
+		return
+	}
+	if l.Count == 0 {
+		s.renderError(w, r, http.StatusNotFound, "No such run", "no sandbox belongs to run "+run)
+		return
+	}
+	s.render(w, http.StatusOK, "run.html", page{Title: "run " + run, Nav: "sandboxes", Data: l})
+}
+
+func (s *Server) dashboardJobs(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Queue == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "No jobs queue", "this API serves no jobs queue (start it with a bus)")
+		return
+	}
+	sts, err := s.cfg.Queue.List(r.Context(), listLimit)
+	if err != nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "The jobs queue is not available", err.Error())
+		return
+	}
+	s.render(w, http.StatusOK, "jobs.html", page{Title: "jobs", Nav: "jobs", Data: jobsPage{Jobs: sts}})
+}
+
+func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Queue == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "No jobs queue", "this API serves no jobs queue (start it with a bus)")
+		return
+	}
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		s.renderError(w, r, http.StatusNotFound, "No such job", "a job id is 32 lowercase hex digits, got "+strconv.Quote(id))
+		return
+	}
+	st, err := s.cfg.Queue.Status(r.Context(), id)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		s.renderError(w, r, http.StatusNotFound, "No such job", "no job "+id)
+		return
+	case err != nil:
+		s.renderError(w, r, http.StatusServiceUnavailable, "The jobs queue is not available", err.Error())
+		return
+	}
+	as, err := jobAttempts(r.Context(), s.cfg.Store, st)
+	if err != nil {
+		s.renderStoreError(w, r, err)
+		return
+	}
+	s.render(w, http.StatusOK, "job.html", page{Title: "job " + st.Name, Nav: "jobs", Data: jobPage{Job: st, Attempts: as, Takeovers: takeovers(as)}})
 }

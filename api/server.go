@@ -141,6 +141,7 @@ func (s *Server) routes() {
 	write("DELETE /v1/sandboxes/{name}/{id}", s.deleteSandbox)
 	api("GET /v1/sandboxes/{name}/{id}/events", s.sandboxEvents)
 	api("GET /v1/sandboxes/{name}/{id}/checkpoints", s.sandboxCheckpoints)
+	api("GET /v1/sandboxes/{name}/{id}/execs/{step}/output", s.execOutput)
 	api("GET /v1/environments", s.environments)
 	write("POST /v1/jobs", s.submitJob)
 	api("GET /v1/jobs", s.listJobs)
@@ -154,6 +155,11 @@ func (s *Server) routes() {
 	open("GET /login", http.HandlerFunc(s.login))
 	open("GET /{$}", s.requireTokenHTML(s.dashboardList))
 	open("GET /ui/sandboxes/{name}/{id}", s.requireTokenHTML(s.dashboardSandbox))
+	open("GET /ui/sandboxes/{name}/{id}/execs/{step}", s.requireTokenHTML(s.dashboardExec))
+	open("GET /ui/runs/{run}", s.requireTokenHTML(s.dashboardRun))
+	open("GET /ui/jobs", s.requireTokenHTML(s.dashboardJobs))
+	open("GET /ui/jobs/{id}", s.requireTokenHTML(s.dashboardJob))
+	open("GET /ui/assets/", s.assets())
 }
 
 // ServeHTTP serves the API and the dashboard.
