@@ -3,12 +3,15 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -17,6 +20,11 @@ import (
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/testenv"
 )
+
+// screenshotDir is where the Chromium tests write their screenshots:
+// go test ./api -run Chromium -args -screenshots DIR (or ALINEO_SCREENSHOTS=DIR);
+// by default each test's temp dir.
+var screenshotDir = flag.String("screenshots", os.Getenv("ALINEO_SCREENSHOTS"), "write the dashboard tests' screenshots (PNG) to this directory")
 
 // browser is headless Chromium driven over the DevTools protocol on a pipe
 // (--remote-debugging-pipe: commands on fd 3, answers on fd 4, NUL-delimited).
@@ -46,6 +54,7 @@ func chromium(t *testing.T) *browser {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(path, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--window-size=1280,900", "--hide-scrollbars", "--font-render-hinting=none",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
 		"--user-data-dir="+t.TempDir(), "--remote-debugging-pipe", "about:blank")
 	cmd.ExtraFiles = []*os.File{cmdR, resW}
@@ -133,6 +142,126 @@ func (b *browser) eval(session, expr string) (string, error) {
 		return "", err
 	}
 	return r.Result.Value, nil
+}
+
+// open opens url in a new tab and returns the tab's session.
+func (b *browser) open(t testing.TB, url string) string {
+	t.Helper()
+	raw, err := b.call("", "Target.createTarget", map[string]any{"url": url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target struct {
+		TargetID string `json:"targetId"`
+	}
+	if err := json.Unmarshal(raw, &target); err != nil {
+		t.Fatal(err)
+	}
+	raw, err = b.call("", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var att struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := json.Unmarshal(raw, &att); err != nil {
+		t.Fatal(err)
+	}
+	return att.SessionID
+}
+
+// navigate loads url in the tab and waits until its script has run
+// (body[data-ready]) or, for pages without it, the document is complete.
+func (b *browser) navigate(t testing.TB, s, url string) {
+	t.Helper()
+	if _, err := b.call(s, "Page.navigate", map[string]any{"url": url}); err != nil {
+		t.Fatal(err)
+	}
+	b.ready(t, s, url)
+}
+
+// ready waits until the tab shows url with its script run.
+func (b *browser) ready(t testing.TB, s, url string) {
+	t.Helper()
+	testenv.Eventually(t, 15*time.Second, func() error {
+		v, err := b.eval(s, `location.href + " " + document.readyState + " " + (document.body && document.body.getAttribute("data-ready"))`)
+		if err != nil {
+			return err
+		}
+		if v != url+" complete 1" {
+			return fmt.Errorf("tab at %q, want %q loaded", v, url)
+		}
+		return nil
+	})
+}
+
+// waitEval polls expr until it evaluates to want.
+func (b *browser) waitEval(t testing.TB, s, expr, want string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		v, err := b.eval(s, expr)
+		if err != nil {
+			return err
+		}
+		if v != want {
+			return fmt.Errorf("%s = %q, want %q", expr, v, want)
+		}
+		return nil
+	})
+}
+
+// mustEval evaluates expr and fails t on an error.
+func (b *browser) mustEval(t testing.TB, s, expr string) string {
+	t.Helper()
+	v, err := b.eval(s, expr)
+	if err != nil {
+		t.Fatalf("eval %s: %v", expr, err)
+	}
+	return v
+}
+
+// signIn signs in through the login form, as a user does: the cookie
+// authorizes reads, the tab keeps the token for the bearer header of writes.
+func (b *browser) signIn(t testing.TB, s, base, tok string) {
+	t.Helper()
+	b.navigate(t, s, base+"/login")
+	b.mustEval(t, s, `(document.getElementById("login-token").value = `+strconv.Quote(tok)+`, document.getElementById("login-form").requestSubmit(), "")`)
+	b.ready(t, s, base+"/")
+}
+
+// screenshot writes a full-page PNG of the tab to the screenshot directory
+// (the -screenshots flag, ALINEO_SCREENSHOTS, or the test's temp dir).
+func (b *browser) screenshot(t testing.TB, s, name string) string {
+	t.Helper()
+	dir := *screenshotDir
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.call(s, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shot struct {
+		Data string `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &shot); err != nil {
+		t.Fatal(err)
+	}
+	png, err := base64.StdEncoding.DecodeString(shot.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(png) < 8 || string(png[1:4]) != "PNG" {
+		t.Fatalf("screenshot %s is not a PNG (%d bytes)", name, len(png))
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", path, len(png))
+	return path
 }
 
 // TestDashboardInChromium: the sandbox page renders its timeline in a real

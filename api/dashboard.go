@@ -4,11 +4,13 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"html"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
@@ -41,6 +43,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"summary": summary,
 	"card":    cardOutput,
 	"list":    func(xs ...string) []string { return xs },
+	"term":    termHTML,
 	"page":    func(b []byte) textPage { return pageOf(b, execPageBytes) },
 	"stream":  func(x *execView, s string) []byte { return x.Stream(events.Stream(s)) },
 	"short": func(s string) string {
@@ -54,6 +57,13 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return string(b)
 	},
 }).ParseFS(templateFS, "templates/*.html"))
+
+// termHTML escapes recorded text for a <pre>, byte for byte: the HTML
+// parser would turn CR and CR LF into LF, so CR goes as a character
+// reference, which it keeps.
+func termHTML(s string) template.HTML {
+	return template.HTML(strings.ReplaceAll(html.EscapeString(s), "\r", "&#13;"))
+}
 
 func sandboxURL(name, id string) string {
 	return "/ui/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id)

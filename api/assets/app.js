@@ -218,7 +218,7 @@
       c.href = "/ui/runs/" + encodeURIComponent(run);
       c.title = run;
       rc.appendChild(c);
-      [name, id, st, el("td", "started", fmtMs(e.ts)), el("td", "completed", "—"), el("td", "execs num", "0"), rc].forEach(function (td) { tr.appendChild(td); });
+      [name, id, st, el("td", "started-at", fmtMs(e.ts)), el("td", "completed-at", "—"), el("td", "execs num", "0"), rc].forEach(function (td) { tr.appendChild(td); });
       body.insertBefore(tr, body.firstChild);
       return tr;
     }
@@ -235,7 +235,7 @@
         var s = $(".status", tr);
         s.textContent = "";
         s.appendChild(badge("completed"));
-        $(".completed", tr).textContent = fmtMs(e.ts);
+        $(".completed-at", tr).textContent = fmtMs(e.ts);
         if (f.status === "running") body.removeChild(tr);
       } else if (ev !== "sandbox.created") return;
       tr.setAttribute("data-updated-at", Date.now());

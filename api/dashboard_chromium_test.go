@@ -1,0 +1,389 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/testenv"
+)
+
+// jsQuote is s as a JavaScript string literal.
+func jsQuote(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// TestDashboardListLiveInChromium: the sandbox list and its header figures
+// follow the live stream: a new sandbox appears, its exec count and status
+// change, all without a reload and within 1 s of the event.
+func TestDashboardListLiveInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	e.session("build", "sb-old", 2, true)
+	e.session("build", "sb-running", 1, false)
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	b.waitEval(t, s, `document.querySelectorAll("tr.sandbox").length`, "2")
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	figs := `["shown","running","completed","execs"].map(function (k) { return document.getElementById("fig-" + k).textContent }).join(" ")`
+	if got := b.mustEval(t, s, figs); got != "2 1 1 3" {
+		t.Fatalf("figures (shown running completed execs) = %q, want 2 1 1 3", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('tr.sandbox[data-id="sb-old"] .started-at').textContent`); !strings.HasPrefix(got, time.Now().UTC().Format("2006-01-02 ")) {
+		t.Errorf("started cell = %q, want a formatted UTC time", got)
+	}
+
+	// A new sandbox: a row appears at the top, formatted like the others.
+	emitted := time.Now().UnixMilli()
+	e.publish("deploy", "sb-new", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
+		events.SandboxCreatedPayload{SandboxID: "sb-new", RunID: "run-7"}))
+	row := `document.querySelector('tr.sandbox[data-id="sb-new"]')`
+	b.waitEval(t, s, row+` !== null`, "true")
+	at, _ := strconv.ParseInt(b.mustEval(t, s, row+`.getAttribute("data-updated-at")`), 10, 64)
+	if lat := at - emitted; lat > 1000 {
+		t.Errorf("new sandbox shown %d ms after it was emitted, want within 1000 ms", lat)
+	} else {
+		t.Logf("new sandbox shown %d ms after it was emitted", lat)
+	}
+	if got := b.mustEval(t, s, `document.querySelector("#sandboxes-body tr").getAttribute("data-id")`); got != "sb-new" {
+		t.Errorf("first row = %q, want the new sandbox on top", got)
+	}
+	cells := `.map(function (td) { return td.textContent.trim() }).join("|")`
+	got := strings.Split(b.mustEval(t, s, `Array.from(`+row+`.cells)`+cells), "|")
+	old := strings.Split(b.mustEval(t, s, `Array.from(document.querySelector('tr.sandbox[data-id="sb-running"]').cells)`+cells), "|")
+	when := regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$`)
+	if len(got) != 7 || got[0] != "deploy" || got[1] != "sb-new" || got[2] != "running" || !when.MatchString(got[3]) ||
+		got[4] != "—" || got[5] != "0" || got[6] != "run-7" || len(old) != 7 || !when.MatchString(old[3]) {
+		t.Errorf("new row = %q, want it formatted as the server formats %q", got, old)
+	}
+	b.waitEval(t, s, figs, "3 2 1 3")
+
+	// An exec completes, then the sandbox closes.
+	e.publish("deploy", "sb-new",
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "true"}),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}))
+	b.waitEval(t, s, row+`.querySelector(".execs").textContent`, "1")
+	b.waitEval(t, s, figs, "3 2 1 4")
+	e.publish("deploy", "sb-new", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	b.waitEval(t, s, row+`.querySelector(".status").textContent`, "completed")
+	b.waitEval(t, s, figs, "3 1 2 4")
+	if got := b.mustEval(t, s, row+`.querySelector(".completed-at").textContent`); got == "—" {
+		t.Errorf("completed cell not filled in")
+	}
+	// The tail shows formatted rows, not raw JSON.
+	b.mustEval(t, s, `document.getElementById("tail").open = true`)
+	if got := b.mustEval(t, s, `document.querySelector("#tail-body tr.live:last-child").textContent`); strings.Contains(got, "{") || !strings.Contains(got, "sandbox.closed") {
+		t.Errorf("tail row = %q", got)
+	}
+	b.screenshot(t, s, "list")
+
+	// A filter is a link; the filtered list takes only matching new rows.
+	b.navigate(t, s, e.srv.URL+"/?status=completed")
+	b.waitEval(t, s, `Array.prototype.map.call(document.querySelectorAll("tr.sandbox"), function (r) { return r.getAttribute("data-id") }).sort().join(",")`, "sb-new,sb-old")
+}
+
+// TestDashboardExecInChromium: the sandbox page groups execs (command, exit
+// code, duration) and the exec page shows stdout and stderr exactly as
+// recorded, a long output paged and fetched byte-exact.
+func TestDashboardExecInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	stdout := "<b>bold?</b> & \"quotes\" 'single'\ttab  trailing  \r\nünïcødé ✓ 日本\n\n  indented\n"
+	stderr := "warning: <script>alert(1)</script>\n"
+	var big strings.Builder
+	for i := 0; big.Len() < 150<<10; i++ {
+		fmt.Fprintf(&big, "line %05d ✓ ünïcødé ", i)
+		if i%7 == 0 {
+			big.WriteString("\n")
+		}
+	}
+	bigOut := big.String()
+	es := []events.Entry{
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sbx"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "make test ARGS='-v -x'"}),
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte(stdout[:20]))),
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stderr, []byte(stderr))),
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte(stdout[20:]))),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1, ExitCode: 3}),
+		events.New(0, "", "", events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: "snap-1", Name: "after-test"}),
+		events.New(0, "", "", 2, events.ExecStarted, events.ExecStartedPayload{Seq: 2, Kind: events.KindCommand, Cmd: "cat big.log"}),
+	}
+	// The big output in chunks of 7 KiB: chunk edges split multi-byte runes.
+	for i := 0; i < len(bigOut); i += 7 << 10 {
+		es = append(es, events.New(0, "", "", 2, events.ExecOutput, events.NewOutput(2, events.Stdout, []byte(bigOut[i:min(i+7<<10, len(bigOut))]))))
+	}
+	es = append(es,
+		events.New(0, "", "", 2, events.ExecCompleted, events.ExecCompletedPayload{Seq: 2}),
+		events.New(0, "", "", 3, events.ExecStarted, events.ExecStartedPayload{Seq: 3, Kind: events.KindCommand, Cmd: "printf '\\xff\\x00ok'; ls --color"}),
+		events.New(0, "", "", 3, events.ExecOutput, events.NewOutput(3, events.Stdout, []byte("\xff\x00ok\n"))),
+		events.New(0, "", "", 3, events.ExecOutput, events.NewOutput(3, events.Stderr, []byte("\x1b[31mred\x1b[0m plain\n"))),
+		events.New(0, "", "", 3, events.ExecCompleted, events.ExecCompletedPayload{Seq: 3}))
+	e.publish("ci", "sbx", es...)
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	page := e.srv.URL + "/ui/sandboxes/ci/sbx"
+	b.navigate(t, s, page)
+	b.waitEval(t, s, `document.querySelectorAll("#timeline li.exec").length`, "3")
+	if got := b.mustEval(t, s, `document.querySelector('li.exec[data-key="1"] .exec-head').textContent.replace(/\s+/g, " ").trim()`); !strings.Contains(got, "make test ARGS='-v -x'") || !strings.Contains(got, "exit 3") {
+		t.Errorf("exec 1 head = %q, want the command and exit 3", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.exec[data-key="1"] .exit').className`); got != "exit fail" {
+		t.Errorf("exit badge class = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector("li.marker.m-sandbox\\.checkpoint_created").textContent`); !strings.Contains(got, "snap-1") || !strings.Contains(got, "after-test") {
+		t.Errorf("checkpoint marker = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.exec[data-key="2"] p.more').hidden`); got != "false" {
+		t.Errorf("long output not collapsed (more hidden = %s)", got)
+	}
+	// ANSI colours render as classes; the escape bytes are not shown.
+	if got := b.mustEval(t, s, `(function () { var x = document.querySelector('li.exec[data-key="3"] pre .a-31'); return x ? x.textContent : "none" })()`); got != "red" {
+		t.Errorf("ANSI red span = %q", got)
+	}
+	b.screenshot(t, s, "sandbox")
+
+	b.navigate(t, s, page+"/execs/1")
+	if got := b.mustEval(t, s, `JSON.stringify(document.getElementById("stdout").textContent)`); got != jsQuote(stdout) {
+		t.Errorf("stdout shown = %s\nwant %s", got, jsQuote(stdout))
+	}
+	if got := b.mustEval(t, s, `JSON.stringify(document.getElementById("stderr").textContent)`); got != jsQuote(stderr) {
+		t.Errorf("stderr shown = %s, want %s", got, jsQuote(stderr))
+	}
+	if got := b.mustEval(t, s, `document.getElementById("exec-cmd").textContent + " | " + document.getElementById("exec-exit").textContent.trim()`); got != "make test ARGS='-v -x' | exit 3" {
+		t.Errorf("command | exit = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("exec-duration").textContent`); !strings.HasSuffix(got, " ms") {
+		t.Errorf("duration = %q, want milliseconds", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("stdout-total").textContent`); got != strconv.Itoa(len(stdout)) {
+		t.Errorf("stdout size = %s, want %d", got, len(stdout))
+	}
+	b.screenshot(t, s, "exec")
+
+	// The long output: the first page, then the rest fetched byte-exact.
+	b.navigate(t, s, page+"/execs/2")
+	shown, _ := strconv.Atoi(b.mustEval(t, s, `document.getElementById("stdout").getAttribute("data-shown")`))
+	if shown <= 0 || shown > 64<<10 || shown >= len(bigOut) {
+		t.Fatalf("first page shows %d bytes of %d, want at most 64 KiB", shown, len(bigOut))
+	}
+	if got := b.mustEval(t, s, `document.querySelector("#stdout-section .pager").hidden`); got != "false" {
+		t.Fatalf("no pager for a long output")
+	}
+	b.mustEval(t, s, `document.querySelector('button.load-more[data-for="stdout"]').click()`)
+	b.waitEval(t, s, `Number(document.getElementById("stdout").getAttribute("data-shown")) > `+strconv.Itoa(shown), "true")
+	b.mustEval(t, s, `document.querySelector('button.load-all[data-for="stdout"]').click()`)
+	b.waitEval(t, s, `document.getElementById("stdout").getAttribute("data-shown")`, strconv.Itoa(len(bigOut)))
+	b.waitEval(t, s, `document.querySelector("#stdout-section .pager").hidden`, "true")
+	if got := b.mustEval(t, s, `document.getElementById("stdout").textContent === `+jsQuote(bigOut)); got != "true" {
+		t.Errorf("paged output differs from the recorded bytes")
+	}
+
+	// Bytes that are not UTF-8: the raw route has them exactly.
+	b.navigate(t, s, page+"/execs/3")
+	if got := b.mustEval(t, s, `document.querySelectorAll("#stdout-section .warn").length`); got != "1" {
+		t.Errorf("no warning for a stream that is not UTF-8")
+	}
+	b.mustEval(t, s, `(window.raw = "", fetch(document.getElementById("stdout-raw").href).then(function (r) { return r.arrayBuffer() }).then(function (b) { window.raw = Array.prototype.join.call(new Uint8Array(b), ",") }), "")`)
+	b.waitEval(t, s, `window.raw`, "255,0,111,107,10")
+}
+
+// TestDashboardLineageInChromium: the run page shows each sandbox under the
+// one it resumed or forked from, and the sandbox page links its parent.
+func TestDashboardLineageInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	e.publish("agent", "sb-a",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-a", RunID: "run-1"}),
+		events.New(0, "", "", events.SandboxLevel, events.CheckpointCreated, events.CheckpointCreatedPayload{SnapshotID: "snap-a", Name: "base"}),
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	e.publish("agent", "sb-b", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
+		events.SandboxCreatedPayload{SandboxID: "sb-b", RunID: "run-1", ResumedFrom: "sb-a"}))
+	e.publish("agent-fork", "sb-c", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
+		events.SandboxCreatedPayload{SandboxID: "sb-c", RunID: "run-1", ForkedFrom: "snap-a"}))
+	e.publish("agent-fork", "sb-d", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
+		events.SandboxCreatedPayload{SandboxID: "sb-d", RunID: "run-1", FromSnapshot: "snap-elsewhere"}))
+	e.session("other", "sb-other", 0, false)
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	b.navigate(t, s, e.srv.URL+"/ui/runs/run-1")
+	if got := b.mustEval(t, s, `document.getElementById("run-count").textContent`); got != "4" {
+		t.Errorf("run sessions = %s, want 4", got)
+	}
+	children := `Array.prototype.map.call(document.querySelectorAll('#lineage-tree > li.node[data-id="sb-a"] > ul.children > li.node'), function (n) { return n.getAttribute("data-id") + ":" + n.querySelector(".rel").textContent.replace(/\s+/g, " ").trim() }).join(" | ")`
+	if got := b.mustEval(t, s, children); got != "sb-b:resumed from | sb-c:forked from checkpoint snap-a" {
+		t.Errorf("children of sb-a = %q", got)
+	}
+	roots := `Array.prototype.map.call(document.querySelectorAll("#lineage-tree > li.node"), function (n) { return n.getAttribute("data-id") }).join(",")`
+	if got := b.mustEval(t, s, roots); got != "sb-a,sb-d" {
+		t.Errorf("roots = %q, want sb-a and the restore whose snapshot is not in the run", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.node[data-id="sb-d"]').className`); got != "node orphan" {
+		t.Errorf("sb-d class = %q", got)
+	}
+	b.screenshot(t, s, "run")
+
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/agent/sb-b")
+	if got := b.mustEval(t, s, `document.getElementById("parent-link").getAttribute("href")`); got != "/ui/sandboxes/agent/sb-a" {
+		t.Errorf("parent link = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("lineage").textContent.replace(/\s+/g, " ")`); !strings.Contains(got, "resumed from sb-a") {
+		t.Errorf("lineage line = %q", got)
+	}
+}
+
+// TestDashboardJobsInChromium: the jobs page starts empty, submits a job with
+// the bearer header (the cookie alone is refused), lists it without a
+// reload, shows a bad spec's error, and a job's page shows its takeovers.
+func TestDashboardJobsInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/jobs")
+	if got := b.mustEval(t, s, `document.getElementById("jobs-empty").hidden + " " + document.getElementById("jobs-empty").textContent.trim().split("\n")[0]`); got != "false No jobs yet" {
+		t.Errorf("empty state = %q", got)
+	}
+	b.screenshot(t, s, "jobs-empty")
+
+	// The cookie alone cannot write (what a cross-site form would send).
+	b.mustEval(t, s, `(window.plain = "", fetch("/v1/jobs", {method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"}).then(function (r) { window.plain = String(r.status) }), "")`)
+	b.waitEval(t, s, `window.plain`, "401")
+
+	b.mustEval(t, s, `document.getElementById("submit").open = true`)
+	b.mustEval(t, s, `(document.getElementById("spec").value = '{"name": "from-the-dashboard", "image": "host", "steps": [{"exec": {"command": "true"}}]}', document.getElementById("submit-form").requestSubmit(), "")`)
+	b.waitEval(t, s, `document.getElementById("submit-result").className`, "ok")
+	id := b.mustEval(t, s, `document.getElementById("submitted-job").textContent`)
+	if !jobs.ValidID(id) {
+		t.Fatalf("submitted job id = %q", id)
+	}
+	b.waitEval(t, s, `document.querySelector('tr.job[data-id="`+id+`"] .state').textContent`, "queued")
+	b.waitEval(t, s, `document.getElementById("jobs-empty").hidden`, "true")
+	if st, err := e.queue.Status(context.Background(), id); err != nil || st.Name != "from-the-dashboard" {
+		t.Fatalf("queued job = %+v, %v", st, err)
+	}
+
+	// A bad spec: the API's error, shown where the user submitted.
+	b.mustEval(t, s, `(document.getElementById("spec").value = '{"name": "x", "image": "host", "steps": [{"exec": {}}]}', document.getElementById("submit-form").requestSubmit(), "")`)
+	b.waitEval(t, s, `document.getElementById("submit-result").className`, "err")
+	if got := b.mustEval(t, s, `document.getElementById("submit-result").textContent`); !strings.Contains(got, "command") {
+		t.Errorf("bad spec error = %q, want it to name the missing command", got)
+	}
+	b.screenshot(t, s, "jobs")
+
+	// A job another worker took over: its status names the new attempt's
+	// sandbox (what a worker records), the old sandbox's session ends with
+	// the takeover's sandbox.closed.
+	taken := jobs.NewID()
+	e.publish("job", "sb-first", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-first", RunID: "run-job"}),
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, events.SandboxClosedPayload{Reason: events.ClosedTakenOver, By: "worker-2", Job: taken}))
+	e.publish("job", "sb-second", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-second", RunID: "run-job", FromSnapshot: "snap-j"}))
+	e.waitProjected()
+	now := time.Now().UnixMilli()
+	putStatus(t, e, jobs.Status{ID: taken, Name: "taken", State: jobs.StateRunning, Attempt: 2, Worker: "worker-2",
+		SandboxID: "sb-second", SandboxName: "job", Steps: 4, Done: 2, SubmittedAt: now - 5000, UpdatedAt: now,
+		Checkpoint: &jobs.Checkpoint{SandboxID: "sb-first", Name: "job", Tag: "half", Next: 2}})
+	b.waitEval(t, s, `document.querySelector('tr.job[data-id="`+taken+`"] .worker').textContent`, "worker-2")
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+taken)
+	head := `["state","worker","attempt","steps","takeovers"].map(function (k) { return document.getElementById("job-" + k).textContent.trim() }).join(" ")`
+	if got := b.mustEval(t, s, head); got != "running worker-2 2 2/4 1" {
+		t.Errorf("job figures = %q, want running worker-2 2 2/4 1", got)
+	}
+	attempts := `Array.prototype.map.call(document.querySelectorAll("#attempts li.attempt"), function (a) { return a.getAttribute("data-id") + (a.classList.contains("current") ? "*" : "") }).join(",")`
+	if got := b.mustEval(t, s, attempts); got != "sb-first,sb-second*" {
+		t.Errorf("attempts = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.attempt[data-id="sb-first"] .closed-reason').textContent`); !strings.Contains(got, "taken over") || !strings.Contains(got, "worker-2") {
+		t.Errorf("takeover line = %q", got)
+	}
+	b.screenshot(t, s, "job")
+}
+
+// putStatus records st in the jobs status bucket, as a worker does.
+func putStatus(t *testing.T, e *env, st jobs.Status) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.bus.JetStream().KeyValue(ctx, e.queue.Config().Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, st.ID, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingStore answers every listing with ErrUnavailable.
+type failingStore struct{ api.Store }
+
+func (failingStore) ListAllSandboxDetails(context.Context, adapters.ListOptions) ([]adapters.SandboxDetails, error) {
+	return nil, fmt.Errorf("list: %w", adapters.ErrUnavailable)
+}
+
+// TestDashboardStatesInChromium: the empty list, an unknown sandbox (404)
+// and a read model that is down (503) each get a page that says so.
+func TestDashboardStatesInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	if got := b.mustEval(t, s, `document.getElementById("empty").hidden + " " + document.querySelector("#empty h2").textContent`); got != "false No sandboxes yet" {
+		t.Errorf("empty state = %q", got)
+	}
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	b.screenshot(t, s, "empty")
+	// The empty state goes once a sandbox appears.
+	e.session("first", "sb-first", 0, false)
+	b.waitEval(t, s, `document.getElementById("empty").hidden`, "true")
+
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/first/nope")
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status") + " " + document.getElementById("error-message").textContent`); !strings.HasPrefix(got, "404 no sandbox nope") {
+		t.Errorf("404 page = %q", got)
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/first/sb-first/execs/9")
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status")`); got != "404" {
+		t.Errorf("unknown exec page status = %q", got)
+	}
+
+	srv, err := api.New(api.Config{Store: failingStore{e.store}, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := httptest.NewServer(srv)
+	defer down.Close()
+	b.signIn(t, s, down.URL, token)
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status") + " " + document.querySelector("#error h1").textContent`); got != "503 The read model is not available" {
+		t.Errorf("store down page = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("error-message").textContent`); !strings.Contains(got, "unavailable") {
+		t.Errorf("store down message = %q", got)
+	}
+	b.screenshot(t, s, "error")
+	b.navigate(t, s, down.URL+"/ui/jobs")
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status") + " " + document.querySelector("#error h1").textContent`); got != "503 No jobs queue" {
+		t.Errorf("no queue page = %q", got)
+	}
+	_ = testenv.CI
+}
