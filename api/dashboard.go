@@ -118,10 +118,14 @@ type errorPage struct {
 
 type listPage struct {
 	Status, Name, Run string
-	Sandboxes         []adapters.SandboxDetails
-	Counts            statusCounts
-	Limit             int
-	NextBefore        int64
+	// Event filters the live tail (one canonical event name, "" for all);
+	// Events are the names it can take.
+	Event      string
+	Events     []events.Event
+	Sandboxes  []adapters.SandboxDetails
+	Counts     statusCounts
+	Limit      int
+	NextBefore int64
 }
 
 type sandboxPage struct {
@@ -236,7 +240,10 @@ func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
 		st = ""
 	}
 	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit}
+	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit, Events: events.All}
+	if ev := events.Event(q.Get("event")).Canonical(); ev.Known() {
+		p.Event = string(ev)
+	}
 	o := adapters.ListOptions{Status: st, Limit: listLimit + 1, RunID: p.Run, Before: max(before, 0)}
 	var ds []adapters.SandboxDetails
 	var err error

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -297,8 +299,8 @@ type textPage struct {
 	Text  string
 	Shown int // bytes in Text
 	Total int
-	// Exact is false when the bytes are not valid UTF-8: Text then shows
-	// U+FFFD for them and the raw route has the exact bytes.
+	// Exact is false when the bytes are not valid UTF-8 or hold NUL: Text
+	// then shows U+FFFD for those and the raw route has the exact bytes.
 	Exact bool
 }
 
@@ -317,7 +319,13 @@ func pageOf(b []byte, limit int) textPage {
 		_, size := utf8.DecodeRune(b)
 		n = size
 	}
-	return textPage{Text: string(b[:n]), Shown: n, Total: len(b), Exact: utf8.Valid(b)}
+	p := textPage{Text: string(b[:n]), Shown: n, Total: len(b), Exact: utf8.Valid(b) && !bytes.ContainsRune(b, 0)}
+	if !p.Exact {
+		// As the recorded text has it (events.NewOutput): U+FFFD for bytes
+		// that are not UTF-8 and for NUL, which HTML cannot carry.
+		p.Text = strings.ReplaceAll(strings.ToValidUTF8(p.Text, "\uFFFD"), "\x00", "\uFFFD")
+	}
+	return p
 }
 
 // cardChunk is a piece of an exec card's interleaved output.

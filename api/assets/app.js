@@ -116,7 +116,7 @@
   // ---- the live stream.
   function live(onEvent) {
     var box = $("#live"), status = $("#live-status");
-    if (!box || !box.getAttribute("data-src") || !window.EventSource) return;
+    if (!box || !box.getAttribute("data-src") || !window.EventSource) { if (!(box && box.getAttribute("data-page") === "jobs" || box && box.getAttribute("data-page") === "job")) status.hidden = true; return; }
     var src = new EventSource(box.getAttribute("data-src"));
     src.onopen = function () { status.textContent = "live"; status.className = "live-status on"; };
     src.onerror = function () { status.textContent = "reconnecting…"; status.className = "live-status retry"; };
@@ -129,7 +129,7 @@
   }
   function tailRow(e, m, all) {
     var body = $("#tail-body");
-    if (!body) return;
+    if (!body || (body.getAttribute("data-event") && body.getAttribute("data-event") !== canon(e.event))) return;
     var tr = el("tr", "event live");
     tr.setAttribute("data-seq", m.lastEventId);
     tr.setAttribute("data-ts", e.ts);
