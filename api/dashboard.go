@@ -44,6 +44,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"card":    cardOutput,
 	"list":    func(xs ...string) []string { return xs },
 	"term":    termHTML,
+	"add":     func(a, b int) int { return a + b },
 	"page":    func(b []byte) textPage { return pageOf(b, execPageBytes) },
 	"stream":  func(x *execView, s string) []byte { return x.Stream(events.Stream(s)) },
 	"short": func(s string) string {
@@ -131,7 +132,8 @@ type listPage struct {
 type sandboxPage struct {
 	Details     *adapters.SandboxDetails
 	View        sessionView
-	Events      []events.Entry
+	Events      []events.Entry // the first maxRawEvents
+	MoreEvents  int            // entries left out of Events
 	Checkpoints []adapters.CheckpointInfo
 	Rel         relation
 	Parent      *adapters.SandboxDetails // the session Rel names, when it is known
@@ -231,7 +233,12 @@ func (s *Server) assets() http.Handler {
 	})
 }
 
-const listLimit = 200
+const (
+	listLimit = 200
+	// maxRawEvents bounds the raw events table of a sandbox page; the JSON
+	// route pages through the rest.
+	maxRawEvents = 1000
+)
 
 func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -295,6 +302,9 @@ func (s *Server) dashboardSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := sandboxPage{Details: d, View: buildSession(es), Events: es, Checkpoints: cps}
+	if len(es) > maxRawEvents {
+		p.Events, p.MoreEvents = es[:maxRawEvents], len(es)-maxRawEvents
+	}
 	p.Rel = relationOf(p.View.Created)
 	if p.Rel.Kind == "resumed from" {
 		if ps, err := s.cfg.Store.ListAllSandboxDetails(r.Context(), adapters.ListOptions{SandboxID: p.Rel.From, Limit: 1}); err == nil && len(ps) > 0 {

@@ -230,6 +230,8 @@ func TestDashboardLineageInChromium(t *testing.T) {
 		events.SandboxCreatedPayload{SandboxID: "sb-c", RunID: "run-1", ForkedFrom: "snap-a"}))
 	e.publish("agent-fork", "sb-d", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
 		events.SandboxCreatedPayload{SandboxID: "sb-d", RunID: "run-1", FromSnapshot: "snap-elsewhere"}))
+	e.publish("agent-env", "sb-e", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated,
+		events.SandboxCreatedPayload{SandboxID: "sb-e", RunID: "run-1", FromEnvironment: "py311"}))
 	e.session("other", "sb-other", 0, false)
 	e.waitProjected()
 	b := chromium(t)
@@ -237,14 +239,17 @@ func TestDashboardLineageInChromium(t *testing.T) {
 	b.signIn(t, s, e.srv.URL, token)
 
 	b.navigate(t, s, e.srv.URL+"/ui/runs/run-1")
-	if got := b.mustEval(t, s, `document.getElementById("run-count").textContent`); got != "4" {
-		t.Errorf("run sessions = %s, want 4", got)
+	if got := b.mustEval(t, s, `document.getElementById("run-count").textContent`); got != "5" {
+		t.Errorf("run sessions = %s, want 5", got)
+	}
+	if got := b.mustEval(t, s, `Array.prototype.map.call(document.querySelectorAll('#lineage-tree > li.env[data-env="py311"] > ul.children > li.node'), function (n) { return n.getAttribute("data-id") }).join(",")`); got != "sb-e" {
+		t.Errorf("sessions under environment py311 = %q, want sb-e", got)
 	}
 	children := `Array.prototype.map.call(document.querySelectorAll('#lineage-tree > li.node[data-id="sb-a"] > ul.children > li.node'), function (n) { return n.getAttribute("data-id") + ":" + n.querySelector(".rel").textContent.replace(/\s+/g, " ").trim() }).join(" | ")`
 	if got := b.mustEval(t, s, children); got != "sb-b:resumed from | sb-c:forked from checkpoint snap-a" {
 		t.Errorf("children of sb-a = %q", got)
 	}
-	roots := `Array.prototype.map.call(document.querySelectorAll("#lineage-tree > li.node"), function (n) { return n.getAttribute("data-id") }).join(",")`
+	roots := `Array.prototype.map.call(document.querySelectorAll("#lineage-tree > li.node:not(.env)"), function (n) { return n.getAttribute("data-id") }).join(",")`
 	if got := b.mustEval(t, s, roots); got != "sb-a,sb-d" {
 		t.Errorf("roots = %q, want sb-a and the restore whose snapshot is not in the run", got)
 	}

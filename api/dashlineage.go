@@ -27,8 +27,15 @@ type lineage struct {
 	RunID string
 	Roots []*lineageNode
 	Count int
-	// Environments the run's roots were spawned from, by name.
-	Environments map[string]adapters.EnvironmentRecord
+	// Environments the run's sessions were spawned from, each with those
+	// sessions, in order of first use.
+	Environments []*envGroup
+}
+
+// envGroup is an environment and the sessions spawned from it.
+type envGroup struct {
+	Env   adapters.EnvironmentRecord
+	Nodes []*lineageNode
 }
 
 // buildLineage reads the sessions of run runID and links each to its parent:
@@ -63,7 +70,8 @@ func buildLineage(ctx context.Context, st Store, runID string) (*lineage, error)
 			bySnapshot[cp.SnapshotID] = n
 		}
 	}
-	l := &lineage{RunID: runID, Count: len(nodes), Environments: map[string]adapters.EnvironmentRecord{}}
+	l := &lineage{RunID: runID, Count: len(nodes)}
+	envs := map[string]*envGroup{}
 	for _, n := range nodes {
 		var parent *lineageNode
 		switch n.Rel.Kind {
@@ -71,7 +79,14 @@ func buildLineage(ctx context.Context, st Store, runID string) (*lineage, error)
 		case "resumed from":
 			parent = bySandbox[n.Rel.From]
 		case "spawned from environment":
-			l.Environments[n.Rel.From] = adapters.EnvironmentRecord{Name: n.Rel.From}
+			g := envs[n.Rel.From]
+			if g == nil {
+				g = &envGroup{Env: adapters.EnvironmentRecord{Name: n.Rel.From}}
+				envs[n.Rel.From] = g
+				l.Environments = append(l.Environments, g)
+			}
+			g.Nodes = append(g.Nodes, n)
+			continue
 		default:
 			parent = bySnapshot[n.Rel.From]
 			n.Via = n.Rel.From
@@ -80,20 +95,20 @@ func buildLineage(ctx context.Context, st Store, runID string) (*lineage, error)
 			parent = nil
 		}
 		if parent == nil {
-			n.Orphan = n.Rel.Kind != "" && n.Rel.Kind != "spawned from environment"
+			n.Orphan = n.Rel.Kind != ""
 			l.Roots = append(l.Roots, n)
 			continue
 		}
 		parent.Children = append(parent.Children, n)
 	}
-	if len(l.Environments) > 0 {
-		envs, err := st.ListEnvironments(ctx)
+	if len(envs) > 0 {
+		recs, err := st.ListEnvironments(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range envs {
-			if _, ok := l.Environments[e.Name]; ok {
-				l.Environments[e.Name] = e
+		for _, e := range recs {
+			if g := envs[e.Name]; g != nil {
+				g.Env = e
 			}
 		}
 	}

@@ -29,6 +29,43 @@
 // "event: error" and is closed, to resume with Last-Event-ID. A stream that
 // resumes replays its own subscription from that sequence, exactly.
 //
+// # Dashboard
+//
+// Server-rendered pages with one embedded script and stylesheet
+// (/ui/assets/, no CDN; the CSP allows no inline script) that follow the live
+// stream:
+//
+//   - / lists the sessions, newest first, 200 a page; filters are links
+//     (status, name, run, and the event shown in the live tail). Rows and
+//     the header figures (shown, running, completed, execs) change as
+//     sandbox.created, exec.completed and sandbox.closed arrive; a new
+//     sandbox appears on top without a reload.
+//   - /ui/sandboxes/{name}/{id} is a session: its header (status, execs,
+//     completion) live, how it came to be (resumed from, forked from,
+//     restored from, spawned from an environment), and a timeline grouping
+//     each exec (command, start, duration, exit-code badge, stdout and
+//     stderr as terminal text with ANSI colours, the first 4 KiB, live while
+//     it runs) between checkpoint, pause, resume and close markers; the raw
+//     events one click away.
+//   - /ui/sandboxes/{name}/{id}/execs/{step} is one exec: command, exit code,
+//     duration, and stdout and stderr exactly as recorded (CR kept), the
+//     first 64 KiB rendered and the rest paged from
+//     GET /v1/sandboxes/{name}/{id}/execs/{step}/output, which answers the
+//     exact bytes.
+//   - /ui/runs/{run} is the tree of the sessions sharing a run id: a resume
+//     under the sandbox it resumed, a fork or a restore under the sandbox
+//     whose checkpoint it started from, environments at the roots.
+//   - /ui/jobs lists the jobs (state, worker, attempt, steps done, checkpoint,
+//     sandbox), refreshed every 2 s, and submits a spec; /ui/jobs/{id} shows
+//     a job's attempts, which sandbox each ran in and the takeover that
+//     ended it.
+//
+// Writes from the dashboard (submit a job, delete a session) send
+// "Authorization: Bearer" with the token the user signed in with, kept in
+// the tab's sessionStorage; without one the page asks for it. Empty lists
+// and failures (404, a read model or queue that is down: 503) have pages of
+// their own.
+//
 // # Errors
 //
 // Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a
