@@ -409,3 +409,59 @@ func TestDashboardStatesInChromium(t *testing.T) {
 		t.Errorf("no queue page = %q", got)
 	}
 }
+
+// TestDashboardExecLiveInChromium: an exec that is still running fills in
+// live, on its own page (exactly, CR included) and on the sandbox page,
+// whose header follows too.
+func TestDashboardExecLiveInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	e.publish("live", "sbl",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sbl"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "sleep 1; echo done"}),
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte("first\n"))))
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/live/sbl/execs/1")
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	if got := b.mustEval(t, s, `document.getElementById("exec-exit").textContent.trim()`); got != "running" {
+		t.Errorf("exit before completion = %q", got)
+	}
+	e.publish("live", "sbl",
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stdout, []byte("progress 50%\rprogress 100%\r\n"))),
+		events.New(0, "", "", 1, events.ExecOutput, events.NewOutput(1, events.Stderr, []byte("\x1b[33mwarn\x1b[0m\n"))),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1, ExitCode: 0}))
+	b.waitEval(t, s, `document.getElementById("exec-exit").textContent.trim()`, "exit 0")
+	if got, want := b.mustEval(t, s, `JSON.stringify(document.getElementById("stdout").textContent)`), jsQuote("first\nprogress 50%\rprogress 100%\r\n"); got != want {
+		t.Errorf("live stdout = %s, want %s", got, want)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("stdout-total").textContent + " " + document.querySelector("#stderr .a-33").textContent`); got != "34 warn" {
+		t.Errorf("stdout total and coloured stderr = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("exec-duration").textContent`); got == "—" || got == "" {
+		t.Errorf("no duration after completion")
+	}
+
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/live/sbl")
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	e.publish("live", "sbl",
+		events.New(0, "", "", 2, events.ExecStarted, events.ExecStartedPayload{Seq: 2, Kind: events.KindCommand, Cmd: "false"}),
+		events.New(0, "", "", 2, events.ExecOutput, events.NewOutput(2, events.Stderr, []byte("nope\n"))),
+		events.New(0, "", "", 2, events.ExecCompleted, events.ExecCompletedPayload{Seq: 2, ExitCode: 1}),
+		events.New(0, "", "", events.SandboxLevel, events.SandboxPaused, nil))
+	card := `document.querySelector('li.exec[data-key="2"]')`
+	b.waitEval(t, s, card+` && `+card+`.querySelector(".exit").textContent`, "exit 1")
+	if got := b.mustEval(t, s, card+`.querySelector(".cmd").textContent + "|" + `+card+`.querySelector("pre .stderr").textContent`); got != "false|nope\n" {
+		t.Errorf("live card = %q", got)
+	}
+	b.waitEval(t, s, `document.getElementById("sandbox-execs").textContent`, "2")
+	b.waitEval(t, s, `document.querySelector("#timeline li.marker:last-child .label").textContent`, "paused")
+	e.publish("live", "sbl", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	b.waitEval(t, s, `document.getElementById("sandbox-status").textContent`, "completed")
+	if got := b.mustEval(t, s, `document.getElementById("sandbox-completed").textContent`); got == "—" {
+		t.Errorf("completion time not filled in")
+	}
+	b.screenshot(t, s, "sandbox-live")
+}
