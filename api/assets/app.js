@@ -116,7 +116,7 @@
   // ---- the live stream.
   function live(onEvent) {
     var box = $("#live"), status = $("#live-status");
-    if (!box || !box.getAttribute("data-src") || !window.EventSource) { if (!(box && box.getAttribute("data-page") === "jobs" || box && box.getAttribute("data-page") === "job")) status.hidden = true; return; }
+    if (!box || !box.getAttribute("data-src") || !window.EventSource) return;
     var src = new EventSource(box.getAttribute("data-src"));
     src.onopen = function () { status.textContent = "live"; status.className = "live-status on"; };
     src.onerror = function () { status.textContent = "reconnecting…"; status.className = "live-status retry"; };
@@ -485,6 +485,8 @@
     colourise();
     loginPage();
     var box = $("#live"), kind = box ? box.getAttribute("data-page") : "";
+    // Pages with neither the stream nor polling have no live indicator.
+    if (!(box && (box.getAttribute("data-src") || kind === "jobs" || kind === "job"))) $("#live-status").hidden = true;
     ({list: listPage, sandbox: sandboxPage, exec: execPage, jobs: jobsPage, job: jobPage}[kind] || function () {})();
     document.body.setAttribute("data-ready", "1");
   });
