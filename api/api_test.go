@@ -308,6 +308,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 		{"/healthz", "get"}, {"/metrics", "get"}, {"/v1/openapi.json", "get"},
 		{"/v1/sandboxes", "get"}, {"/v1/sandboxes/{name}/{id}", "get"}, {"/v1/sandboxes/{name}/{id}", "delete"},
 		{"/v1/sandboxes/{name}/{id}/events", "get"}, {"/v1/sandboxes/{name}/{id}/checkpoints", "get"},
+		{"/v1/sandboxes/{name}/{id}/execs/{step}/output", "get"},
 		{"/v1/environments", "get"}, {"/v1/jobs", "post"}, {"/v1/jobs/{jobId}", "get"}, {"/v1/events/stream", "get"},
 	} {
 		if _, ok := doc.Paths[r.path][r.method]; !ok {

@@ -90,7 +90,7 @@ func TestDashboardPagesServe(t *testing.T) {
 		"/ui/sandboxes/web/sbweb": 200, "/ui/sandboxes/web/sbweb/execs/1": 200, "/ui/runs/sbweb": 200, "/ui/jobs": 200,
 		"/ui/sandboxes/web/sbweb/execs/9": 404, "/ui/sandboxes/web/sbweb/execs/x": 404, "/ui/runs/nope": 404,
 		"/ui/jobs/nope": 404, "/ui/jobs/" + jobs.NewID(): 404,
-		"/ui/assets/app.js": 200, "/ui/assets/app.css": 200, "/ui/assets/nope.js": 404,
+		"/ui/assets/app.js": 200, "/ui/assets/app.css": 200, "/ui/assets/nope.js": 404, "/ui/assets/": 404,
 	} {
 		code, body, h := get(path)
 		if code != want {
