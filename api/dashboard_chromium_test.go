@@ -319,7 +319,9 @@ func TestDashboardJobsInChromium(t *testing.T) {
 	taken := jobs.NewID()
 	e.publish("job", "sb-first", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-first", RunID: "run-job"}),
 		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, events.SandboxClosedPayload{Reason: events.ClosedTakenOver, By: "worker-2", Job: taken}))
-	e.publish("job", "sb-second", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-second", RunID: "run-job", FromSnapshot: "snap-j"}))
+	e.publish("job", "sb-second", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-second", RunID: "run-job", FromSnapshot: "snap-j"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "make build"}),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}))
 	e.waitProjected()
 	now := time.Now().UnixMilli()
 	putStatus(t, e, jobs.Status{ID: taken, Name: "taken", State: jobs.StateRunning, Attempt: 2, Worker: "worker-2",
@@ -337,6 +339,9 @@ func TestDashboardJobsInChromium(t *testing.T) {
 	}
 	if got := b.mustEval(t, s, `document.querySelector('li.attempt[data-id="sb-first"] .closed-reason').textContent`); !strings.Contains(got, "taken over") || !strings.Contains(got, "worker-2") {
 		t.Errorf("takeover line = %q", got)
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.attempt[data-id="sb-second"] li.step').textContent.replace(/\s+/g, " ").trim()`); !strings.HasPrefix(got, "#1 make build exit 0") {
+		t.Errorf("current attempt's step = %q", got)
 	}
 	b.screenshot(t, s, "job")
 }

@@ -144,6 +144,8 @@ type jobAttempt struct {
 	Current  bool
 	Closed   *events.SandboxClosedPayload
 	ClosedAt int64
+	// Execs are the steps that ran (or were replayed) in the session.
+	Execs []*execView
 }
 
 // jobAttempts finds the sessions job st ran in: its current session and the
@@ -177,6 +179,7 @@ func jobAttempts(ctx context.Context, store Store, st jobs.Status) ([]jobAttempt
 				}
 			}
 		}
+		a.Execs = buildSession(es).Execs
 		if a.Current || (a.Closed != nil && a.Closed.Job == st.ID) {
 			out = append(out, a)
 		}
