@@ -94,7 +94,9 @@ const TablesProjection = "tables"
 // TablesHandler returns the product's tables as a Handler: each batch goes to
 // store.ApplyBatch (entries, sandbox details and the offset in one
 // transaction), the offset key being the consumer name.
-func TablesHandler(store adapters.ProjectionStore) Handler { return tablesHandler{store, applyFunc(store)} }
+func TablesHandler(store adapters.ProjectionStore) Handler {
+	return tablesHandler{store, applyFunc(store)}
+}
 
 type tablesHandler struct {
 	store adapters.ProjectionStore

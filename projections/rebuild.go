@@ -270,7 +270,7 @@ func (b *bar) set(seq uint64) {
 	full := int(frac * width)
 	eta := "--"
 	if el := time.Since(b.began); frac > 0 && frac < 1 {
-		eta = (time.Duration(float64(el)*(1-frac)/frac)).Round(time.Second).String()
+		eta = (time.Duration(float64(el) * (1 - frac) / frac)).Round(time.Second).String()
 	} else if frac >= 1 {
 		eta = "0s"
 	}
