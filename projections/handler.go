@@ -105,6 +105,13 @@ func (f Filter) Validate() error {
 
 func isLiteral(p string) bool { return !strings.ContainsAny(p, `*?[\`) }
 
+// Subjects returns the JetStream filter subjects f is pushed down to under
+// the ledger subject prefix (what the runtime's consumer reads).
+func (f Filter) Subjects(prefix string) []string {
+	s, _ := f.subjects(prefix)
+	return s
+}
+
 // subjects returns the JetStream filter subjects for f under prefix, and
 // whether the runtime must still check sandbox patterns itself.
 func (f Filter) subjects(prefix string) (subs []string, checkSandbox bool) {
