@@ -281,6 +281,9 @@ func (b *bar) done(st RebuildStats) {
 	if b.w == nil {
 		return
 	}
-	b.set(max(b.last, b.at))
+	if b.at < b.last || b.drawn.IsZero() {
+		b.drawn = time.Time{}
+		b.set(max(b.last, b.at))
+	}
 	fmt.Fprintf(b.w, "\nrebuilt %d entries (%d skipped, %d filtered out) up to seq %d in %v\n", st.Applied, st.Skipped, st.Filtered, st.LastSeq, st.Elapsed.Round(time.Millisecond))
 }
