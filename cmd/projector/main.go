@@ -340,4 +340,3 @@ func memoryTarget(def projections.Definition) (projections.Target, func(), error
 	}
 	return projections.Target{DB: db, Dialect: projections.SQLite, Desc: "memory"}, func() { db.Close() }, nil
 }
-
