@@ -24,8 +24,9 @@ import (
 // Apply is called by one goroutine per key at a time; handlers of several
 // partitions (different keys) may share one database. An error is retried
 // with backoff until it succeeds (a store that is down); an error wrapping a
-// *PoisonError instead parks that entry on the dead-letter subject and applies
-// the batch again without it, the projection going on.
+// *PoisonError naming an entry of the batch instead parks that entry on the
+// dead-letter subject and applies the batch again without it, the projection
+// going on (one naming no entry of the batch is retried like any error).
 type Handler interface {
 	// Apply stores b.Entries and sets b.Key's offset to b.Offset, both or neither.
 	// b.Entries may be empty (an offset-only advance).

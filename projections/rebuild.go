@@ -175,9 +175,9 @@ func (rb *rebuilder) add(prefix string, m jetstream.Msg, seq uint64) {
 		rb.st.Skipped++
 		return
 	}
-	k := -1
+	k, part := -1, PartitionOf(id, max(rb.o.Partition.N, 1))
 	for i, p := range rb.parts {
-		if PartitionOf(id, max(rb.o.Partition.N, 1)) == p {
+		if p == part {
 			k = i
 		}
 	}

@@ -408,7 +408,7 @@ func (r *Runtime) collect(ctx context.Context, msgs jetstream.MessagesContext, o
 	defer msgs.Stop()
 	defer close(quit)
 
-	c := collector{r: r, ctx: ctx, commits: commits, seen: offset, b: &batch{}}
+	c := collector{r: r, commits: commits, seen: offset, b: &batch{}}
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	defer c.timer.Stop()
@@ -417,7 +417,7 @@ func (r *Runtime) collect(ctx context.Context, msgs jetstream.MessagesContext, o
 		select {
 		case d = <-in:
 		case <-c.timer.C:
-			if err := c.handOff(); err != nil {
+			if err := c.handOff(ctx); err != nil {
 				return err
 			}
 			continue
@@ -430,7 +430,7 @@ func (r *Runtime) collect(ctx context.Context, msgs jetstream.MessagesContext, o
 			}
 			return d.err
 		}
-		if err := c.add(d, len(in)); err != nil {
+		if err := c.add(ctx, d, len(in)); err != nil {
 			return err
 		}
 	}
@@ -439,7 +439,6 @@ func (r *Runtime) collect(ctx context.Context, msgs jetstream.MessagesContext, o
 // collector is collect's state between deliveries.
 type collector struct {
 	r        *Runtime
-	ctx      context.Context //nolint:containedctx // lives for one collect call only
 	commits  chan<- *batch
 	timer    *time.Timer
 	lastCons uint64
@@ -447,12 +446,12 @@ type collector struct {
 	b        *batch
 }
 
-func (c *collector) handOff() error {
+func (c *collector) handOff(ctx context.Context) error {
 	c.timer.Stop()
 	select {
 	case c.commits <- c.b:
-	case <-c.ctx.Done():
-		return c.ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	c.b = &batch{es: make([]events.Entry, 0, len(c.b.es))}
 	return nil
@@ -460,14 +459,14 @@ func (c *collector) handOff() error {
 
 // add puts d into the batch (or parks it), handing the batch off when it is
 // full or the stream is caught up with; queued is how many deliveries wait.
-func (c *collector) add(d delivery, queued int) error {
+func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 	r, b := c.r, c.b
 	seq := d.md.Sequence.Stream
 	if c.lastCons != 0 && d.md.Sequence.Consumer != c.lastCons+1 {
 		err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, d.md.Sequence.Consumer, c.lastCons, seq)
 		if b.msgs > 0 {
 			// Everything before the gap is in order: keep it.
-			if herr := c.handOff(); herr != nil {
+			if herr := c.handOff(ctx); herr != nil {
 				return herr
 			}
 		}
@@ -486,7 +485,7 @@ func (c *collector) add(d delivery, queued int) error {
 		case d.skip:
 			r.skipped.Add(1)
 		case d.derr != nil:
-			if err := r.park(c.ctx, d.m.Subject(), seq, d.m.Data(), d.derr, ""); err != nil {
+			if err := r.park(ctx, d.m.Subject(), seq, d.m.Data(), d.derr, ""); err != nil {
 				return err
 			}
 		default:
@@ -496,7 +495,7 @@ func (c *collector) add(d delivery, queued int) error {
 	} // else a redelivery of a message already handed off
 	// Full, or caught up with the stream: waiting would not fill it.
 	if b.msgs >= r.BatchSize || d.md.NumPending == 0 && queued == 0 {
-		return c.handOff()
+		return c.handOff(ctx)
 	}
 	return nil
 }
