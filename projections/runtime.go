@@ -57,6 +57,10 @@ type Runtime struct {
 	BatchWait time.Duration
 	// MaxBackoff caps the wait between retries. Default 5 s.
 	MaxBackoff time.Duration
+	// AckWait is how long the server waits for a batch's acknowledgement
+	// before it redelivers the batch's messages (they are recognised and
+	// skipped). Default 30 s.
+	AckWait time.Duration
 	// LagInterval is how often the consumer's pending count is read for the
 	// lag metric, also while the handler is failing. Default 500 ms.
 	LagInterval time.Duration
@@ -102,7 +106,10 @@ func (r *Runtime) Progress() Progress {
 func (r *Runtime) Key() string { return r.key }
 
 // Await returns once the runtime has committed everything up to stream
-// sequence seq (its Offset is at least seq), or ctx's error. It polls.
+// sequence seq (its Offset is at least seq), or ctx's error. It polls. The
+// offset advances over the messages the consumer receives: with a Filter that
+// is pushed down, seq must be a sequence the filter selects (the last one
+// written, say), or Await waits for the next matching message.
 func (r *Runtime) Await(ctx context.Context, seq uint64) error {
 	for r.offset.Load() < seq {
 		select {
@@ -127,7 +134,7 @@ func (r *Runtime) init() error {
 		return fmt.Errorf("%w: Bus is required", ErrInvalidConfig)
 	case r.Handler == nil:
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errNoHandler)
-	case r.BatchSize < 0 || r.BatchWait < 0 || r.MaxBackoff < 0 || r.LagInterval < 0:
+	case r.BatchSize < 0 || r.BatchWait < 0 || r.MaxBackoff < 0 || r.LagInterval < 0 || r.AckWait < 0:
 		return fmt.Errorf("%w: negative batch size or duration", ErrInvalidConfig)
 	}
 	if err := r.Partition.validate(); err != nil {
@@ -149,6 +156,7 @@ func (r *Runtime) init() error {
 	r.BatchWait = cmpOr(r.BatchWait, DefaultBatchWait)
 	r.MaxBackoff = cmpOr(r.MaxBackoff, DefaultMaxBackoff)
 	r.LagInterval = cmpOr(r.LagInterval, DefaultLagInterval)
+	r.AckWait = cmpOr(r.AckWait, 30*time.Second)
 	if r.Logger == nil {
 		r.Logger = r.Bus.Config().Logger
 	}
@@ -212,7 +220,7 @@ func (r *Runtime) consumer(ctx context.Context, offset uint64) (jetstream.Consum
 		Durable:       r.key,
 		Description:   "alineo projection " + r.Name,
 		AckPolicy:     jetstream.AckAllPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       r.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 16 * r.BatchSize,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -448,12 +456,13 @@ type collector struct {
 
 func (c *collector) handOff(ctx context.Context) error {
 	c.timer.Stop()
+	n := len(c.b.es) // the committer owns the batch once sent
 	select {
 	case c.commits <- c.b:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	c.b = &batch{es: make([]events.Entry, 0, len(c.b.es))}
+	c.b = &batch{es: make([]events.Entry, 0, n)}
 	return nil
 }
 
@@ -477,10 +486,18 @@ func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 		c.timer.Reset(r.BatchWait)
 	}
 	b.msgs++
-	b.last, b.lastSeq, b.pending = d.m, seq, d.md.NumPending
+	b.pending = d.md.NumPending
 	r.lag.Store(d.md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
+	if b.last == nil {
+		b.last = d.m // a batch of redeliveries only still acknowledges one (harmless)
+	}
 	if seq > c.seen {
+		// Only a new message moves the batch's end: a redelivery (after
+		// AckWait, of a message in a batch still being applied) has a lower
+		// sequence, and ending the batch there would commit and acknowledge
+		// the batch's new entries under an offset below them, or skip them.
 		c.seen = seq
+		b.last, b.lastSeq = d.m, seq
 		switch {
 		case d.skip:
 			r.skipped.Add(1)

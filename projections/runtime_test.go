@@ -382,3 +382,33 @@ func TestPartitionOfIsStable(t *testing.T) {
 		}
 	}
 }
+
+// A handler slower than AckWait makes the server redeliver messages of the
+// batch being applied, interleaved with new ones: every entry is still
+// applied exactly once (a redelivery must not end a batch below its new
+// entries).
+func TestRedeliveryDuringSlowApply(t *testing.T) {
+	b := projectiontest.Bus(t)
+	es := projectiontest.History(15, 30, 4)
+	last := projectiontest.Publish(t, b, es)
+	rec := &recorder{fail: func(bt projections.Batch, call int) error {
+		if call <= 3 {
+			time.Sleep(700 * time.Millisecond) // past AckWait: the server redelivers
+		}
+		return nil
+	}}
+	r := &projections.Runtime{Bus: b, Handler: rec, Consumer: "slow", BatchSize: 40, AckWait: 200 * time.Millisecond}
+	projectiontest.Start(t, r)
+	projectiontest.Await(t, r, last, 30*time.Second)
+	got := rec.entries()
+	seen := map[uint64]bool{}
+	for _, e := range got {
+		if seen[e.Seq] {
+			t.Fatalf("entry %d applied twice", e.Seq)
+		}
+		seen[e.Seq] = true
+	}
+	if len(got) != len(es) {
+		t.Fatalf("%d entries applied, want %d", len(got), len(es))
+	}
+}

@@ -261,11 +261,14 @@ func TestRebuildBesideLiveUnderLoad(t *testing.T) {
 	last := projectiontest.LastSeq(t, b, execstats.Filter)
 	projectiontest.Await(t, rl, last, 60*time.Second)
 	projectiontest.Await(t, rn, last, 60*time.Second)
+	want := expected(es)
+	for name, db := range map[string]*sql.DB{"live": live, "rebuilt": fresh} {
+		if got := stats(t, db); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: stats differ from the in-memory figures (live %+v, rebuilt %+v)", name, rl.Progress(), rn.Progress())
+		}
+	}
 	if err := execstats.Verify(ctx, live, projections.SQLite, fresh, projections.SQLite); err != nil {
 		t.Fatalf("rebuilt beside live differs: %v", err)
-	}
-	if got, want := stats(t, fresh), expected(es); !reflect.DeepEqual(got, want) {
-		t.Fatalf("stats differ from the in-memory figures")
 	}
 }
 
