@@ -1,21 +1,47 @@
-// Package projections keeps read models from the ledger stream. A Projector is
-// a durable JetStream pull consumer that applies the ledger to an
-// adapters.ProjectionStore in batches (bounded in size and time), each batch in
-// one transaction together with the consumer's offset, and acknowledges only
-// after the commit. Redelivery is harmless: the store skips stream sequences it
-// already holds. A message that does not decode is parked on the dead-letter
-// subject and counted; the worker goes on. While the database is down it
-// retries with exponential backoff.
+// Package projections keeps read models from the ledger stream.
 //
-// Delivery order is what makes the offset sound, so every run recreates the
-// durable consumer at the store's offset (a reused one would deliver past the
-// messages a crashed predecessor had in flight), and a gap in the consumer's
-// delivery sequence (a consumer leader change on a replicated stream) ends the
-// session: the batch before the gap is committed and the consumer recreated.
-// One projector per consumer name at a time.
+// A projection is a Handler: Apply(ctx, Batch) stores a batch of entries
+// together with its offset, Offset(ctx, key) reads the offset back. A Runtime
+// runs one: a durable JetStream pull consumer recreated at the handler's
+// offset on every session, batches bounded in size and time, retries with
+// backoff while the handler fails, dead-letter parking of messages that do not
+// decode and of entries the handler declares poison (Poison), Prometheus
+// metrics, Progress, a Filter (events and literal sandbox ids pushed down into
+// the consumer's filter subjects; sandbox and name patterns matched by the
+// runtime), partitions by sandbox (Partitioning: each partition its own
+// consumer and offset key, every sandbox's entries applied in order by one
+// worker), and a graceful stop when Run's ctx is done.
 //
-// Rebuild projects the whole history from sequence 1 into a fresh store, and
-// Verify compares two projections row for row.
+// Exactly once: a handler that stores its offset in the same transaction as
+// its rows (SQLHandler does for database/sql) applies every entry once across
+// crashes and redeliveries, because the runtime resumes after the stored
+// offset and the handler skips a batch at or below it. A handler that cannot
+// gets at least once and must make Apply idempotent (by Entry.Seq).
+//
+// Delivery order is what makes the offset sound, so every session recreates
+// the durable consumer at the handler's offset (a reused one would deliver past
+// the messages a crashed predecessor had in flight), and a gap in the
+// consumer's delivery sequence (a consumer leader change on a replicated
+// stream) ends the session: the batch before the gap is committed and the
+// consumer recreated. One runtime per consumer name (per partition) at a time.
+//
+// Partitions are chosen by the runtime, not by the stream: each partition's
+// consumer reads the projection's filter subjects and passes over other
+// partitions' sandboxes after parsing only the subject (nothing is decoded or
+// applied twice); the stream's subject layout and its other readers are
+// untouched.
+//
+// The lag (Progress.Lag, alineo_projector_lag_events) is the consumer's
+// pending plus unacknowledged count, read every LagInterval, so it is true
+// while the store is down.
+//
+// The product's tables are one projection (TablesHandler over an
+// adapters.ProjectionStore; Projector runs it). Projections are registered by
+// name (Register, Lookup) for cmd/projector. RebuildHandler projects the
+// history from sequence 1 (or RebuildOptions.From) into a fresh target beside
+// the live one with a progress bar and an ETA, and a Runtime on that target
+// continues from where it stopped; Verify compares two product stores row for
+// row, and a Definition's Verify two targets of its projection.
 //
 // The projector's decoder is where a message enters the system: it validates
 // every entry (an invalid one is parked), and a store of this module then

@@ -6,10 +6,13 @@ import (
 )
 
 var (
-	// ErrInvalidConfig reports a Projector that cannot run (no bus, no store).
+	// ErrInvalidConfig reports a Projector or Runtime that cannot run (no bus,
+	// no store or handler, a bad filter or partition).
 	ErrInvalidConfig = errors.New("invalid projector config")
 	// ErrMismatch is wrapped by the *MismatchError Verify returns.
 	ErrMismatch = errors.New("projections differ")
+	// ErrUnknownProjection reports a name no projection was registered under.
+	ErrUnknownProjection = errors.New("unknown projection")
 )
 
 // MismatchError is the first difference Verify found between two projections.

@@ -13,16 +13,16 @@ type metrics struct {
 	batches prometheus.Histogram
 }
 
-func newMetrics(consumer string) *metrics {
-	labels := prometheus.Labels{"consumer": consumer}
+func newMetrics(projection, consumer string) *metrics {
+	labels := prometheus.Labels{"consumer": consumer, "projection": projection}
 	return &metrics{
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "alineo", Subsystem: "projector", Name: "events_total",
-			Help: "Ledger events applied to the read model (rate() gives events/s).", ConstLabels: labels,
+			Help: "Ledger entries applied by the projection (rate() gives events/s).", ConstLabels: labels,
 		}),
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "alineo", Subsystem: "projector", Name: "parked_total",
-			Help: "Ledger messages that did not decode and were parked on the dead-letter subject.", ConstLabels: labels,
+			Help: "Ledger messages parked on the dead-letter subject: undecodable, or poison to the projection.", ConstLabels: labels,
 		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "alineo", Subsystem: "projector", Name: "errors_total",
@@ -30,7 +30,7 @@ func newMetrics(consumer string) *metrics {
 		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "alineo", Subsystem: "projector", Name: "lag_events",
-			Help: "Ledger messages in the stream not yet applied.", ConstLabels: labels,
+			Help: "Ledger messages on the consumer's subjects not yet committed (from the consumer's pending count).", ConstLabels: labels,
 		}),
 		offset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "alineo", Subsystem: "projector", Name: "offset",

@@ -1,20 +1,26 @@
-// Command projector keeps the read model: it consumes the ledger stream
-// (ALINEO_LEDGER) as a durable JetStream consumer and applies it to SQLite or
-// Postgres tables, with Prometheus metrics.
+// Command projector keeps read models: it consumes the ledger stream
+// (ALINEO_LEDGER) as a durable JetStream consumer and applies it to a
+// registered projection in SQLite or Postgres (the product's tables by
+// default), with Prometheus metrics.
 //
 //	projector [run]   [flags]   follow the stream (default)
-//	projector rebuild [flags]   project the whole history into the store and exit
-//	projector verify  [flags]   rebuild into memory and compare with the store
+//	projector rebuild [flags]   project the history into the target and exit
+//	projector verify  [flags]   rebuild into memory and compare with the target
+//	projector list              print the registered projections
 //
-// Flags (variables in parentheses): --nats URL (NATS_URL; empty starts an
-// embedded server storing under --nats-dir), --sqlite PATH (default
-// ./alineo.db), --postgres DSN (DATABASE_URL or PG*; selects Postgres),
-// --consumer NAME, --metrics ADDR (ALINEO_METRICS_ADDR; default
-// 127.0.0.1:9464, "" for none).
+// Flags (variables in parentheses): --projection NAME (default tables),
+// --nats URL (NATS_URL; empty starts an embedded server storing under
+// --nats-dir), --sqlite PATH (default ./alineo.db), --postgres DSN
+// (DATABASE_URL or PG*; selects Postgres), --consumer NAME (default
+// alineo-projector for tables, else the projection's name), --partitions N
+// and --partition I (run partition I of N; rebuild every partition unless
+// --partition is given), --from SEQ (rebuild), --metrics ADDR
+// (ALINEO_METRICS_ADDR; default 127.0.0.1:9464, "" for none).
 package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,10 +31,14 @@ import (
 	"syscall"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for projections into Postgres
+
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/cmd/internal/cli"
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	_ "github.com/alineo-labs/alineo/examples/audit"     // registers "audit"
+	_ "github.com/alineo-labs/alineo/examples/execstats" // registers "execstats"
 	"github.com/alineo-labs/alineo/projections"
 )
 
@@ -40,29 +50,38 @@ func main() {
 
 const help = `usage: projector [COMMAND] [flags]
 
-Keeps the read model (SQLite or Postgres tables) from the ledger stream.
+Keeps a read model (the product's tables, or any registered projection, in
+SQLite or Postgres) from the ledger stream.
 
 commands:
   run       follow the stream as a durable consumer (the default)
-  rebuild   project the whole history into the store and exit
-  verify    rebuild into memory and compare with the store row for row
+  rebuild   project the history into the target and exit
+  verify    rebuild into memory and compare with the target row for row
+  list      print the registered projections
   help      print this help
 
 "projector COMMAND -h" lists the command's flags.`
 
 type options struct {
-	nats, natsDir, sqlitePath, postgres, consumer, metrics string
-	progress                                               time.Duration
+	nats, natsDir, sqlitePath, postgres, consumer, metrics, projection string
+	progress                                                           time.Duration
+	partitions, partition                                              int
+	partitionSet                                                       bool
+	from                                                               uint64
 }
 
 func parse(name string, args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("projector "+name, flag.ContinueOnError)
+	fs.StringVar(&o.projection, "projection", projections.TablesProjection, "registered projection to run (projector list)")
 	fs.StringVar(&o.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&o.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
 	fs.StringVar(&o.sqlitePath, "sqlite", cli.DefaultSQLite, "SQLite database path (used unless Postgres is selected)")
 	fs.StringVar(&o.postgres, "postgres", "", "Postgres DSN; default DATABASE_URL or the PG* variables when set")
-	fs.StringVar(&o.consumer, "consumer", projections.DefaultConsumer, "durable consumer name and offset key")
+	fs.StringVar(&o.consumer, "consumer", "", "durable consumer name and offset key (default alineo-projector for tables, else the projection's name)")
+	fs.IntVar(&o.partitions, "partitions", 1, "partitions the stream is split into by sandbox (workers sharing the load)")
+	fs.IntVar(&o.partition, "partition", 0, "this worker's partition, 0..partitions-1 (rebuild: every partition unless given)")
+	fs.Uint64Var(&o.from, "from", 1, "rebuild: first stream sequence read")
 	fs.StringVar(&o.metrics, "metrics", cli.Env(getenv, "ALINEO_METRICS_ADDR", "127.0.0.1:9464"), "address of /metrics and /healthz (env ALINEO_METRICS_ADDR); empty for none")
 	fs.DurationVar(&o.progress, "progress", 10*time.Second, "interval of the progress line (run); 0 for none")
 	head := "usage: projector " + name + " [flags]"
@@ -72,7 +91,24 @@ func parse(name string, args []string, getenv func(string) string, out io.Writer
 	if fs.NArg() > 0 {
 		return o, usage.Errorf(usage.Text(fs, head), "unexpected argument %q", fs.Arg(0))
 	}
+	fs.Visit(func(f *flag.Flag) { o.partitionSet = o.partitionSet || f.Name == "partition" })
+	if o.partitions < 1 || o.partition < 0 || o.partition >= o.partitions {
+		return o, usage.Errorf(usage.Text(fs, head), "--partition %d is not in 0..%d", o.partition, o.partitions-1)
+	}
+	if o.consumer == "" {
+		o.consumer = o.projection
+		if o.projection == projections.TablesProjection {
+			o.consumer = projections.DefaultConsumer
+		}
+	}
 	return o, nil
+}
+
+func (o options) partitioning() projections.Partitioning {
+	if o.partitions <= 1 {
+		return projections.Partitioning{}
+	}
+	return projections.Partitioning{N: o.partitions, Index: o.partition}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -84,6 +120,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "run", "rebuild", "verify":
 	case "help":
 		return usage.Help(stdout, help)
+	case "list":
+		return list(stdout)
 	default:
 		return usage.Errorf(help, "unknown command %q", cmd)
 	}
@@ -94,34 +132,112 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
+	def, err := projections.Lookup(o.projection)
+	if err != nil {
+		return usage.Errorf(help, "--projection: %v", err)
+	}
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := cli.OpenBus(ctx, o.nats, o.natsDir, log)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	store, desc, err := cli.OpenStore(o.sqlitePath, o.postgres, getenv)
+	target, closeTarget, err := openTarget(def, o, getenv)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer closeTarget()
+	h, err := def.Open(ctx, target)
+	if err != nil {
+		return fmt.Errorf("open projection %s: %w", def.Name, err)
+	}
 	switch cmd {
 	case "rebuild":
-		st, err := projections.RebuildAs(ctx, b, store, o.consumer, stdout)
+		return rebuild(ctx, b, def, h, target, o, stdout)
+	case "verify":
+		return verify(ctx, b, def, h, target, o, stdout)
+	}
+	return follow(ctx, b, def, h, target, o, stdout, log)
+}
+
+func list(stdout io.Writer) error {
+	for _, n := range projections.Names() {
+		d, err := projections.Lookup(n)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "rebuilt %s: %d entries up to sequence %d in %s\n", desc, st.Applied, st.LastSeq, st.Elapsed.Round(time.Millisecond))
-		return nil
-	case "verify":
-		return verify(ctx, b, store, desc, stdout)
+		verify := ""
+		if d.Verify != nil {
+			verify = " (verifiable)"
+		}
+		fmt.Fprintf(stdout, "%-12s %s%s\n", n, d.Help, verify)
 	}
-	return follow(ctx, b, store, desc, o, stdout, log)
+	return nil
 }
 
-func follow(ctx context.Context, b *bus.Bus, store cli.Store, desc string, o options, stdout io.Writer, log *slog.Logger) error {
+// openTarget opens where def writes: the product's store for the tables, a
+// database/sql database otherwise (Postgres when selected, else SQLite).
+func openTarget(def projections.Definition, o options, getenv func(string) string) (projections.Target, func(), error) {
+	if def.UsesStore {
+		store, desc, err := cli.OpenStore(o.sqlitePath, o.postgres, getenv)
+		if err != nil {
+			return projections.Target{}, nil, err
+		}
+		return projections.Target{Store: store, Desc: desc}, func() { store.Close() }, nil
+	}
+	if o.postgres != "" || cli.UsePostgres(getenv) {
+		dsn := o.postgres
+		if dsn == "" {
+			dsn = getenv("DATABASE_URL") // empty: pgx reads the PG* variables
+		}
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return projections.Target{}, nil, fmt.Errorf("postgres: %w", err)
+		}
+		return projections.Target{DB: db, Dialect: projections.Postgres, Desc: "postgres"}, func() { db.Close() }, nil
+	}
+	db, err := openSQLite(o.sqlitePath)
+	if err != nil {
+		return projections.Target{}, nil, err
+	}
+	return projections.Target{DB: db, Dialect: projections.SQLite, Desc: "sqlite " + o.sqlitePath}, func() { db.Close() }, nil
+}
+
+// openSQLite opens path for one writer (the projection), waiting out other
+// writers of the same file (the product's projector) rather than failing.
+func openSQLite(path string) (*sql.DB, error) {
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	if path == sqlite.Memory {
+		dsn = "file::memory:?_txlock=immediate"
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	return db, nil
+}
+
+func rebuild(ctx context.Context, b *bus.Bus, def projections.Definition, h projections.Handler, t projections.Target, o options, stdout io.Writer) error {
+	ro := projections.RebuildOptions{Key: o.consumer, Filter: def.Filter, From: o.from, Partition: o.partitioning(),
+		AllPartitions: !o.partitionSet, Progress: stdout}
+	st, err := projections.RebuildHandler(ctx, b, h, ro)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rebuilt %s (%s): %d entries up to sequence %d in %s\n", t.Desc, def.Name, st.Applied, st.LastSeq, st.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+func follow(ctx context.Context, b *bus.Bus, def projections.Definition, h projections.Handler, t projections.Target, o options, stdout io.Writer, log *slog.Logger) error {
 	reg := cli.NewRegistry()
-	p := &projections.Projector{Bus: b, Store: store, Consumer: o.consumer, Registerer: reg, Logger: log}
+	r := &projections.Runtime{Bus: b, Handler: h, Name: def.Name, Consumer: o.consumer, Filter: def.Filter,
+		Partition: o.partitioning(), Registerer: reg, Logger: log}
+	if err := r.Init(); err != nil {
+		return err
+	}
 	if o.metrics != "" {
 		addr, _, err := cli.Serve(ctx, o.metrics, cli.MetricsHandler(reg))
 		if err != nil {
@@ -129,12 +245,12 @@ func follow(ctx context.Context, b *bus.Bus, store cli.Store, desc string, o opt
 		}
 		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", addr)
 	}
-	fmt.Fprintf(stdout, "projector %s: %s -> %s\n", o.consumer, b.ClientURL(), desc)
+	fmt.Fprintf(stdout, "projector %s (%s): %s -> %s\n", r.Key(), def.Name, b.ClientURL(), t.Desc)
 	if o.nats == "" {
 		fmt.Fprintf(stdout, "embedded NATS: NATS_URL=%s\n", b.ClientURL())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx) }()
+	go func() { errc <- r.Run(ctx) }()
 	var tick <-chan time.Time
 	if o.progress > 0 {
 		t := time.NewTicker(o.progress)
@@ -144,42 +260,83 @@ func follow(ctx context.Context, b *bus.Bus, store cli.Store, desc string, o opt
 	for {
 		select {
 		case err := <-errc:
-			pr := p.Progress()
+			pr := r.Progress()
 			fmt.Fprintf(stdout, "projector stopped at offset %d (%d applied, %d parked)\n", pr.Offset, pr.Applied, pr.Parked)
 			return err
 		case <-tick:
-			pr := p.Progress()
-			fmt.Fprintf(stdout, "offset %d  applied %d  lag %d  parked %d  errors %d\n", pr.Offset, pr.Applied, pr.Lag, pr.Parked, pr.Errors)
+			pr := r.Progress()
+			fmt.Fprintf(stdout, "offset %d  applied %d  lag %d  parked %d  skipped %d  errors %d\n", pr.Offset, pr.Applied, pr.Lag, pr.Parked, pr.Skipped, pr.Errors)
 		}
 	}
 }
 
-// verify rebuilds the stream into an in-memory store and compares it with
-// the store row for row.
-func verify(ctx context.Context, b *bus.Bus, store cli.Store, desc string, stdout io.Writer) error {
-	fresh, err := sqlite.Open(sqlite.Memory, sqlite.Config{})
+// verify rebuilds the stream into an in-memory target and compares it with
+// the target row for row. The target's offsets are read under --consumer
+// (every partition's with --partitions).
+func verify(ctx context.Context, b *bus.Bus, def projections.Definition, h projections.Handler, t projections.Target, o options, stdout io.Writer) error {
+	if def.Verify == nil {
+		return fmt.Errorf("%w: projection %s cannot be verified", projections.ErrInvalidConfig, def.Name)
+	}
+	fresh, closeFresh, err := memoryTarget(def)
 	if err != nil {
 		return err
 	}
-	defer fresh.Close()
-	st, err := projections.RebuildAs(ctx, b, fresh, "alineo-verify", io.Discard)
+	defer closeFresh()
+	fh, err := def.Open(ctx, fresh)
 	if err != nil {
 		return err
 	}
-	off, err := store.Offset(ctx, projections.DefaultConsumer)
+	st, err := projections.RebuildHandler(ctx, b, fh, projections.RebuildOptions{Key: "alineo-verify", Filter: def.Filter})
+	if err != nil {
+		return err
+	}
+	off, err := minOffset(ctx, h, o)
 	if err != nil {
 		return err
 	}
 	if off < st.LastSeq {
-		fmt.Fprintf(stdout, "note: %s is at offset %d, the stream at %d; differences may be lag\n", desc, off, st.LastSeq)
+		fmt.Fprintf(stdout, "note: %s (%s) is at offset %d, the stream at %d; differences may be lag\n", t.Desc, o.consumer, off, st.LastSeq)
 	}
-	if err := projections.Verify(ctx, store, fresh); err != nil {
-		var me *projections.MismatchError
-		if errors.As(err, &me) {
-			return fmt.Errorf("%s differs from a rebuild of the stream: %w", desc, err)
+	if err := def.Verify(ctx, t, fresh); err != nil {
+		if errors.Is(err, projections.ErrMismatch) {
+			return fmt.Errorf("%s differs from a rebuild of the stream: %w", t.Desc, err)
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "verified %s: equal to a rebuild of %d entries (up to sequence %d)\n", desc, st.Applied, st.LastSeq)
+	fmt.Fprintf(stdout, "verified %s: equal to a rebuild of %d entries (up to sequence %d, projection %s)\n", t.Desc, st.Applied, st.LastSeq, def.Name)
 	return nil
+}
+
+// minOffset is the lowest offset among the consumer's partitions.
+func minOffset(ctx context.Context, h projections.Handler, o options) (uint64, error) {
+	var keys []string
+	for i := range o.partitions {
+		keys = append(keys, projections.PartitionKey(o.consumer, i, o.partitions))
+	}
+	var low uint64
+	for i, k := range keys {
+		off, err := h.Offset(ctx, k)
+		if err != nil {
+			return 0, fmt.Errorf("offset %s: %w", k, err)
+		}
+		if i == 0 || off < low {
+			low = off
+		}
+	}
+	return low, nil
+}
+
+func memoryTarget(def projections.Definition) (projections.Target, func(), error) {
+	if def.UsesStore {
+		s, err := sqlite.Open(sqlite.Memory, sqlite.Config{})
+		if err != nil {
+			return projections.Target{}, nil, err
+		}
+		return projections.Target{Store: s, Desc: "memory"}, func() { s.Close() }, nil
+	}
+	db, err := openSQLite(sqlite.Memory)
+	if err != nil {
+		return projections.Target{}, nil, err
+	}
+	return projections.Target{DB: db, Dialect: projections.SQLite, Desc: "memory"}, func() { db.Close() }, nil
 }

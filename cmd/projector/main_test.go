@@ -111,7 +111,7 @@ func TestRunProjectsAndServesMetrics(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		if !strings.Contains(string(body), `alineo_projector_events_total{consumer="alineo-projector"} 7`) {
+		if !strings.Contains(string(body), `alineo_projector_events_total{consumer="alineo-projector",projection="tables"} 7`) {
 			return fmt.Errorf("metrics lack 7 applied events:\n%.2000s", body)
 		}
 		return nil
