@@ -45,7 +45,7 @@ func run(args []string) int {
 	fs.IntVar(&c.Executors, "executors", 4, "executor processes")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "jobs each executor runs at once")
 	fs.IntVar(&c.Auditors, "auditors", 20, "SSE auditors")
-	fs.IntVar(&c.Inflight, "inflight", 16, "jobs submitted and not finished at most")
+	fs.IntVar(&c.Inflight, "inflight", 8, "jobs submitted and not finished at most")
 	fs.DurationVar(&c.FaultEvery, "fault-every", 0, "pause between faults (default 5s)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 0, "the executors' job lease (default 6s)")
 	fs.BoolVar(&c.NoIsolation, "no-isolation", false, "run sandboxd with --no-isolation (no runc)")

@@ -66,6 +66,9 @@ func (f *Fleet) projectorMetrics() (projMetrics, error) {
 func (h *harness) observe(ctx context.Context) *Observation {
 	o := &Observation{}
 	st := h.cfg.SettleTimeout
+	if ctx.Err() != nil {
+		st = 0 // interrupted: look once, wait for nothing
+	}
 	h.load.mu.Lock()
 	for _, j := range h.load.jobs {
 		o.Jobs = append(o.Jobs, *j)
@@ -238,9 +241,15 @@ func (h *harness) runningSessions(ctx context.Context) []string {
 func (h *harness) verify(ctx context.Context) string {
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, filepath.Join(h.f.bin, "projector"), "verify", "--nats", h.f.NATSURL(),
-		"--postgres", h.f.DSN, "--metrics", "")
-	cmd.Env = append(cmd.Environ(), replicasEnv)
+	return runVerify(cctx, filepath.Join(h.f.bin, "projector"), []string{replicasEnv}, h.f.NATSURL(), "--postgres", h.f.DSN)
+}
+
+// runVerify runs projector's verify (a rebuild of the stream compared with
+// the store row for row) with the store flags given.
+func runVerify(ctx context.Context, projector string, env []string, natsURL string, store ...string) string {
+	args := append([]string{"verify", "--nats", natsURL, "--metrics", ""}, store...)
+	cmd := exec.CommandContext(ctx, projector, args...)
+	cmd.Env = append(cmd.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return ""

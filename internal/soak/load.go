@@ -87,7 +87,13 @@ func (l *load) runLoad(ctx context.Context) error {
 		l.mu.Lock()
 		for l.submitting() && len(open) < l.inflight {
 			spec, j := jobSpec(l.run, len(l.jobs)+1)
-			st, err := l.q.Submit(ctx, spec)
+			// Every NATS call has a deadline of its own: a request lost in a
+			// node's failover is retried instead of waited for until the
+			// load's deadline. A retried submit that had in fact been stored
+			// is a job of its own, run like any other, outside the checks.
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			st, err := l.q.Submit(sctx, spec)
+			cancel()
 			if err != nil {
 				l.mu.Unlock()
 				l.logf("submit %s: %v (retrying)", spec.Name, err)
@@ -111,7 +117,9 @@ func (l *load) runLoad(ctx context.Context) error {
 			return nil
 		}
 		for id, j := range open {
-			st, err := l.q.Status(ctx, id)
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := l.q.Status(sctx, id)
+			cancel()
 			if err != nil {
 				continue // NATS may be failing over; read it again next round
 			}

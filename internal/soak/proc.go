@@ -20,7 +20,7 @@ type Proc struct {
 	Args []string
 	Env  []string // added to the soak's environment
 	Dir  string
-	Log  string               // file the process's stdout and stderr are appended to
+	Log  string              // file the process's stdout and stderr are appended to
 	Cred *syscall.Credential // run as this user (Postgres refuses root)
 
 	mu       sync.Mutex

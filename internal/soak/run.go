@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +31,8 @@ type Config struct {
 	// Duration set and Jobs 0, jobs are submitted until Duration passes.
 	Jobs     int
 	Duration time.Duration
-	// Inflight bounds the jobs submitted and not finished. Default 16.
+	// Inflight bounds the jobs submitted and not finished. Default 8: the
+	// executors' slots, so 200 jobs last long enough for a round of faults.
 	Inflight int
 	// Executors (default 4) each run Concurrency jobs at once (default 2).
 	Executors, Concurrency int
@@ -68,7 +68,7 @@ func (c *Config) defaults() {
 			*p = v
 		}
 	}
-	def(&c.Inflight, 16)
+	def(&c.Inflight, 8)
 	def(&c.Executors, 4)
 	def(&c.Concurrency, 2)
 	def(&c.Auditors, 20)
@@ -110,13 +110,13 @@ func (r *Report) Passed() bool {
 
 // Figures are the run's numbers.
 type Figures struct {
-	Jobs, Events       int
-	Elapsed            time.Duration
-	LagP50, LagP99     float64
-	LagSamples         int
-	WitnessFailed      int
-	AuditorReconnects  int
-	Processes          int
+	Jobs, Events      int
+	Elapsed           time.Duration
+	LagP50, LagP99    float64
+	LagSamples        int
+	WitnessFailed     int
+	AuditorReconnects int
+	Processes         int
 }
 
 // harness is a run in progress.
@@ -410,5 +410,3 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nPASS: %d checks\n", len(r.Results))
 }
-
-var _ = strings.Join
