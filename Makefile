@@ -67,14 +67,15 @@ clean:
 # schedule, ending in a table of checks; non-zero exit when one fails (the
 # table names the seed: SOAK_FLAGS="-seed N" repeats the schedule). Runs as
 # root from the module's root. soak submits jobs for SOAK_DURATION; soak-ci
-# (.ci/run) runs 200 jobs, about 3 minutes plus the build.
+# (.ci/run) runs 200 jobs spread over 3 minutes, plus the build and the end's
+# checks (about a minute).
 SOAK_DURATION ?= 10m
 SOAK_FLAGS    ?=
 soak: deps
 	$(GO) run ./cmd/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 soak-ci: deps
-	$(GO) run ./cmd/soak -jobs 200 $(SOAK_FLAGS)
+	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
 
 # make test under -race 5 times (RUNS) in a row beside two CPU-bound
 # processes; logs in LOGDIR (default /tmp/alineo-race-stress).

@@ -6,7 +6,7 @@
 //
 //	soak [-jobs 200] [-duration D] [-seed N] [-dir DIR] [-keep] ...
 //
-// make soak-ci runs 200 jobs (about 3 minutes, CI); make soak SOAK_DURATION=30m
+// make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
 // submits jobs for 30 minutes. It must run from the module's root (it builds
 // ./cmd/...) as root (sandboxd, and Postgres as the postgres user).
 package main
@@ -37,7 +37,7 @@ func run(args []string) int {
 	var c soak.Config
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.IntVar(&c.Jobs, "jobs", 0, "jobs to run (default 200 without -duration)")
-	fs.DurationVar(&c.Duration, "duration", 0, "submit jobs for this long (with -jobs 0), e.g. 30m")
+	fs.DurationVar(&c.Duration, "duration", 0, "submit jobs for this long, e.g. 30m (with -jobs: spread them over it)")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the fault schedule (default: drawn and printed)")
 	fs.StringVar(&c.Dir, "dir", "", "directory of the processes' data and logs (default a temporary one, removed after a pass)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep -dir after a pass")

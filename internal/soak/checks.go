@@ -172,37 +172,59 @@ func execRuns(s *session) []*execRun {
 	return runs
 }
 
+// checkJobs: every job succeeded, and exactly one attempt finished it: the
+// session its status names completed the final step once, with the right
+// output. Steps after a checkpoint are at-least-once (a job whose lease
+// lapsed is taken over and resumed from its checkpoint), so an earlier
+// attempt may have completed the final step too, but only if it was then
+// taken over: a fence on its sandbox after that completion, so nothing of
+// it was recorded afterwards. An earlier finish never fenced is a job
+// finished twice (two workers ran it at once).
 func checkJobs(o *Observation) (string, []string) {
 	if len(o.Jobs) == 0 {
 		return "", []string{"no job was submitted"}
 	}
 	sessions := o.byName()
+	lastFence := map[string]uint64{}
+	for _, m := range o.Stream {
+		if m.Fence != "" {
+			lastFence[m.Fence] = m.Seq
+		}
+	}
 	var problems []string
+	rerun := 0
 	for _, j := range o.Jobs {
 		if j.Status.State != jobs.StateSucceeded {
 			problems = append(problems, fmt.Sprintf("%s: %s %s", j.Name, j.Status.State, j.Status.Error))
 			continue
 		}
-		var finished []string
+		final, others := 0, 0
 		for _, s := range sessions[j.Name] {
 			for _, r := range execRuns(s) {
 				if r.cmd != j.FinalCmd || !r.done || r.exitCode != 0 {
 					continue
 				}
-				finished = append(finished, s.id)
-				if r.stdout != j.Want {
-					problems = append(problems, fmt.Sprintf("%s: result %q in %s, want %q", j.Name, r.stdout, s.id, j.Want))
+				switch {
+				case s.id == j.Status.SandboxID:
+					final++
+					if r.stdout != j.Want {
+						problems = append(problems, fmt.Sprintf("%s: result %q in %s, want %q", j.Name, r.stdout, s.id, j.Want))
+					}
+				case lastFence[s.id] > r.at:
+					others++ // finished, then taken over: superseded
+				default:
+					problems = append(problems, fmt.Sprintf("%s: finished in %s too (never taken over), besides %s", j.Name, s.id, j.Status.SandboxID))
 				}
 			}
 		}
-		switch {
-		case len(finished) != 1:
-			problems = append(problems, fmt.Sprintf("%s: final step completed %d times (sessions %v)", j.Name, len(finished), finished))
-		case finished[0] != j.Status.SandboxID:
-			problems = append(problems, fmt.Sprintf("%s: finished in %s, status says %s", j.Name, finished[0], j.Status.SandboxID))
+		if final != 1 {
+			problems = append(problems, fmt.Sprintf("%s: final step completed %d times in %s, the session its status names", j.Name, final, j.Status.SandboxID))
+		}
+		if others > 0 {
+			rerun++
 		}
 	}
-	return fmt.Sprintf("%d jobs succeeded, each final step once", len(o.Jobs)), problems
+	return fmt.Sprintf("%d jobs succeeded, each finished by one attempt (%d re-run after their lease lapsed)", len(o.Jobs), rerun), problems
 }
 
 func checkPreCheckpoint(o *Observation) (string, []string) {

@@ -142,7 +142,7 @@ func TestEachCheckFailsWhenItsPropertyIsBroken(t *testing.T) {
 		{"a job failed", Checks[0].Name, "failed", func(o *Observation) {
 			o.Jobs[0].Status.State = jobs.StateFailed
 		}},
-		{"a duplicated job: a second worker ran it to the end too", Checks[0].Name, "completed 2 times", func(o *Observation) {
+		{"a duplicated job: a second worker ran it to the end too", Checks[0].Name, "never taken over", func(o *Observation) {
 			s := streamOf(o)
 			s.fence("zombie")
 			s.exec(o.Jobs[0].Name, "zombie", 4, o.Jobs[0].FinalCmd, o.Jobs[0].Want)
@@ -155,7 +155,12 @@ func TestEachCheckFailsWhenItsPropertyIsBroken(t *testing.T) {
 				}
 			}
 		}},
-		{"the job's status names another session", Checks[0].Name, "status says", func(o *Observation) {
+		{"a job finished twice in its session", Checks[0].Name, "completed 2 times", func(o *Observation) {
+			s := streamOf(o)
+			s.exec(o.Jobs[0].Name, "sb-1", 9, o.Jobs[0].FinalCmd, o.Jobs[0].Want)
+			o.Stream = s.msgs
+		}},
+		{"the job's status names another session", Checks[0].Name, "completed 0 times", func(o *Observation) {
 			o.Jobs[1].Status.SandboxID = "sb-2"
 		}},
 		{"an executor re-runs a replayed step", Checks[1].Name, "1 after the checkpoint", func(o *Observation) {
@@ -285,5 +290,32 @@ func TestReportPrintsSeedOnFailure(t *testing.T) {
 	rep.Print(&b)
 	if rep.Passed() || !strings.Contains(b.String(), "-seed 4242") || !strings.Contains(b.String(), "FAIL") {
 		t.Fatalf("report:\n%s", b.String())
+	}
+}
+
+// A job whose lease lapsed after its final step (its ack lost in a NATS
+// failover) is taken over and resumed from its checkpoint: the final step
+// runs again in a new session, the first one fenced. That is the contract
+// (steps after a checkpoint are at-least-once) and passes.
+func TestJobFinishedAgainAfterATakeoverPasses(t *testing.T) {
+	o := goodObservation()
+	s := streamOf(o)
+	j := &o.Jobs[0]
+	s.fence("sb-1") // the next attempt takes sb-1 over
+	s.fence("sb-1-again")
+	s.add(j.Name, "sb-1-again", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-1-again", ResumedFrom: "sb-1"})
+	s.exec(j.Name, "sb-1-again", 3, "echo working", "working\n")
+	s.exec(j.Name, "sb-1-again", 4, j.FinalCmd, j.Want)
+	s.add(j.Name, "sb-1-again", events.SandboxLevel, events.SandboxClosed, nil)
+	o.Stream = s.msgs
+	j.Status.SandboxID = "sb-1-again"
+	settle(o)
+	for _, r := range RunChecks(o) {
+		if !r.Pass {
+			t.Errorf("%s: FAIL %s", r.Check, r.Detail)
+		}
+	}
+	if d := results(o)[Checks[0].Name].Detail; !strings.Contains(d, "1 re-run") {
+		t.Errorf("detail %q, want it to count the re-run", d)
 	}
 }

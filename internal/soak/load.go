@@ -56,11 +56,14 @@ func jobSpec(run string, n int) (jobs.Spec, Job) {
 
 // load submits jobs, keeping at most inflight of them unfinished, until
 // total are submitted (total > 0) or until is past (total 0), and polls their
-// statuses until every one is terminal or ctx is done.
+// statuses until every one is terminal or ctx is done. With both total and
+// until, the total is spread over the time to until (so a fixed number of
+// jobs meets every fault of a schedule).
 type load struct {
 	q        *jobs.Queue
 	run      string
 	total    int
+	start    time.Time
 	until    time.Time
 	inflight int
 	logf     func(string, ...any)
@@ -79,13 +82,23 @@ func (l *load) submitting() bool {
 	return time.Now().Before(l.until)
 }
 
+// due reports whether the next job may be submitted now: always, unless a
+// total is spread over a duration and the next one is ahead of its pace.
+func (l *load) due() bool {
+	if l.total == 0 || !l.until.After(l.start) {
+		return true
+	}
+	frac := float64(time.Since(l.start)) / float64(l.until.Sub(l.start))
+	return float64(len(l.jobs)) < frac*float64(l.total)+1
+}
+
 // run returns when every submitted job is terminal, or with ctx's error.
 func (l *load) runLoad(ctx context.Context) error {
 	open := map[string]*Job{}
 	var lastLog time.Time
 	for {
 		l.mu.Lock()
-		for l.submitting() && len(open) < l.inflight {
+		for l.submitting() && l.due() && len(open) < l.inflight {
 			spec, j := jobSpec(l.run, len(l.jobs)+1)
 			// Every NATS call has a deadline of its own: a request lost in a
 			// node's failover is retried instead of waited for until the

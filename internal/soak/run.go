@@ -28,7 +28,8 @@ type Config struct {
 	// Default os.Executable.
 	Self string
 	// Jobs is the number of jobs (default 200 when Duration is 0). With
-	// Duration set and Jobs 0, jobs are submitted until Duration passes.
+	// Duration set and Jobs 0, jobs are submitted until Duration passes;
+	// with both, the Jobs are spread over Duration.
 	Jobs     int
 	Duration time.Duration
 	// Inflight bounds the jobs submitted and not finished. Default 8: the
@@ -213,8 +214,8 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	go func() { defer wg.Done(); h.sampleLag(bg) }()
 
 	run := fmt.Sprintf("%d", cfg.Seed)
-	h.load = &load{q: h.q, run: run, total: cfg.Jobs, until: time.Now().Add(cfg.Duration), inflight: cfg.Inflight, logf: h.logf}
 	start := time.Now()
+	h.load = &load{q: h.q, run: run, total: cfg.Jobs, start: start, until: start.Add(cfg.Duration), inflight: cfg.Inflight, logf: h.logf}
 	fctx, stopFaults := context.WithCancel(bg)
 	sched := &faults{f: f, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 18)), every: cfg.FaultEvery, start: start, h: h}
 	faultsDone := make(chan struct{})
