@@ -69,6 +69,7 @@ type load struct {
 	logf     func(string, ...any)
 
 	mu        sync.Mutex
+	next      int // number of the next job spec: a failed submit's is not reused
 	jobs      []*Job
 	done      int
 	succeeded []time.Time // when each job was seen succeeded
@@ -99,7 +100,10 @@ func (l *load) runLoad(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		for l.submitting() && l.due() && len(open) < l.inflight {
-			spec, j := jobSpec(l.run, len(l.jobs)+1)
+			// A submit that timed out may still have been stored; the retry
+			// is a job of another name, so the two never share sessions.
+			l.next++
+			spec, j := jobSpec(l.run, l.next)
 			// Every NATS call has a deadline of its own: a request lost in a
 			// node's failover is retried instead of waited for until the
 			// load's deadline. A retried submit that had in fact been stored
