@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,10 +170,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rep != nil {
 		rep.Dir = cfg.Dir
 		if rep.Passed() && !cfg.Keep && err == nil {
-			_ = os.RemoveAll(cfg.Dir)
+			removeUnlessMounted(cfg)
 		}
 	}
 	return rep, err
+}
+
+// removeUnlessMounted removes Dir, unless something is still mounted below
+// it (a sandboxd that did not clean up): a removal would then descend into
+// the mounts, which include idmapped views of the host's directories.
+func removeUnlessMounted(cfg Config) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		cfg.logf("kept %s: %v", cfg.Dir, err)
+		return
+	}
+	dir := filepath.Clean(cfg.Dir) + "/"
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4]+"/", dir) {
+			cfg.logf("kept %s: %s is still mounted", cfg.Dir, f[4])
+			return
+		}
+	}
+	_ = os.RemoveAll(cfg.Dir)
 }
 
 func (h *harness) run(ctx context.Context) (*Report, error) {
