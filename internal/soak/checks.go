@@ -422,7 +422,7 @@ func compareSeen(got, want []Seen) string {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Sprintf("%d of %d events missing (first %d)", len(missing), len(want), missing[0])
+		return fmt.Sprintf("%d of %d events missing (first %d, last %d)", len(missing), len(want), missing[0], missing[len(missing)-1])
 	}
 	return ""
 }
