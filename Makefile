@@ -15,7 +15,7 @@ ifneq (,$(findstring -race,$(TESTFLAGS)))
 export CGO_ENABLED = 1
 endif
 
-.PHONY: build test test-race lint bench demo clean deps
+.PHONY: build test test-race lint bench demo clean deps soak soak-ci test-race-stress
 
 # Sandboxes run under runc (Debian's package) on a per-sandbox ext4 disk
 # (e2fsprogs): installed here when missing, as root (which sandboxd needs).
@@ -60,3 +60,24 @@ demo: deps
 
 clean:
 	rm -rf .alineo alineo.db alineo.db-wal alineo.db-shm bin
+
+# The chaos soak (cmd/soak, internal/soak): the binaries as real processes
+# (3 NATS nodes with R3 streams, Postgres, sandboxd, 4 executors, the
+# projector, the API, 20 SSE auditors) under a job load and a seeded fault
+# schedule, ending in a table of checks; non-zero exit when one fails (the
+# table names the seed: SOAK_FLAGS="-seed N" repeats the schedule). Runs as
+# root from the module's root. soak submits jobs for SOAK_DURATION; soak-ci
+# (.ci/run) runs 200 jobs spread over 3 minutes, plus the build and the end's
+# checks (about a minute).
+SOAK_DURATION ?= 10m
+SOAK_FLAGS    ?=
+soak: deps
+	$(GO) run ./cmd/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+
+soak-ci: deps
+	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
+
+# make test under -race 5 times (RUNS) in a row beside two CPU-bound
+# processes; logs in LOGDIR (default /tmp/alineo-race-stress).
+test-race-stress: deps
+	internal/soak/race-stress.sh

@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer store.Close()
-	q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{})
+	q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{Replicas: b.Config().Replicas})
 	if err != nil {
 		return err
 	}

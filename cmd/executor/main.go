@@ -202,7 +202,7 @@ func readSpec(path string) (jobs.Spec, error) {
 }
 
 func openQueue(ctx context.Context, b *bus.Bus, c *config) (*jobs.Queue, error) {
-	return jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver})
+	return jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver, Replicas: b.Config().Replicas})
 }
 
 // fleet is what a process that runs jobs holds: the bus, its ledger, a

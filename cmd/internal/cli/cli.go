@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,11 +83,19 @@ func OpenBus(ctx context.Context, url, dir string, log *slog.Logger) (*bus.Bus, 
 	if dir == "" {
 		dir = DefaultNATSDir
 	}
-	b, err := bus.Open(ctx, bus.Config{URL: url, StoreDir: dir, Logger: log})
+	b, err := bus.Open(ctx, bus.Config{URL: url, StoreDir: dir, Logger: log, Replicas: replicas()})
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
 	return b, nil
+}
+
+// replicas is ALINEO_NATS_REPLICAS (the streams' replica count on a
+// cluster), 0 (the bus's default, 1) when unset or not a number: a binary
+// opening an R3 stream with the default would scale it down to R1.
+func replicas() int {
+	n, _ := strconv.Atoi(os.Getenv("ALINEO_NATS_REPLICAS"))
+	return n
 }
 
 // Sandboxd returns url when set; otherwise it starts sandboxd in-process on a

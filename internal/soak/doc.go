@@ -1,0 +1,16 @@
+// Package soak is the chaos soak of issue 18: it builds this module's
+// binaries and runs them as separate processes (a 3-node NATS cluster whose
+// streams are R3, Postgres, sandboxd, executors, a projector, the API),
+// drives a load of jobs with checkpoints, streamed output and file writes
+// through them while a seeded fault schedule kills, stops and restarts them,
+// and ends with checks of what the system promises: every job finished once
+// with its result, no step before a checkpoint ran live twice, every
+// acknowledged event is in the stream and the tables, no fenced writer wrote
+// after its fence, nothing left running, every SSE auditor saw its events
+// exactly once and in order, the projector caught up.
+//
+// The checks (checks.go) are functions of an Observation, which Run collects
+// from the processes at the end; the tests break each property on purpose in
+// an Observation and see its check fail. cmd/soak is the command (make soak,
+// make soak-ci).
+package soak

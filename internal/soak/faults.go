@@ -1,0 +1,211 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// Fault kinds of the schedule.
+const (
+	FaultKillExecutor  = "kill -9 executor"
+	FaultStopExecutor  = "SIGSTOP executor past ack-wait"
+	FaultKillNATS      = "kill -9 NATS node"
+	FaultKillLeader    = "kill -9 NATS stream leader"
+	FaultKillProjector = "kill -9 projector"
+	FaultStopPostgres  = "stop Postgres 10s"
+	FaultDropAuditor   = "drop an auditor's connection"
+)
+
+// FaultKinds is every fault, in the order a schedule's first round shuffles.
+var FaultKinds = []string{FaultKillExecutor, FaultStopExecutor, FaultKillNATS, FaultKillLeader,
+	FaultKillProjector, FaultStopPostgres, FaultDropAuditor}
+
+// FaultRecord is one fault of the run: what, to whom, when, how long the
+// system took to make progress again after it was healed.
+type FaultRecord struct {
+	Kind      string
+	Target    string
+	At        time.Duration // since the load started
+	Healed    time.Duration // from injection until the target was back
+	Recovered time.Duration // from healing until a job finished and the projector passed the stream's end at healing; -1 if not seen
+	Err       string
+}
+
+// faults injects one fault after another until ctx is done: every kind once
+// per round, in an order drawn from the seed, each followed by its heal and
+// a wait for recovery, then a pause of every.
+type faults struct {
+	f     *Fleet
+	rng   *rand.Rand
+	every time.Duration
+	start time.Time
+	h     *harness
+
+	records []FaultRecord
+}
+
+func (s *faults) run(ctx context.Context) {
+	var round []string
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.every):
+		}
+		if ctx.Err() != nil || s.h.load.open() == 0 {
+			if s.h.load.submitting() {
+				continue
+			}
+			return
+		}
+		if len(round) == 0 {
+			round = slices.Clone(FaultKinds)
+			s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		}
+		kind := round[0]
+		round = round[1:]
+		rec := s.inject(ctx, kind)
+		s.h.logf("fault %-32s %-12s healed in %s, recovered in %s %s", rec.Kind, rec.Target,
+			rec.Healed.Round(time.Millisecond), fmtRecovery(rec.Recovered), rec.Err)
+		s.records = append(s.records, rec)
+	}
+}
+
+func fmtRecovery(d time.Duration) string {
+	if d < 0 {
+		return "(not seen)"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func (s *faults) inject(ctx context.Context, kind string) FaultRecord {
+	// A fault once begun is healed and waited for even when the load ends.
+	ctx = context.WithoutCancel(ctx)
+	rec := FaultRecord{Kind: kind, At: time.Since(s.start), Recovered: -1}
+	t0 := time.Now()
+	var err error
+	switch kind {
+	case FaultKillExecutor:
+		err = s.killExecutor(&rec)
+	case FaultStopExecutor:
+		err = s.stopExecutor(ctx, &rec)
+	case FaultKillNATS, FaultKillLeader:
+		err = s.killNATS(ctx, &rec, kind == FaultKillLeader)
+	case FaultKillProjector:
+		rec.Target = "projector"
+		err = s.restart(ctx, s.f.Projector, 2*time.Second)
+		if err == nil {
+			err = s.f.waitHTTP("projector", "http://"+s.f.Metrics+"/healthz")
+		}
+	case FaultStopPostgres:
+		rec.Target = "postgres"
+		if err = s.f.Postgres.Stop(syscall.SIGINT, 60*time.Second); err == nil {
+			sleep(ctx, 10*time.Second)
+			err = s.f.StartPostgres()
+		}
+	case FaultDropAuditor:
+		a := s.h.auditors[s.rng.IntN(len(s.h.auditors))]
+		rec.Target = a.name
+		a.drop()
+	}
+	rec.Healed = time.Since(t0)
+	if err != nil {
+		rec.Err = err.Error()
+		s.h.logf("fault %s: %v", kind, err)
+	}
+	rec.Recovered = s.h.awaitRecovery(ctx, time.Now())
+	return rec
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// restart kills p with SIGKILL and starts it again after pause.
+func (s *faults) restart(ctx context.Context, p *Proc, pause time.Duration) error {
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	sleep(context.WithoutCancel(ctx), pause)
+	return p.Start()
+}
+
+// pickExecutor picks a running executor, preferring one none of whose jobs
+// is at its last steps.
+func (s *faults) pickExecutor() *Proc {
+	near := s.h.load.nearEnd()
+	var calm, all []*Proc
+	for _, e := range s.f.Executors {
+		if e.Running() {
+			all = append(all, e)
+			if !near[e.Name] {
+				calm = append(calm, e)
+			}
+		}
+	}
+	if len(calm) > 0 {
+		return calm[s.rng.IntN(len(calm))]
+	}
+	if len(all) > 0 {
+		return all[s.rng.IntN(len(all))]
+	}
+	return nil
+}
+
+func (s *faults) killExecutor(rec *FaultRecord) error {
+	e := s.pickExecutor()
+	if e == nil {
+		return fmt.Errorf("no executor running")
+	}
+	rec.Target = e.Name
+	return s.restart(context.Background(), e, 2*time.Second)
+}
+
+// stopExecutor freezes an executor past its lease, so its jobs go to the
+// others, then thaws it: whatever it then tries to write must be fenced.
+func (s *faults) stopExecutor(ctx context.Context, rec *FaultRecord) error {
+	e := s.pickExecutor()
+	if e == nil {
+		return fmt.Errorf("no executor running")
+	}
+	rec.Target = e.Name
+	if err := e.Signal(syscall.SIGSTOP, false); err != nil {
+		return err
+	}
+	sleep(context.WithoutCancel(ctx), s.f.cfg.AckWait+4*time.Second)
+	return e.Signal(syscall.SIGCONT, false)
+}
+
+// killNATS kills a node (the ledger stream's leader when leader is set) and
+// restarts it on its store after 5 s, then waits until every stream has its
+// replicas current again, so the next fault never takes a quorum away.
+func (s *faults) killNATS(ctx context.Context, rec *FaultRecord, leader bool) error {
+	i := s.rng.IntN(len(s.f.NATS))
+	if leader {
+		if name, err := s.h.streamLeader(ctx); err == nil {
+			for j, n := range s.f.NATS {
+				if n.Name == name {
+					i = j
+				}
+			}
+		} else {
+			s.h.logf("stream leader unknown (%v); killing %s", err, s.f.NATS[i].Name)
+		}
+	}
+	n := s.f.NATS[i]
+	rec.Target = n.Name
+	if err := s.restart(ctx, n, 5*time.Second); err != nil {
+		return err
+	}
+	if err := s.f.waitNATSNode(i); err != nil {
+		return err
+	}
+	return s.h.awaitReplicas(ctx)
+}

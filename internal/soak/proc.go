@@ -1,0 +1,183 @@
+package soak
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc is one supervised child process. It can be started again after it
+// exited; an exit the soak did not cause (Signal with expect, Stop) is
+// recorded as a crash.
+type Proc struct {
+	Name string
+	Path string
+	Args []string
+	Env  []string // added to the soak's environment
+	Dir  string
+	Log  string              // file the process's stdout and stderr are appended to
+	Cred *syscall.Credential // run as this user (Postgres refuses root)
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+	expected bool // the current run's end was asked for
+	crashes  []string
+	starts   int
+}
+
+// Start runs the process. It is started from a goroutine locked to its OS
+// thread for the process's life: Pdeathsig (the child is killed when the soak
+// dies) fires when the starting thread ends, not the process.
+func (p *Proc) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%s is running", p.Name)
+	}
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Dir = p.Dir
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: p.Cred}
+	fmt.Fprintf(logf, "=== soak: start %s %q at %s\n", p.Path, p.Args, time.Now().UTC().Format(time.RFC3339Nano))
+	started, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the child
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			runtime.UnlockOSThread()
+			logf.Close()
+			return
+		}
+		werr := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		if !p.expected {
+			p.crashes = append(p.crashes, fmt.Sprintf("%s (pid %d) exited by itself: %v", p.Name, cmd.Process.Pid, werr))
+		}
+		p.cmd, p.done, p.expected = nil, nil, false
+		p.mu.Unlock()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	p.cmd, p.done, p.expected = cmd, done, false
+	p.starts++
+	return nil
+}
+
+// Running reports whether the process is running (stopped with SIGSTOP counts).
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Pid returns the running process's pid, 0 when none.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Signal sends sig to the process; expectExit marks the exit it causes as
+// intended (not a crash).
+func (p *Proc) Signal(sig syscall.Signal, expectExit bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s is not running", p.Name)
+	}
+	if expectExit {
+		p.expected = true
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (p *Proc) Kill() error {
+	done := p.doneChan()
+	if done == nil {
+		return nil
+	}
+	if err := p.Signal(syscall.SIGKILL, true); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// Stop sends sig (SIGCONT first, in case it is stopped), waits up to timeout
+// for the exit, then kills.
+func (p *Proc) Stop(sig syscall.Signal, timeout time.Duration) error {
+	done := p.doneChan()
+	if done == nil {
+		return nil
+	}
+	_ = p.Signal(syscall.SIGCONT, false)
+	if err := p.Signal(sig, true); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+	}
+	_ = p.Signal(syscall.SIGKILL, true)
+	<-done
+	return fmt.Errorf("%s did not stop within %s of %v; killed", p.Name, timeout, sig)
+}
+
+func (p *Proc) doneChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Crashes returns the exits the soak did not cause.
+func (p *Proc) Crashes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.crashes...)
+}
+
+// errNotReady is returned by a readiness wait that ran out of time.
+var errNotReady = errors.New("not ready")
+
+// poll calls ok every interval until it returns true or timeout passes; the
+// error then names what and ok's last error.
+func poll(what string, timeout, interval time.Duration, ok func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		done, err := ok()
+		if done {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			if last == nil {
+				return fmt.Errorf("%s: %w after %s", what, errNotReady, timeout)
+			}
+			return fmt.Errorf("%s: %w after %s: %w", what, errNotReady, timeout, last)
+		}
+		time.Sleep(interval)
+	}
+}
