@@ -159,7 +159,7 @@ func OpenQueue(ctx context.Context, js jetstream.JetStream, cfg QueueConfig) (*Q
 	if err != nil {
 		return nil, fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
 	}
-	q.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	q.kv, err = openStatusBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "alineo job status",
 		History:     1,
@@ -170,6 +170,47 @@ func OpenQueue(ctx context.Context, js jetstream.JetStream, cfg QueueConfig) (*Q
 		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.Bucket, err)
 	}
 	return q, nil
+}
+
+// openStatusBucket opens the status bucket, creating it or updating its
+// configuration when it differs, and makes every read of it go to the stream
+// leader. nats.go creates a bucket with AllowDirect, which lets any replica
+// answer a get: one that lags answers an old status, and a worker that gets a
+// redelivered job then sees no sandbox and no checkpoint of the attempt that
+// already finished it, and runs the job again from scratch (found by the soak:
+// a job run twice after a NATS node restart). A handle reads AllowDirect when
+// it binds, so the bucket is bound again once the stream says false.
+func openStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	name := "KV_" + cfg.Bucket
+	stream, err := js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		// CreateOrUpdate turns AllowDirect on again: call it only for a
+		// real change of the bucket's configuration.
+		sc := stream.CachedInfo().Config
+		if sc.Replicas == cfg.Replicas && sc.MaxMsgsPerSubject == int64(cfg.History) && sc.Description == cfg.Description {
+			break
+		}
+		stream = nil
+	}
+	if stream == nil {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return nil, err
+		}
+		if stream, err = js.Stream(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	if sc := stream.CachedInfo().Config; sc.AllowDirect {
+		sc.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("turn direct gets off: %w", err)
+		}
+	}
+	return js.KeyValue(ctx, cfg.Bucket) // binds with direct gets off
 }
 
 // Config returns the configuration in effect, defaults filled in.

@@ -101,3 +101,40 @@ func TestFormatEvent(t *testing.T) {
 		t.Errorf("Describe = %q, want it shortened", got)
 	}
 }
+
+// The status bucket answers reads from its stream leader only: a direct get
+// (nats.go's default for a bucket) may be answered by a lagging replica, and
+// a worker reading an old status runs a finished job again. Opening the queue
+// again, as every executor does, keeps it so.
+func TestStatusBucketReadsFromTheLeader(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		cfg := jobs.QueueConfig{}
+		if i == 2 {
+			cfg.MaxDeliver = 7 // a different queue configuration, the same bucket
+		}
+		q, err := jobs.OpenQueue(ctx, b.JetStream(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := b.JetStream().Stream(ctx, "KV_"+q.Config().Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Fatalf("open %d: the status bucket allows direct gets (any replica answers)", i+1)
+		}
+		st, err := q.Submit(ctx, mustParse(t, `{"name":"q","image":"i","steps":[{"exec":{"command":"true"}}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := q.Status(ctx, st.ID); err != nil || got.ID != st.ID {
+			t.Fatalf("open %d: status = %+v, %v", i+1, got, err)
+		}
+	}
+}
