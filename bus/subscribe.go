@@ -66,14 +66,22 @@ func (b *Bus) Subscribe(ctx context.Context, f Filter) (iter.Seq2[events.Entry, 
 	if err != nil {
 		return nil, err
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subs, InactiveThreshold: 30 * time.Second}
-	if f.FromSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.FromSeq
-	} else {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-	}
 	octx, cancel := opCtx(ctx)
 	defer cancel()
+	from := f.FromSeq
+	if from == 0 {
+		// "From now" is pinned to a sequence, not DeliverNew: nats.go recreates
+		// an ordered consumer that has delivered nothing yet (its stream
+		// leader lost, say) with its first configuration, and DeliverNew would
+		// then skip what was appended in between.
+		info, err := b.stream.Info(octx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: subscribe: %w", adapters.ErrUnavailable, err)
+		}
+		from = info.State.LastSeq + 1
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subs, InactiveThreshold: 30 * time.Second,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
 	cons, err := b.js.OrderedConsumer(octx, b.cfg.Stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe: %w", adapters.ErrUnavailable, err)

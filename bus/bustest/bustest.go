@@ -65,6 +65,7 @@ func Run(t *testing.T, open OpenFunc) {
 	t.Run("MessageIDDedupe", func(t *testing.T) { testDedupe(t, open) })
 	t.Run("Barrier", func(t *testing.T) { testBarrier(t, open) })
 	t.Run("SubscribeFromSeq", func(t *testing.T) { testSubscribe(t, open) })
+	t.Run("SubscribeLiveAcrossReset", func(t *testing.T) { testSubscribeLiveReset(t, open) })
 	t.Run("ReplayFallback", func(t *testing.T) { testFallback(t, open) })
 	t.Run("NoReadModel", func(t *testing.T) { testNoReadModel(t, open) })
 }
@@ -747,5 +748,64 @@ func testNoReadModel(t *testing.T, open OpenFunc) {
 	}
 	if _, err := l.ReadAll(ctx, "n", "x"); !errors.Is(err, adapters.ErrClosed) {
 		t.Errorf("ReadAll after Close = %v, want ErrClosed", err)
+	}
+}
+
+// testSubscribeLiveReset: a live subscription (no FromSeq) whose consumer is
+// lost before its first message (a stream leader killed, say) still delivers
+// every entry appended after Subscribe returned. nats.go recreates an ordered
+// consumer that has delivered nothing with its first configuration: with
+// DeliverNew that skips whatever was appended meanwhile.
+func testSubscribeLiveReset(t *testing.T, open OpenFunc) {
+	b := open(t, bus.Config{})
+	l := newLedger(t, b, bus.LedgerConfig{})
+	ctx := ctxT(t)
+	id := ID("live-reset")
+	es := Entries("n", id, 2, 1)
+	appendAll(t, l, es[:1]) // history before the subscription: not delivered
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	seq, err := b.Subscribe(sctx, bus.Filter{SandboxID: id})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	// Lose the consumer, then append while it is being recreated.
+	names := b.Stream().ConsumerNames(ctx)
+	for name := range names.Name() {
+		if err := b.Stream().DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("delete consumer %s: %v", name, err)
+		}
+	}
+	appendAll(t, l, es[1:])
+	var got []events.Entry
+	done := make(chan error, 1)
+	go func() {
+		for e, err := range seq {
+			if err != nil {
+				done <- err
+				return
+			}
+			got = append(got, e)
+			if len(got) == len(es)-1 {
+				break
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("subscription: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-done
+		t.Fatalf("live subscription delivered %d of the %d entries appended after it began", len(got), len(es)-1)
+	}
+	if err := Same(es[1:], got); err != nil {
+		t.Fatalf("live subscription: %v", err)
 	}
 }
