@@ -242,7 +242,9 @@ func (p *PTY) Mode() string { return p.mode }
 // Next returns the next event. After the exit event it returns io.EOF. A
 // connection that ends without an exit event is an error wrapping
 // ErrStreamTruncated (and ErrConflict when another client took the session
-// over); after Close, ErrClosed. Errors repeat once returned.
+// over); after Close, ErrClosed. Errors repeat once returned. Cancelling ctx
+// closes the connection (the WebSocket library's rule): read with a ctx that
+// lives as long as the terminal, not with a per-read timeout.
 func (p *PTY) Next(ctx context.Context) (PTYEvent, error) {
 	if len(p.queued) > 0 {
 		ev := p.queued[0]
