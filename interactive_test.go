@@ -345,3 +345,34 @@ func TestInteractiveBadInputAndClose(t *testing.T) {
 		}
 	}
 }
+
+func TestInteractiveRedactsBoundValues(t *testing.T) {
+	e := newEgressEnv(t, memory.New())
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{Name: "redact", CredentialProxy: true, NetworkPolicy: &alineo.NetworkPolicy{
+		DefaultAction: alineo.EgressDeny,
+		Egress:        []alineo.EgressRule{{Action: alineo.EgressAllow, Target: "allowed.test"}},
+	}})
+	secret := newSecret(t)
+	if err := sb.Credentials().Set(ctx, "api", secret, alineo.CredentialBinding{Hosts: []string{"allowed.test"}, Type: alineo.CredentialBearer}, ""); err != nil {
+		t.Fatal(err)
+	}
+	it := sb.ExecInteractive(ctx, "bash", alineo.InteractiveOptions{Env: map[string]string{"TOKEN": secret}})
+	o := watch(it)
+	write(t, it, "echo got-$((1+1)) $TOKEN "+secret+"\n")
+	o.until(t, "got-2 [REDACTED:api] [REDACTED:api]\r\n")
+	write(t, it, "exit\n")
+	res, err := it.Wait()
+	if err != nil || strings.Contains(res.Stdout, secret) {
+		t.Fatalf("Wait = %q, %v; want no value in the output", res.Stdout, err)
+	}
+	_, stdin, _ := stepRows(e.rows(t, sb), it.Step())
+	if got := strings.Join(stdin, ""); got != "echo got-$((1+1)) $TOKEN [REDACTED:api]\nexit\n" {
+		t.Fatalf("recorded stdin = %q", got)
+	}
+	for _, en := range e.rows(t, sb) {
+		if strings.Contains(string(en.Payload), secret) {
+			t.Fatalf("%s %s holds the value", en.Event, en.Payload)
+		}
+	}
+}
