@@ -89,4 +89,3 @@ func BenchmarkInteractiveKeystroke(b *testing.B) {
 	b.ReportMetric(ms(percentile(base, 0.5)), "raw-p50-ms")
 	b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(base, 0.5)), "ratio")
 }
-
