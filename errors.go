@@ -23,6 +23,8 @@ var (
 	ErrInvalidOptions = errors.New("alineo: invalid options")
 	// ErrReplayDiverged is wrapped by every *ReplayDivergedError.
 	ErrReplayDiverged = errors.New("alineo: replay diverged from the recorded run")
+	// ErrExecDone is returned by input to an interactive exec that has ended.
+	ErrExecDone = errors.New("alineo: exec has ended")
 	// ErrForkUnsupported is returned by Fork on a handle whose resources are
 	// unknown (Connect without ConnectOptions.Resources).
 	ErrForkUnsupported = errors.New("alineo: fork is not supported on this sandbox: its resources are unknown")

@@ -84,7 +84,8 @@ func (rec *recordedExec) decode() (replayResult, error) {
 // replayCache holds the results a resumed handle replays, by step index. It is
 // read and emptied under the handle's mu: each step is replayed once.
 type replayCache struct {
-	steps map[int]*recordedExec
+	steps   map[int]*recordedExec
+	pending map[int]*recordedExec // interactive execs started, not completed (notePending)
 }
 
 // Len returns the number of cached steps.
@@ -140,6 +141,7 @@ func (r *replayCache) applyEntries(es []events.Entry) {
 			delete(open, e.StepIndex)
 		}
 	}
+	r.notePending(open)
 }
 
 // checkpointIndex returns the index in es of the last sandbox.checkpoint_created

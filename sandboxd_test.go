@@ -124,6 +124,16 @@ func (e *env) liveSandboxes(t *testing.T, ctx context.Context) int {
 
 // summary renders entries as "event step payload" lines, leaving out the
 // fingerprint of exec.started.
+// describeStarted renders an exec.started payload without its fingerprint;
+// an interactive one's cwd and env follow.
+func describeStarted(sp events.ExecStartedPayload) string {
+	p := fmt.Sprintf("{Seq:%d Kind:%s Cmd:%s Code:%s Fingerprint:}", sp.Seq, sp.Kind, sp.Cmd, sp.Code)
+	if sp.Interactive {
+		p += fmt.Sprintf(" interactive cwd %q env %v", sp.Cwd, sp.Env)
+	}
+	return p
+}
+
 func summary(es []events.Entry) string {
 	var b strings.Builder
 	for _, e := range es {
@@ -134,8 +144,7 @@ func summary(es []events.Entry) string {
 			if want := events.Fingerprint(sp.Kind, sp.Text()); sp.Fingerprint != want {
 				p = "BAD FINGERPRINT " + sp.Fingerprint
 			} else {
-				sp.Fingerprint = ""
-				p = fmt.Sprintf("%+v", sp)
+				p = describeStarted(sp)
 			}
 		}
 		fmt.Fprintf(&b, "%s %d %s\n", e.Event, e.StepIndex, p)

@@ -91,8 +91,7 @@ func describe(es []events.Entry) string {
 		if e.Event == events.ExecStarted {
 			var sp events.ExecStartedPayload
 			_ = e.Decode(&sp)
-			sp.Fingerprint = ""
-			p = fmt.Sprintf("%+v", sp)
+			p = fmt.Sprintf("{Seq:%d Kind:%s Cmd:%s Code:%s Fingerprint:}", sp.Seq, sp.Kind, sp.Cmd, sp.Code)
 		}
 		fmt.Fprintf(&b, "%s %d %s\n", e.Event, e.StepIndex, p)
 	}

@@ -31,13 +31,19 @@ type SandboxCreatedPayload struct {
 }
 
 // ExecStartedPayload is the payload of exec.started. Cmd is set for a command,
-// Code for code; Seq equals the entry's StepIndex.
+// Code for code; Seq equals the entry's StepIndex. An interactive exec (a
+// command on a terminal, whose stdin chunks are recorded as exec.output of
+// type Stdin) has Interactive set and its Cwd and Env, as the TypeScript SDK
+// records them.
 type ExecStartedPayload struct {
-	Seq         int      `json:"seq"`
-	Kind        ExecKind `json:"kind,omitempty"`
-	Cmd         string   `json:"cmd,omitempty"`
-	Code        string   `json:"code,omitempty"`
-	Fingerprint string   `json:"fingerprint,omitempty"`
+	Seq         int               `json:"seq"`
+	Kind        ExecKind          `json:"kind,omitempty"`
+	Cmd         string            `json:"cmd,omitempty"`
+	Code        string            `json:"code,omitempty"`
+	Fingerprint string            `json:"fingerprint,omitempty"`
+	Interactive bool              `json:"interactive,omitempty"`
+	Cwd         string            `json:"cwd,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
 }
 
 // Text returns the command or the code.
@@ -54,6 +60,9 @@ type Stream string
 const (
 	Stdout Stream = "stdout"
 	Stderr Stream = "stderr"
+	// Stdin is what was written to an interactive exec's terminal: recorded,
+	// but not output.
+	Stdin Stream = "stdin"
 )
 
 // ExecOutputPayload is the payload of exec.output: one chunk of one stream.

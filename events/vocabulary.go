@@ -139,11 +139,15 @@ func (v Vocabulary) Name(ev Event) Event {
 }
 
 // tsExecStart is the TypeScript SDK's exec_start payload: {cmd, seq} for a
-// command, {code, seq} for code.
+// command, {code, seq} for code, {cmd, seq, interactive, cwd, env} for a
+// command on a terminal.
 type tsExecStart struct {
-	Cmd  *string `json:"cmd,omitempty"`
-	Code *string `json:"code,omitempty"`
-	Seq  int     `json:"seq"`
+	Cmd         *string           `json:"cmd,omitempty"`
+	Code        *string           `json:"code,omitempty"`
+	Seq         int               `json:"seq"`
+	Interactive bool              `json:"interactive,omitempty"`
+	Cwd         string            `json:"cwd,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
 }
 
 // tsExecEvent is the TypeScript SDK's exec_event payload for a stdout or
@@ -182,7 +186,7 @@ func (v Vocabulary) Encode(e Entry) (Entry, error) {
 			return e, err
 		}
 		text := p.Text()
-		ts := tsExecStart{Seq: p.Seq}
+		ts := tsExecStart{Seq: p.Seq, Interactive: p.Interactive, Cwd: p.Cwd, Env: p.Env}
 		if p.Kind == KindCode || (p.Kind == "" && p.Cmd == "" && p.Code != "") {
 			ts.Code = &text
 		} else {

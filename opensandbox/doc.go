@@ -18,10 +18,15 @@
 //     event's evalue; a stream that ends without a terminal event is an error wrapping
 //     ErrStreamTruncated, never exit 0.
 //   - Uploads are streamed multipart bodies; downloads are streamed and support ranges.
+//   - The PTY terminal, which the official SDK does not wrap: CreatePTY, PTYStatus,
+//     DeletePTY, and AttachPTY, a WebSocket client of execd's framing (stdin, resize,
+//     signal, ping; output, replay from a byte offset, exit; takeover). Cancelling the
+//     ctx of PTY.Next closes the connection (the WebSocket library's rule).
 //
 // Errors: every non-2xx response becomes an *APIError, which matches the sentinels
 // ErrNotFound, ErrConflict, ... with errors.Is.
 //
-// This package imports only the standard library and github.com/cenkalti/backoff/v4.
+// This package imports only the standard library, github.com/cenkalti/backoff/v4 and
+// github.com/coder/websocket (the PTY terminal; the module sandboxd's execd serves it with).
 // It must not import any other alineo package.
 package opensandbox

@@ -96,13 +96,26 @@ func (r *Redactor) matchAt(b []byte, i int) *secret {
 	return nil
 }
 
+// mayStartAt reports whether a secret longer than the rest of b could start
+// at b[i]: the rest is a proper prefix of it, so the decision needs more input.
+func (r *Redactor) mayStartAt(b []byte, i int) bool {
+	rest := b[i:]
+	for _, s := range r.byFirst[b[i]] {
+		if len(s.value) > len(rest) && bytes.HasPrefix(s.value, rest) {
+			return true
+		}
+	}
+	return false
+}
+
 // redact appends the redaction of buf to out. Unless final, it stops at the
-// first position whose decision needs more input (fewer than maxLen bytes left)
+// first position whose decision needs more input (fewer than maxLen bytes left
+// and a secret could start there: only such a tail is held back)
 // and returns the index of the undecided rest.
 func (r *Redactor) redact(out, buf []byte, final bool) ([]byte, int) {
 	i := 0
 	for i < len(buf) {
-		if !final && len(buf)-i < r.maxLen {
+		if !final && len(buf)-i < r.maxLen && r.mayStartAt(buf, i) {
 			break
 		}
 		if s := r.matchAt(buf, i); s != nil {

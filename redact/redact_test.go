@@ -68,6 +68,25 @@ func TestStreamAcrossChunks(t *testing.T) {
 	}
 }
 
+// A tail that no secret can start with is not held back: a terminal's
+// prompt reaches its reader at once.
+func TestStreamHoldsBackOnlyPossibleSecrets(t *testing.T) {
+	r := redact.New(map[string]string{"api": "sk-live-123456"})
+	st := r.NewStream()
+	if got := string(st.Write([]byte("root# "))); got != "root# " || st.Pending() != 0 {
+		t.Fatalf("Write = %q, Pending = %d; want all of it at once", got, st.Pending())
+	}
+	if got := string(st.Write([]byte("echo s"))); got != "echo " || st.Pending() != 1 {
+		t.Fatalf("Write = %q, Pending = %d; want the s held back", got, st.Pending())
+	}
+	if got := string(st.Write([]byte("kip s"))); got != "skip " || st.Pending() != 1 {
+		t.Fatalf("Write = %q, Pending = %d; want skip out, the next s held", got, st.Pending())
+	}
+	if got := string(st.Write([]byte("k-live-123456\r\n"))); got != "[REDACTED:api]\r\n" || st.Pending() != 0 {
+		t.Fatalf("Write = %q, Pending = %d", got, st.Pending())
+	}
+}
+
 func TestContains(t *testing.T) {
 	r := redact.New(map[string]string{"a": "hunter2"})
 	if !r.Contains([]byte("pw=hunter2")) {
