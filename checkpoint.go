@@ -27,11 +27,16 @@ type CheckpointInfo = adapters.CheckpointInfo
 // Errors: ErrClosed after Close; *SandboxError when the snapshot could not be
 // taken or recorded; *ClientError 408 when the snapshot was not Ready within
 // two minutes, 500 when it failed.
-func (s *Sandbox) Checkpoint(ctx context.Context, name string) (string, error) {
+func (s *Sandbox) Checkpoint(ctx context.Context, name string) (snap string, err error) {
+	ctx, span := s.span(ctx, "sandbox.checkpoint", attrCheckpoint.String(name))
+	defer func() {
+		span.SetAttributes(attrSnapshotID.String(snap))
+		endSpan(span, err)
+	}()
 	if err := s.checkOpen(); err != nil {
 		return "", err
 	}
-	snap, err := s.c.snapshot(ctx, s.id, name)
+	snap, err = s.c.snapshot(ctx, s.id, name)
 	if err != nil {
 		return "", err
 	}

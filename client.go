@@ -14,6 +14,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // runningTimeout bounds the wait for a new sandbox to reach Running; past it the
@@ -34,6 +35,7 @@ type Client struct {
 	envs      envBuilds // environment builds in flight, by name and fingerprint
 
 	broker CredentialBroker // Options.CredentialBroker, or the vault broker
+	tracer trace.Tracer     // from Options.TracerProvider
 }
 
 // New returns a Client. It does no I/O. It fails with an *OptionError when
@@ -65,7 +67,7 @@ func New(opts Options) (*Client, error) {
 		rm, rmIsStore = opts.Adapter.(adapters.ReadModel)
 	}
 	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: rmIsStore, await: opts.AwaitReadModel,
-		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker}, nil
+		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker, tracer: tracerOf(opts.TracerProvider)}, nil
 }
 
 // readModel returns the client's read model for the call op, after
@@ -150,7 +152,14 @@ type spawnOptions struct {
 // concurrency slot, creates the sandbox, waits for Running and execd, records
 // sandbox.created and returns the handle; on failure it deletes what it created
 // and frees the slot. op names the create in its *SandboxError.
-func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSandboxRequest, o spawnOptions) (*Sandbox, error) {
+func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSandboxRequest, o spawnOptions) (_ *Sandbox, err error) {
+	// The handle's sandbox.run span: ended by Close, or here on failure.
+	ctx, run := c.tracer.Start(ctx, "sandbox.run", trace.WithAttributes(attrOp.String(op), attrRunID.String(o.runID)))
+	defer func() {
+		if err != nil {
+			endSpan(run, err)
+		}
+	}()
 	if err := c.sem.acquire(ctx); err != nil {
 		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
 	}
@@ -159,6 +168,7 @@ func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSa
 		c.sem.release()
 		return nil, &SandboxError{Op: op, Err: err}
 	}
+	run.SetAttributes(attrSandboxID.String(created.ID), attrName.String(o.name(created.ID)))
 	sb, err := c.open(ctx, created.ID, o)
 	if err != nil {
 		// Delete what was created, even if ctx is what failed.
@@ -172,6 +182,7 @@ func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSa
 		return nil, err
 	}
 	sb.release = sync.OnceFunc(c.sem.release)
+	sb.run = run
 	return sb, nil
 }
 

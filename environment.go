@@ -13,6 +13,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // EnvironmentRecord is the stored build of an environment: its snapshot,
@@ -160,6 +161,13 @@ func (e *Environment) Rebuild(ctx context.Context) (*EnvironmentRecord, error) {
 }
 
 func (e *Environment) build(ctx context.Context) (rec *EnvironmentRecord, err error) {
+	ctx, span := e.c.tracer.Start(ctx, "environment.build", trace.WithAttributes(attrEnv.String(e.name)))
+	defer func() {
+		if rec != nil {
+			span.SetAttributes(attrSnapshotID.String(rec.SnapshotID))
+		}
+		endSpan(span, err)
+	}()
 	sb, err := e.c.Sandbox(ctx, SandboxOptions{Image: e.opts.Image, Resources: e.opts.Resources,
 		Name: "env-" + e.name + "-build", Shell: e.opts.Shell})
 	if err != nil {

@@ -21,7 +21,9 @@ import (
 //
 // Errors: ErrForkUnsupported on a handle of Connect without resources;
 // otherwise those of Checkpoint and Client.Sandbox.
-func (s *Sandbox) Fork(ctx context.Context, tag string) (*Sandbox, error) {
+func (s *Sandbox) Fork(ctx context.Context, tag string) (_ *Sandbox, err error) {
+	ctx, span := s.span(ctx, "sandbox.fork", attrCheckpoint.String(tag))
+	defer func() { endSpan(span, err) }()
 	if s.resources == (Resources{}) {
 		return nil, &SandboxError{SandboxID: s.id, Op: "fork", Err: ErrForkUnsupported}
 	}

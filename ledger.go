@@ -112,6 +112,7 @@ func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es
 		ts = l.lastTs
 	}
 	l.lastTs = ts
+	tp := traceParent(ctx)
 	for i, em := range es {
 		var e events.Entry
 		if raw, ok := em.payload.(json.RawMessage); ok { // already encoded
@@ -119,6 +120,7 @@ func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es
 		} else {
 			e = events.New(ts, l.name, l.sandboxID, em.step, em.ev, em.payload)
 		}
+		e.Trace = tp
 		ch := make(chan error, 1)
 		done[i] = ch
 		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})

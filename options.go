@@ -10,6 +10,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures a Client. They mirror the SandboxClientOptions of the
@@ -49,6 +50,9 @@ type Options struct {
 	// CredentialBroker holds the values of Sandbox.Credentials. Default: an
 	// OpenSandboxBroker on the server's credential vault (port 18080).
 	CredentialBroker CredentialBroker
+	// TracerProvider receives the client's OpenTelemetry spans (see the
+	// package doc's Traces). Default: the global provider, otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 func (o Options) validate() error {

@@ -37,6 +37,8 @@ type output struct {
 	readers map[*outputReader]struct{}
 	done    bool
 	err     error // the exec's terminal error, valid once done
+	// stdout and stderr count the bytes published on each stream.
+	stdout, stderr int64
 }
 
 type outputReader struct{ pos int }
@@ -100,6 +102,11 @@ func (o *output) publishThen(ctx context.Context, c chunk, last bool, err error)
 	}
 	o.chunks = append(o.chunks, c)
 	o.size += len(c.data)
+	if c.stream == events.Stderr {
+		o.stderr += int64(len(c.data))
+	} else {
+		o.stdout += int64(len(c.data))
+	}
 	o.dropLocked()
 	if last && !o.done {
 		o.done, o.err = true, err
@@ -118,6 +125,13 @@ func (o *output) finish(err error) {
 	}
 	o.done, o.err = true, err
 	o.broadcastLocked()
+}
+
+// bytes returns the bytes published so far on stdout and on stderr.
+func (o *output) bytes() (stdout, stderr int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stdout, o.stderr
 }
 
 // result waits for the end and returns the terminal error.

@@ -10,6 +10,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ResumeOptions choose what Client.Resume resumes.
@@ -55,7 +56,10 @@ type ResumeOptions struct {
 // Errors: *ClientError 404 when no session has sandboxID (or several do and
 // opts.Name is empty), or it has no matching checkpoint; otherwise those of
 // Client.Sandbox.
-func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOptions) (*Sandbox, error) {
+func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOptions) (_ *Sandbox, err error) {
+	ctx, span := c.tracer.Start(ctx, "session.resume", trace.WithAttributes(attrSandboxID.String(sandboxID),
+		attrName.String(opts.Name), attrCheckpoint.String(opts.Tag)))
+	defer func() { endSpan(span, err) }()
 	name, err := c.sessionName(ctx, sandboxID, opts.Name)
 	if err != nil {
 		return nil, err
@@ -142,7 +146,9 @@ func (c *Client) namedSession(ctx context.Context, name, sandboxID string) (*San
 //
 // Errors: *ClientError 404 when the snapshot is unknown; otherwise those of
 // Client.Sandbox.
-func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (*Sandbox, error) {
+func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (_ *Sandbox, err error) {
+	ctx, span := c.tracer.Start(ctx, "sandbox.restore", trace.WithAttributes(attrSnapshotID.String(snapshotID)))
+	defer func() { endSpan(span, err) }()
 	if snapshotID == "" {
 		return nil, &OptionError{Field: "snapshotID", Reason: "is empty"}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // closeTimeout bounds the work Close does after its ctx ended: the delete and the
@@ -41,6 +42,8 @@ type Sandbox struct {
 	replay   *replayCache   // results replayed instead of run (Client.Resume); nil for none
 
 	creds credState // bound credential values, redacted from what is recorded
+
+	run trace.Span // sandbox.run, from launch to Close; nil for a handle of Connect
 
 	closeOnce sync.Once
 	closeErr  error
@@ -184,7 +187,9 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 		e.fail(call.bad)
 		return e
 	}
+	ctx, span := s.execSpan(ctx, e)
 	if s.replayed(e, call.started.Fingerprint) {
+		e.endSpan(span, true)
 		return e
 	}
 	payload := call.started
@@ -192,6 +197,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
 		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
+		e.endSpan(span, false)
 		return e
 	}
 	ectx, cancel := context.WithCancelCause(ctx)
@@ -206,6 +212,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 			s.running.Done()
 		}()
 		e.run(ectx, started, call.open, call.lines)
+		e.endSpan(span, false)
 	}()
 	return e
 }
@@ -213,7 +220,9 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 // Pause pauses the sandbox (its processes are frozen) and waits until it is
 // Paused, then cancels the streams of running execs and records
 // sandbox.paused. Exec and file operations fail with ErrPaused until Resume.
-func (s *Sandbox) Pause(ctx context.Context) error {
+func (s *Sandbox) Pause(ctx context.Context) (err error) {
+	ctx, span := s.span(ctx, "sandbox.pause")
+	defer func() { endSpan(span, err) }()
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
@@ -242,7 +251,9 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 
 // Resume resumes a paused sandbox, waits until it is Running and execd answers,
 // and records sandbox.resumed.
-func (s *Sandbox) Resume(ctx context.Context) error {
+func (s *Sandbox) Resume(ctx context.Context) (err error) {
+	ctx, span := s.span(ctx, "sandbox.resume")
+	defer func() { endSpan(span, err) }()
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
@@ -280,7 +291,13 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 // is idempotent: later calls return the first call's result. The work after the
 // cancel continues for a bounded time even if ctx ends.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	s.closeOnce.Do(func() {
+		if s.run != nil {
+			ctx = trace.ContextWithSpan(ctx, s.run) // sandbox.closed is the run's
+		}
+		s.closeErr = s.close(ctx)
+		s.endRun(s.closeErr)
+	})
 	return s.closeErr
 }
 

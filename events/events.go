@@ -71,6 +71,11 @@ type Entry struct {
 	// The JSON literal null is distinct from nil and round-trips as such.
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Error   string          `json:"error,omitempty"`
+	// Trace is the W3C trace context (a traceparent header value) of the span
+	// the entry was written under, "" for none. The bus carries it in the
+	// message's headers; the SQL stores do not keep it, and it is not part of
+	// the entry's JSON.
+	Trace string `json:"-"`
 }
 
 // Session is the key of one sandbox session's ledger.

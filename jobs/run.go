@@ -9,6 +9,10 @@ import (
 	"time"
 
 	alineo "github.com/alineo-labs/alineo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // StepState is what a progress Event reports.
@@ -85,6 +89,10 @@ type Runner struct {
 	// Output receives each live exec's stdout and stderr as they are
 	// recorded, interleaved. Nil discards them.
 	Output io.Writer
+	// TracerProvider receives the spans job.run (one per Run) and job.step
+	// (one per step, its sandbox.exec or sandbox.checkpoint inside).
+	// Default: the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Run runs spec's steps in a new sandbox with progress reported to progress
@@ -106,6 +114,13 @@ func Run(ctx context.Context, client *alineo.Client, spec Spec, progress func(Ev
 // resuming the sandbox.
 func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Result, err error) {
 	start := time.Now()
+	ctx, span := r.tracer().Start(ctx, "job.run", trace.WithAttributes(attribute.String("alineo.job.name", spec.Name),
+		attribute.Bool("alineo.job.resumed", from != nil)))
+	defer func() {
+		span.SetAttributes(attribute.String("alineo.sandbox.id", res.SandboxID),
+			attribute.Int("alineo.job.steps_live", res.Live), attribute.Int("alineo.job.steps_replayed", res.Replayed))
+		endSpan(span, err)
+	}()
 	if r.Client == nil {
 		return res, fmt.Errorf("%w: Runner.Client is nil", ErrInvalidConfig)
 	}
@@ -161,13 +176,20 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 	lastCheckpoint := next - 1 // -1 for a fresh run; the resumed checkpoint's step otherwise
 	for i, st := range spec.Steps {
 		ev := Event{Job: spec.Name, SandboxID: sb.ID(), Index: i, Total: len(spec.Steps), Kind: st.Kind(), Desc: st.Describe()}
+		sctx, sspan := r.stepSpan(ctx, i, st)
+		report := func(ev Event) { // reports ev, ending the step's span unless it only started
+			r.report(ev)
+			if ev.State != StepStarted {
+				endStepSpan(sspan, ev)
+			}
+		}
 		if i < next {
 			if st.Kind() == KindExec || st.Kind() == KindExecCode {
 				t0 := time.Now()
-				code, err := r.exec(ctx, sb, st, io.Discard)
+				code, err := r.exec(sctx, sb, st, io.Discard)
 				if err != nil {
 					ev.State, ev.Err, ev.Elapsed = StepFailed, err, time.Since(t0)
-					r.report(ev)
+					report(ev)
 					return res, &StepError{Index: i, Kind: st.Kind(), Err: err}
 				}
 				ev.State, ev.ExitCode, ev.Elapsed = StepReplayed, code, time.Since(t0)
@@ -175,20 +197,21 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 				ev.State = StepSkipped
 			}
 			res.Replayed++
-			r.report(ev)
+			report(ev)
 			continue
 		}
 		if i > 0 && r.draining() { // between steps: honour a drain request
+			sspan.End()
 			return res, r.drain(ctx, spec, sb, i, lastCheckpoint == i-1)
 		}
 		ev.State = StepStarted
-		r.report(ev)
+		report(ev)
 		t0 := time.Now()
-		code, err := r.step(ctx, spec, sb, i, st)
+		code, err := r.step(sctx, spec, sb, i, st)
 		ev.Elapsed = time.Since(t0)
 		if err != nil {
 			ev.State, ev.Err = StepFailed, err
-			r.report(ev)
+			report(ev)
 			if errors.Is(err, ErrDrained) {
 				return res, err
 			}
@@ -199,7 +222,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		}
 		ev.State, ev.ExitCode = StepDone, code
 		res.Live++
-		r.report(ev)
+		report(ev)
 	}
 	return res, nil
 }
@@ -285,4 +308,37 @@ func (r *Runner) checkpoint(ctx context.Context, sb *alineo.Sandbox, tag string,
 		return r.OnCheckpoint(ctx, Checkpoint{SandboxID: sb.ID(), Name: sb.Name(), Tag: tag, Next: next})
 	}
 	return nil
+}
+
+func (r *Runner) tracer() trace.Tracer {
+	tp := r.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer("github.com/alineo-labs/alineo/jobs")
+}
+
+// stepSpan starts the job.step span of step i.
+func (r *Runner) stepSpan(ctx context.Context, i int, st Step) (context.Context, trace.Span) {
+	return r.tracer().Start(ctx, "job.step", trace.WithAttributes(attribute.Int("alineo.job.step", i),
+		attribute.String("alineo.job.step_kind", string(st.Kind())), attribute.String("alineo.job.step_desc", st.Describe())))
+}
+
+// endStepSpan ends a step's span with the state ev reports.
+func endStepSpan(span trace.Span, ev Event) {
+	span.SetAttributes(attribute.String("alineo.job.step_state", string(ev.State)))
+	if ev.Kind == KindExec || ev.Kind == KindExecCode {
+		span.SetAttributes(attribute.Int("process.exit_code", ev.ExitCode))
+	}
+	endSpan(span, ev.Err)
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	} else {
+		span.SetStatus(codes.Ok, "")
+	}
+	span.End()
 }

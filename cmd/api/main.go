@@ -64,6 +64,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("refusing to serve %s without a token: set ALINEO_API_TOKEN (or pass --insecure)", *listen)
 	}
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	stopTracing, err := cli.Tracing(ctx, "alineo-api", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	b, err := cli.OpenBus(ctx, *natsURL, *natsDir, log)
 	if err != nil {
 		return err

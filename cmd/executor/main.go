@@ -176,6 +176,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return usage.Errorf(usage.Text(fs, heads[cmd]), "--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	stopTracing, err := cli.Tracing(ctx, "alineo-executor", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	switch cmd {
 	case "run":
 		return runJob(ctx, c, fs.Arg(0), getenv, stdout, log)
