@@ -14,6 +14,7 @@ import (
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"github.com/alineo-labs/alineo/redact"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -129,11 +130,15 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 	e := newExec(s, s.step, events.KindCommand, payload.Cmd, o.strict())
 	it := &Interactive{Exec: e, cmd: wire, cwd: o.Cwd, ready: make(chan struct{}), firstOut: make(chan struct{})}
 	e.out = newOutput(outputWindow, it.refetch)
+	var span trace.Span // sandbox.exec, once the call is valid
 	fail := func(err error) *Interactive {
 		it.setupErr = err
 		it.ended = true
 		close(it.ready)
 		e.fail(err)
+		if span != nil {
+			e.endSpan(span, false)
+		}
 		return it
 	}
 	switch {
@@ -144,6 +149,8 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 	case bad != nil:
 		return fail(bad)
 	}
+	ctx, span = s.execSpan(ctx, e)
+	span.SetAttributes(attrInteractive.Bool(true))
 	if rec, ok := s.replay.peek(e.step); ok && !recordedInteractive(rec) {
 		s.replay.take(e.step)
 		return fail(&ReplayDivergedError{SandboxID: s.id, Step: e.step, Recorded: recordedText(rec), Got: payload.Cmd})
@@ -152,6 +159,7 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 		it.setupErr = ErrExecDone
 		it.ended = true
 		close(it.ready)
+		e.endSpan(span, true)
 		return it
 	}
 	if p, ok := s.replay.takePending(e.step); ok {
@@ -183,6 +191,7 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 			s.running.Done()
 		}()
 		it.run(ectx, started)
+		e.endSpan(span, false)
 	}()
 	return it
 }
