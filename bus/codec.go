@@ -196,19 +196,11 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 			b := int(n)
 			e.Branch = &b
 		case "name":
-			b, ok := d.rawStr()
-			if !ok {
-				return false
-			}
-			if e.Name, ok = in.get(b, names); !ok {
+			if e.Name, ok = d.interned(in, names); !ok {
 				return false
 			}
 		case "sandboxId":
-			b, ok := d.rawStr()
-			if !ok {
-				return false
-			}
-			if e.SandboxID, ok = in.get(b, ids); !ok {
+			if e.SandboxID, ok = d.interned(in, ids); !ok {
 				return false
 			}
 		case "event":
@@ -296,6 +288,15 @@ func (d *decoder) strBytes() ([]byte, bool) {
 		return nil, false
 	}
 	return s, true
+}
+
+// interned reads a string through in (see interner.get).
+func (d *decoder) interned(in *interner, prev *string) (string, bool) {
+	b, ok := d.rawStr()
+	if !ok {
+		return "", false
+	}
+	return in.get(b, prev)
 }
 
 // rawStr is strBytes without the UTF-8 check: the caller makes it.

@@ -168,34 +168,33 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			}
 			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
-		seq, ok := streamSeq(m.Reply())
-		if !ok {
-			md, err := m.Metadata()
-			if err != nil {
-				return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
-			}
-			seq = md.Sequence.Stream
+		seq, err := msgSeq(m)
+		if err != nil {
+			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		lastSeen = seq
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
-			// Decoded straight into the next slot, kept if it belongs.
-			res.entries = append(res.entries, events.Entry{})
-			e := &res.entries[len(res.entries)-1]
-			err := decodeMsgInto(e, m.Data(), seq, &in)
-			if err != nil {
-				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
-			}
-			if err != nil || name != "" && e.Name != name {
-				res.entries = res.entries[:len(res.entries)-1]
-			}
+			b.keep(&res, m, seq, name, &in)
 		}
 		if seq >= last {
 			return res, nil
 		}
 	}
+}
+
+// msgSeq returns m's stream sequence.
+func msgSeq(m jetstream.Msg) (uint64, error) {
+	if seq, ok := streamSeq(m.Reply()); ok {
+		return seq, nil
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
 }
 
 // streamSeq returns the stream sequence in a JetStream message's reply
@@ -226,6 +225,20 @@ func streamSeq(reply string) (uint64, bool) {
 	tok, _, _ := strings.Cut(rest, ".")
 	seq, err := strconv.ParseUint(tok, 10, 64)
 	return seq, err == nil && seq > 0
+}
+
+// keep decodes m straight into the next slot of res.entries and keeps it
+// there if it belongs to the session named name ("" keeps all).
+func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in *interner) {
+	res.entries = append(res.entries, events.Entry{})
+	e := &res.entries[len(res.entries)-1]
+	err := decodeMsgInto(e, m.Data(), seq, in)
+	if err != nil {
+		b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
+	}
+	if err != nil || name != "" && e.Name != name {
+		res.entries = res.entries[:len(res.entries)-1]
+	}
 }
 
 // lastSeq asks the stream leader for the sequence of the last message on filter.
