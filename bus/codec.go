@@ -105,15 +105,21 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 // session, whose name and sandbox id repeat on every message.
 type interner struct{ name, id string }
 
-func (in *interner) get(b []byte, prev *string) string {
+// get returns b, a string's bytes not checked for UTF-8 yet, as a string;
+// ok is false when b is not valid UTF-8. A repeat of the previous string is
+// neither checked nor copied again.
+func (in *interner) get(b []byte, prev *string) (string, bool) {
 	if in != nil && string(b) == *prev {
-		return *prev
+		return *prev, true
+	}
+	if !utf8.Valid(b) {
+		return "", false
 	}
 	s := string(b)
 	if in != nil {
 		*prev = s
 	}
-	return s
+	return s, true
 }
 
 // eventName returns ev's constant for a known event without allocating.
@@ -129,6 +135,13 @@ func eventName(b []byte) events.Event {
 // decodeEntryWith is decodeEntry reusing strings through in (nil for none).
 // The payload aliases data.
 func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
+	ok = decodeEntryInto(&e, data, in)
+	return e, ok
+}
+
+// decodeEntryInto is decodeEntryWith decoding into *e, which must be zero:
+// a replay decodes straight into its result's next slot, not into a copy.
+func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 	var nameBuf, idBuf string
 	names, ids := &nameBuf, &idBuf
 	if in != nil {
@@ -137,36 +150,38 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 	d := decoder{b: data}
 	d.ws()
 	if !d.eat('{') {
-		return e, false
+		return false
 	}
 	d.ws()
 	if d.eat('}') {
-		return e, d.end()
+		return d.end()
 	}
 	for {
 		d.ws()
-		key, ok := d.str()
+		// Compared below without a string of its own, nor a UTF-8 check: a
+		// key equal to one of ours is ASCII, any other is refused anyway.
+		key, ok := d.rawStr()
 		if !ok {
-			return e, false
+			return false
 		}
 		d.ws()
 		if !d.eat(':') {
-			return e, false
+			return false
 		}
 		d.ws()
-		switch key {
+		switch string(key) {
 		case "seq":
 			if e.Seq, ok = d.uint(); !ok {
-				return e, false
+				return false
 			}
 		case "ts":
 			if e.Ts, ok = d.int(64); !ok {
-				return e, false
+				return false
 			}
 		case "stepIndex":
 			n, ok := d.int(strconv.IntSize)
 			if !ok {
-				return e, false
+				return false
 			}
 			e.StepIndex = int(n)
 		case "branch":
@@ -176,51 +191,47 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 			}
 			n, ok := d.int(strconv.IntSize)
 			if !ok {
-				return e, false
+				return false
 			}
 			b := int(n)
 			e.Branch = &b
 		case "name":
-			b, ok := d.strBytes()
-			if !ok {
-				return e, false
+			if e.Name, ok = d.interned(in, names); !ok {
+				return false
 			}
-			e.Name = in.get(b, names)
 		case "sandboxId":
-			b, ok := d.strBytes()
-			if !ok {
-				return e, false
+			if e.SandboxID, ok = d.interned(in, ids); !ok {
+				return false
 			}
-			e.SandboxID = in.get(b, ids)
 		case "event":
 			b, ok := d.strBytes()
 			if !ok {
-				return e, false
+				return false
 			}
 			e.Event = eventName(b)
 		case "error":
 			if e.Error, ok = d.str(); !ok {
-				return e, false
+				return false
 			}
 		case "payload":
 			n, ok := events.JSONValueLen(d.b[d.i:])
 			if !ok {
-				return e, false
+				return false
 			}
 			raw := d.b[d.i : d.i+n]
 			d.i += n
 			e.Payload = json.RawMessage(raw[:len(raw):len(raw)])
 		default:
-			return e, false
+			return false
 		}
 		d.ws()
 		if d.eat(',') {
 			continue
 		}
 		if d.eat('}') {
-			return e, d.end()
+			return d.end()
 		}
-		return e, false
+		return false
 	}
 }
 
@@ -272,6 +283,24 @@ func (d *decoder) str() (string, bool) {
 
 // strBytes is str returning the bytes inside data.
 func (d *decoder) strBytes() ([]byte, bool) {
+	s, ok := d.rawStr()
+	if !ok || !utf8.Valid(s) {
+		return nil, false
+	}
+	return s, true
+}
+
+// interned reads a string through in (see interner.get).
+func (d *decoder) interned(in *interner, prev *string) (string, bool) {
+	b, ok := d.rawStr()
+	if !ok {
+		return "", false
+	}
+	return in.get(b, prev)
+}
+
+// rawStr is strBytes without the UTF-8 check: the caller makes it.
+func (d *decoder) rawStr() ([]byte, bool) {
 	if !d.eat('"') {
 		return nil, false
 	}
@@ -282,9 +311,6 @@ func (d *decoder) strBytes() ([]byte, bool) {
 		case c == '"':
 			s := d.b[start:d.i]
 			d.i++
-			if !utf8.Valid(s) {
-				return nil, false
-			}
 			return s, true
 		case c == '\\' || c < 0x20:
 			return nil, false
@@ -317,13 +343,40 @@ func (d *decoder) digits() []byte {
 	return num
 }
 
+// maxShort is the most digits short parses: 18 never overflow an int64.
+const maxShort = 18
+
+// short returns the value of the digits of num, at most maxShort of them.
+func short(num []byte) uint64 {
+	var n uint64
+	for _, c := range num {
+		n = n*10 + uint64(c-'0')
+	}
+	return n
+}
+
 func (d *decoder) int(bits int) (int64, bool) {
 	num := d.digits()
 	if num == nil {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(num), 10, bits)
-	return n, err == nil
+	neg := num[0] == '-'
+	digits := num
+	if neg {
+		digits = num[1:]
+	}
+	if len(digits) > maxShort {
+		n, err := strconv.ParseInt(string(num), 10, bits)
+		return n, err == nil
+	}
+	n := int64(short(digits))
+	if neg {
+		n = -n
+	}
+	if bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
+		return 0, false
+	}
+	return n, true
 }
 
 func (d *decoder) uint() (uint64, bool) {
@@ -331,6 +384,9 @@ func (d *decoder) uint() (uint64, bool) {
 	if num == nil || num[0] == '-' {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(num), 10, 64)
-	return n, err == nil
+	if len(num) > maxShort {
+		n, err := strconv.ParseUint(string(num), 10, 64)
+		return n, err == nil
+	}
+	return short(num), true
 }

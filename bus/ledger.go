@@ -73,9 +73,14 @@ type Ledger struct {
 
 	lastSeq atomic.Uint64 // highest acknowledged ledger sequence
 
+	// mu guards writers and serialises closing with the creation of writers.
 	mu      sync.Mutex
 	writers map[string]*writer
-	closed  bool
+	// index holds what writers holds (written under mu with it) for the hot
+	// paths, every Append and every acknowledgement, which look a writer up
+	// without taking mu.
+	index  sync.Map    // sandbox id → *writer
+	closed atomic.Bool // set under mu
 
 	// Claims in flight: each has a goroutine waiting for its fence's
 	// acknowledgement. done ends them at Close; bg bounds their publishes.
@@ -208,30 +213,40 @@ func NewLedger(b *Bus, cfg LedgerConfig) (*Ledger, error) {
 // msgWriter finds the writer of a published message from its subject, and
 // its epoch from its message id (<epoch>.<n>). nil for a fence.
 func (l *Ledger) msgWriter(m *nats.Msg) (*writer, uint64) {
-	id := m.Header.Get(jetstream.MsgIDHeader)
+	return l.idWriter(m.Header.Get(jetstream.MsgIDHeader), m.Subject)
+}
+
+// idWriter is msgWriter for a message's id and subject.
+func (l *Ledger) idWriter(id, subject string) (*writer, uint64) {
 	epochStr, _, ok := strings.Cut(id, ".")
 	if !ok {
 		return nil, 0
 	}
-	rest, ok := strings.CutPrefix(m.Subject, l.subjectPrefix)
+	rest, ok := strings.CutPrefix(subject, l.subjectPrefix)
 	if !ok {
 		return nil, 0
 	}
 	sandboxID, _, _ := strings.Cut(rest, ".")
 	epoch, _ := strconv.ParseUint(epochStr, 10, 64)
-	l.mu.Lock()
-	w := l.writers[sandboxID]
-	l.mu.Unlock()
-	return w, epoch
+	return l.lookup(sandboxID), epoch
+}
+
+// lookup returns sandboxID's writer, nil when there is none.
+func (l *Ledger) lookup(sandboxID string) *writer {
+	if v, ok := l.index.Load(sandboxID); ok {
+		return v.(*writer)
+	}
+	return nil
 }
 
 // onAck runs on the client's reply goroutine: it must not block.
 func (l *Ledger) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-	if m.Header.Get(jetstream.MsgIDHeader) == "" {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	if id == "" {
 		return // a fence: not an entry (its claim goroutine takes the ack)
 	}
 	l.noteSeq(ack.Sequence)
-	w, _ := l.msgWriter(m)
+	w, _ := l.idWriter(id, m.Subject)
 	if w == nil {
 		return
 	}
@@ -265,15 +280,19 @@ func (l *Ledger) fenceSubject(sandboxID string) string {
 }
 
 func (l *Ledger) writer(sandboxID string) (*writer, error) {
+	if w := l.lookup(sandboxID); w != nil && !l.closed.Load() {
+		return w, nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed.Load() {
 		return nil, ErrClosed
 	}
 	w := l.writers[sandboxID]
 	if w == nil {
 		w = &writer{id: sandboxID}
 		l.writers[sandboxID] = w
+		l.index.Store(sandboxID, w)
 	}
 	return w, nil
 }
@@ -365,7 +384,7 @@ func (l *Ledger) reclaim(ctx context.Context, sandboxID string, fenced error) (u
 // When the window is full it claims synchronously instead. Called with w.mu held.
 func (l *Ledger) startClaimLocked(ctx context.Context, w *writer) error {
 	l.mu.Lock()
-	if l.closed {
+	if l.closed.Load() {
 		l.mu.Unlock()
 		return ErrClosed
 	}
@@ -490,6 +509,7 @@ func (l *Ledger) Release(ctx context.Context, sandboxID string) error {
 	l.mu.Lock()
 	if l.writers[sandboxID] == w {
 		delete(l.writers, sandboxID)
+		l.index.Delete(sandboxID)
 	}
 	l.mu.Unlock()
 	return err
@@ -820,12 +840,9 @@ func isWrongLastSeq(err error) bool {
 // ErrFenced or ErrUnavailable), or ctx's error. Safe for concurrent use; it
 // also waits for appends made concurrently with it.
 func (l *Ledger) Sync(ctx context.Context, sandboxID string) error {
-	l.mu.Lock()
-	w := l.writers[sandboxID]
-	closed := l.closed
-	l.mu.Unlock()
+	w := l.lookup(sandboxID)
 	if w == nil {
-		if closed {
+		if l.closed.Load() {
 			return ErrClosed
 		}
 		return nil
@@ -857,18 +874,14 @@ func (l *Ledger) Flush(ctx context.Context) error {
 // Close flushes pending publishes (for at most 10 s) and makes every later
 // call return ErrClosed. It does not close the Bus. Idempotent.
 func (l *Ledger) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if l.closed.Load() {
 		return nil
 	}
-	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := l.Flush(ctx)
 	l.mu.Lock()
-	first := !l.closed
-	l.closed = true
+	first := l.closed.CompareAndSwap(false, true)
 	l.mu.Unlock()
 	if first {
 		close(l.done)
@@ -882,11 +895,7 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-func (l *Ledger) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Ledger) isClosed() bool { return l.closed.Load() }
 
 // LastSeq returns the stream sequence of the newest entry this Ledger has had
 // acknowledged.

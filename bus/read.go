@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,23 +43,49 @@ func DecodeValidMsg(data []byte, seq uint64) (events.Entry, error) {
 }
 
 func decodeMsg(data []byte, seq uint64, in *interner) (events.Entry, error) {
-	e, ok := decodeEntryWith(data, in)
-	if !ok {
-		e = events.Entry{}
-		if err := json.Unmarshal(data, &e); err != nil {
-			return events.Entry{}, &events.ValidationError{Field: "entry", Reason: "does not decode", Err: err}
+	var e events.Entry
+	if err := decodeMsgInto(&e, data, seq, in); err != nil {
+		return events.Entry{}, err
+	}
+	return e, nil
+}
+
+// decodeMsgInto is decodeMsg decoding into *e, which must be zero; on error
+// *e is zero again.
+func decodeMsgInto(e *events.Entry, data []byte, seq uint64, in *interner) error {
+	if !decodeEntryInto(e, data, in) {
+		if err := slowDecode(e, data); err != nil {
+			return err
 		}
 	}
+	var err error
 	switch {
 	case e.Name == "":
-		return events.Entry{}, &events.ValidationError{Field: "name", Reason: "is empty"}
+		err = &events.ValidationError{Field: "name", Reason: "is empty"}
 	case e.SandboxID == "":
-		return events.Entry{}, &events.ValidationError{Field: "sandboxId", Reason: "is empty"}
+		err = &events.ValidationError{Field: "sandboxId", Reason: "is empty"}
 	case !e.Event.Known():
-		return events.Entry{}, &events.ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+		err = &events.ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+	}
+	if err != nil {
+		*e = events.Entry{}
+		return err
 	}
 	e.Seq = seq
-	return e, nil
+	return nil
+}
+
+// slowDecode decodes data into *e with encoding/json, for what the fast
+// decoder does not take. A function of its own: the decoded entry escapes to
+// the heap here only.
+func slowDecode(e *events.Entry, data []byte) error {
+	var v events.Entry
+	if err := json.Unmarshal(data, &v); err != nil {
+		*e = events.Entry{}
+		return &events.ValidationError{Field: "entry", Reason: "does not decode", Err: err}
+	}
+	*e = v
+	return nil
 }
 
 // readResult is what one ordered read of a subject returned.
@@ -110,8 +138,9 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		res.entries = make([]events.Entry, 0, ci.NumPending)
 	}
 	stalls := 0
+	maxWait := jetstream.NextMaxWait(time.Second)
 	for {
-		m, err := msgs.Next(jetstream.NextMaxWait(time.Second))
+		m, err := msgs.Next(maxWait)
 		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			now, found, lerr := b.lastSeq(ctx, filter)
 			if lerr != nil {
@@ -139,26 +168,76 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			}
 			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
-		md, err := m.Metadata()
+		seq, err := msgSeq(m)
 		if err != nil {
 			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
-		seq := md.Sequence.Stream
 		lastSeen = seq
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
-			e, err := decodeMsg(m.Data(), seq, &in)
-			if err != nil {
-				b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
-			} else if name == "" || e.Name == name {
-				res.entries = append(res.entries, e)
-			}
+			b.keep(&res, m, seq, name, &in)
 		}
 		if seq >= last {
 			return res, nil
 		}
+	}
+}
+
+// msgSeq returns m's stream sequence.
+func msgSeq(m jetstream.Msg) (uint64, error) {
+	if seq, ok := streamSeq(m.Reply()); ok {
+		return seq, nil
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
+}
+
+// streamSeq returns the stream sequence in a JetStream message's reply
+// subject, the one field of its metadata a read needs, without the rest that
+// Metadata parses and allocates. The subject is
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending> (9
+// tokens), or with <domain>.<account hash> after $JS.ACK and possibly a
+// random token at the end (11 or more); ok is false on anything else, and the
+// caller asks Metadata.
+func streamSeq(reply string) (uint64, bool) {
+	const prefix = "$JS.ACK."
+	if !strings.HasPrefix(reply, prefix) {
+		return 0, false
+	}
+	var pos int // index of <sseq> among the tokens after $JS.ACK
+	switch n := strings.Count(reply, ".") - 1; {
+	case n == 7:
+		pos = 3
+	case n >= 9:
+		pos = 5
+	default:
+		return 0, false
+	}
+	rest := reply[len(prefix):]
+	for range pos {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	tok, _, _ := strings.Cut(rest, ".")
+	seq, err := strconv.ParseUint(tok, 10, 64)
+	return seq, err == nil && seq > 0
+}
+
+// keep decodes m straight into the next slot of res.entries and keeps it
+// there if it belongs to the session named name ("" keeps all).
+func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in *interner) {
+	res.entries = append(res.entries, events.Entry{})
+	e := &res.entries[len(res.entries)-1]
+	err := decodeMsgInto(e, m.Data(), seq, in)
+	if err != nil {
+		b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
+	}
+	if err != nil || name != "" && e.Name != name {
+		res.entries = res.entries[:len(res.entries)-1]
 	}
 }
 
@@ -233,9 +312,14 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 			es = append(merged, es...)
 		}
 	}
-	slices.SortStableFunc(es, func(a, b events.Entry) int {
+	byTsSeq := func(a, b events.Entry) int {
 		return cmp.Or(cmp.Compare(a.Ts, b.Ts), cmp.Compare(a.Seq, b.Seq))
-	})
+	}
+	// Usually in order already (a handle's clock only moves on): one pass
+	// checks it, where the stable sort takes n log n comparisons.
+	if !slices.IsSortedFunc(es, byTsSeq) {
+		slices.SortStableFunc(es, byTsSeq)
+	}
 	return es, nil
 }
 

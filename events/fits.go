@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -139,6 +140,10 @@ func (s *scanner) validString() bool {
 		return false
 	}
 	for s.i < len(s.b) {
+		s.plain()
+		if s.i >= len(s.b) {
+			break
+		}
 		switch c := s.b[s.i]; {
 		case c == '"':
 			s.i++
@@ -165,6 +170,33 @@ func (s *scanner) validString() bool {
 		}
 	}
 	return false
+}
+
+// Bytes repeated across a word, for plain.
+const (
+	ones   = 0x0101010101010101
+	highs  = 0x8080808080808080
+	quotes = '"' * ones
+	slashs = '\\' * ones
+	spaces = 0x20 * ones
+)
+
+// plain moves past the bytes of a string that need no look (neither '"' nor
+// '\\' nor a control character), eight at a time: a long output line costs
+// a few word operations per eight bytes instead of a switch per byte. It stops
+// at the word that holds such a byte (the caller looks at it byte by byte).
+func (s *scanner) plain() {
+	b, i := s.b, s.i
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		// A byte below 0x20, or one equal to '"' or '\\' (XOR makes it zero),
+		// sets its high bit in special; a byte of 0x80 or more never does.
+		q, bs := x^quotes, x^slashs
+		if ((x-spaces)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			break
+		}
+	}
+	s.i = i
 }
 
 func isHex4(b []byte) bool {
