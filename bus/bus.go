@@ -38,6 +38,10 @@ const (
 	// HeaderName carries the entry's session name, percent-encoded
 	// (url.PathEscape), on every ledger message.
 	HeaderName = "Alineo-Name"
+	// HeaderTraceParent carries the W3C trace context of the span the entry
+	// was written under (events.Entry.Trace), when it has one, so a reader
+	// (a projector's apply span) can link to the exec that wrote it.
+	HeaderTraceParent = "traceparent"
 	// HeaderDLQReason, HeaderDLQSubject and HeaderDLQSeq say why a parked
 	// message was parked, and where it was in the ledger stream.
 	HeaderDLQReason  = "Alineo-Dlq-Reason"

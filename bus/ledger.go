@@ -129,9 +129,12 @@ type claim struct {
 	err   error
 }
 
+// pendingMsg is one entry to publish: its subject, session name, encoded
+// body and the W3C trace context it was written under ("" for none).
 type pendingMsg struct {
 	subj, name string
 	data       []byte
+	trace      string
 }
 
 func (w *writer) failure() error {
@@ -443,7 +446,7 @@ func (l *Ledger) finishClaimLocked(w *writer) {
 	if err == nil {
 		w.setEpoch(l, epoch)
 		for i, p := range queue {
-			if err = l.sendLocked(l.bg, w, p.subj, p.name, p.data); err != nil {
+			if err = l.sendLocked(l.bg, w, p); err != nil {
 				queue = queue[i+1:]
 				break
 			}
@@ -635,7 +638,7 @@ func (l *Ledger) append(ctx context.Context, e events.Entry) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	return l.publishLocked(ctx, w, subj, e.Name, data)
+	return l.publishLocked(ctx, w, pendingMsg{subj, e.Name, data, e.Trace})
 }
 
 // AppendBatch validates every entry, publishes them in order and waits until
@@ -654,11 +657,7 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 
 // appendBatch publishes es, each of which passed events.Validate.
 func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
-	type msg struct {
-		subj, name string
-		data       []byte
-	}
-	msgs := make([]msg, 0, len(es))
+	msgs := make([]pendingMsg, 0, len(es))
 	for _, e := range es {
 		e.Seq = 0
 		data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
@@ -666,7 +665,7 @@ func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
 		}
-		msgs = append(msgs, msg{subj, e.Name, data})
+		msgs = append(msgs, pendingMsg{subj, e.Name, data, e.Trace})
 	}
 	var touched []string
 	for i, m := range msgs {
@@ -674,7 +673,7 @@ func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
 		if err != nil {
 			return err
 		}
-		err = l.publishLocked(ctx, w, m.subj, m.name, m.data)
+		err = l.publishLocked(ctx, w, m)
 		w.mu.Unlock()
 		if err != nil {
 			return err
@@ -694,7 +693,7 @@ func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
 // publishLocked publishes one entry of w: at once when w holds its sandbox,
 // behind the fence when a claim is in flight (starting one if w holds
 // nothing). Called with w.mu held.
-func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string, data []byte) error {
+func (l *Ledger) publishLocked(ctx context.Context, w *writer, p pendingMsg) error {
 	if err := w.failure(); err != nil {
 		return err
 	}
@@ -702,7 +701,7 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 		if err := l.claim(ctx, w); err != nil {
 			return err
 		}
-		return l.publishSync(ctx, w, l.msgLocked(w, subj, name, data))
+		return l.publishSync(ctx, w, l.msgLocked(w, p))
 	}
 	if w.claim != nil {
 		l.finishClaimLocked(w) // if resolved meanwhile
@@ -726,31 +725,35 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, subj, name string
 	}
 	w.inflight.Add(1)
 	if w.claim != nil {
-		w.queue = append(w.queue, pendingMsg{subj, name, data})
+		w.queue = append(w.queue, p)
 		return nil
 	}
-	return l.sendLocked(ctx, w, subj, name, data)
+	return l.sendLocked(ctx, w, p)
 }
 
 // msgLocked builds the message of one entry under w's epoch. Called with w.mu held.
-func (l *Ledger) msgLocked(w *writer, subj, name string, data []byte) *nats.Msg {
-	if name != w.name || w.hdrName == nil {
-		w.name, w.hdrName = name, []string{url.PathEscape(name)}
+func (l *Ledger) msgLocked(w *writer, p pendingMsg) *nats.Msg {
+	if p.name != w.name || w.hdrName == nil {
+		w.name, w.hdrName = p.name, []string{url.PathEscape(p.name)}
 	}
 	w.counter++
 	// Headers set directly: publish options would allocate per message.
-	return &nats.Msg{Subject: subj, Data: data, Header: nats.Header{
+	m := &nats.Msg{Subject: p.subj, Data: p.data, Header: nats.Header{
 		HeaderName:                 w.hdrName,
 		jetstream.MsgIDHeader:      {w.epochStr + strconv.FormatUint(w.counter, 10)},
 		natsExpectedSubjSeq:        w.hdrFenceSeq,
 		natsExpectedSubjSeqSubject: w.hdrFenceSubj,
 	}}
+	if p.trace != "" {
+		m.Header[HeaderTraceParent] = []string{p.trace}
+	}
+	return m
 }
 
 // sendLocked publishes one entry of w into the async window, already counted
 // in w.inflight; on failure it uncounts it. Called with w.mu held, w claimed.
-func (l *Ledger) sendLocked(ctx context.Context, w *writer, subj, name string, data []byte) error {
-	m := l.msgLocked(w, subj, name, data)
+func (l *Ledger) sendLocked(ctx context.Context, w *writer, p pendingMsg) error {
+	m := l.msgLocked(w, p)
 	for {
 		_, err := l.js.PublishMsgAsync(m)
 		if err == nil {
@@ -767,7 +770,7 @@ func (l *Ledger) sendLocked(ctx context.Context, w *writer, subj, name string, d
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: publish %s: %w", adapters.ErrUnavailable, subj, err)
+		return fmt.Errorf("%w: publish %s: %w", adapters.ErrUnavailable, p.subj, err)
 	}
 }
 

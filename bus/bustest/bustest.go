@@ -66,6 +66,7 @@ func Run(t *testing.T, open OpenFunc) {
 	t.Run("Barrier", func(t *testing.T) { testBarrier(t, open) })
 	t.Run("SubscribeFromSeq", func(t *testing.T) { testSubscribe(t, open) })
 	t.Run("SubscribeLiveAcrossReset", func(t *testing.T) { testSubscribeLiveReset(t, open) })
+	t.Run("TraceHeader", func(t *testing.T) { testTraceHeader(t, open) })
 	t.Run("ReplayFallback", func(t *testing.T) { testFallback(t, open) })
 	t.Run("NoReadModel", func(t *testing.T) { testNoReadModel(t, open) })
 }
@@ -807,5 +808,37 @@ func testSubscribeLiveReset(t *testing.T, open OpenFunc) {
 	}
 	if err := Same(es[1:], got); err != nil {
 		t.Fatalf("live subscription: %v", err)
+	}
+}
+
+// testTraceHeader: an entry's trace context travels in its message's
+// traceparent header; an entry without one has no such header.
+func testTraceHeader(t *testing.T, open OpenFunc) {
+	b := open(t, bus.Config{})
+	l := newLedger(t, b, bus.LedgerConfig{})
+	ctx := ctxT(t)
+	id := ID("trace")
+	es := Entries("n", id, 1, 0)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	es[1].Trace = tp
+	if err := l.AppendBatch(ctx, es); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := l.ReadAll(ctx, "n", id)
+	if err != nil || len(stored) != len(es) {
+		t.Fatalf("ReadAll = %d entries, %v", len(stored), err)
+	}
+	for i, e := range stored {
+		m, err := b.Stream().GetMsg(ctx, e.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if i == 1 {
+			want = tp
+		}
+		if got := m.Header.Get(bus.HeaderTraceParent); got != want {
+			t.Errorf("entry %d (%s): traceparent header %q, want %q", i, e.Event, got, want)
+		}
 	}
 }
