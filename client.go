@@ -239,7 +239,7 @@ var errRunningTimeout = errors.New("sandbox not running in time")
 func (c *Client) waitPaused(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, runningTimeout)
 	defer cancel()
-	delay := 20 * time.Millisecond
+	delay := 2 * time.Millisecond // as opensandbox's wait loops: 2 ms doubling to 100 ms
 	for {
 		sb, err := c.os.GetSandbox(wctx, id)
 		if err != nil {
@@ -256,7 +256,7 @@ func (c *Client) waitPaused(ctx context.Context, id string) error {
 			return &SandboxError{SandboxID: id, Op: "wait paused", Err: context.Cause(wctx)}
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, time.Second)
+		delay = min(delay*2, 100*time.Millisecond)
 	}
 }
 
