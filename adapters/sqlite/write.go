@@ -49,6 +49,35 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
   status       = CASE WHEN d.completed_at IS NULL AND excluded.completed_at IS NULL THEN 'running' ELSE 'completed' END,
   exec_count   = d.exec_count + excluded.exec_count`
 
+// addExecs counts a session's exec.completed entries into its summary row, when
+// the row exists. It sets only exec_count, which no index holds: the upsert,
+// setting every column, rewrites the row's entry in each of the five details
+// indexes, 5 of the 9 pages an exec's completion wrote.
+const addExecs = `UPDATE alineo_sandbox_details SET exec_count = exec_count + ? WHERE name = ? AND sandbox_id = ?`
+
+// appendDetails folds the deltas of appended entries into the summary:
+// exec counts alone (the common case: a batch of an exec's output and its
+// exec.completed) with addExecs, anything else, or a session with no row
+// yet, with the upsert applyDetails runs.
+func appendDetails(ctx context.Context, tx *sql.Tx, d *summary.Deltas) error {
+	for _, r := range d.Rows() {
+		if r.Started == nil && r.Completed == nil && r.Execs > 0 {
+			res, err := tx.ExecContext(ctx, addExecs, r.Execs, r.Session.Name, r.Session.SandboxID)
+			if err != nil {
+				return err
+			}
+			if rowsAffected(res) == 1 {
+				continue
+			}
+		}
+		if _, err := tx.ExecContext(ctx, upsertDetails, r.Session.Name, r.Session.SandboxID,
+			string(r.Status), r.Started, r.Completed, r.Execs, r.RunID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // args appends the column values of e (ledger_seq is seq, NULL when 0).
 func args(dst []any, e events.Entry, seq uint64) []any {
 	var branch, payload, errText, ledgerSeq any
@@ -126,7 +155,7 @@ func (s *Store) append(ctx context.Context, e events.Entry) error {
 		}
 		var d summary.Deltas
 		d.Add(e)
-		return applyDetails(ctx, tx, &d)
+		return appendDetails(ctx, tx, &d)
 	})
 }
 
@@ -180,7 +209,7 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 				return err
 			}
 		}
-		return applyDetails(ctx, tx, &d)
+		return appendDetails(ctx, tx, &d)
 	})
 }
 
