@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // SandboxState is a sandbox's lifecycle state. Clients must tolerate values not
