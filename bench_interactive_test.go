@@ -17,7 +17,7 @@ import (
 // sandbox, both on `cat` in a terminal. p50-ms is the SDK's p50 (the issue's
 // target is < 5 ms); ratio = SDK p50 / raw p50.
 func BenchmarkInteractiveKeystroke(b *testing.B) {
-	ctx, sb, raw := benchEnv(b)
+	ctx, sb, raw := benchEnv(b, defaultStore(b))
 	it := sb.ExecInteractive(ctx, "stty -echo; echo ready; exec cat")
 	b.Cleanup(func() { it.Close(context.Background()) })
 	chunks := make(chan []byte, 1024)

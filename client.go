@@ -246,29 +246,20 @@ func (c *Client) waitRunning(ctx context.Context, id string) error {
 
 var errRunningTimeout = errors.New("sandbox not running in time")
 
-// waitPaused polls the sandbox until it is Paused, for at most runningTimeout.
+// waitPaused waits until the sandbox is Paused, for at most runningTimeout.
 func (c *Client) waitPaused(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, runningTimeout)
 	defer cancel()
-	delay := 20 * time.Millisecond
-	for {
-		sb, err := c.os.GetSandbox(wctx, id)
-		if err != nil {
-			return &SandboxError{SandboxID: id, Op: "wait paused", Err: err}
-		}
-		switch sb.Status.State {
-		case opensandbox.StatePaused:
-			return nil
-		case opensandbox.StateFailed, opensandbox.StateTerminated:
-			return &ClientError{Status: http.StatusInternalServerError, SandboxID: id, Message: "sandbox is " + string(sb.Status.State)}
-		}
-		select {
-		case <-wctx.Done():
-			return &SandboxError{SandboxID: id, Op: "wait paused", Err: context.Cause(wctx)}
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, time.Second)
+	_, err := c.os.WaitPaused(wctx, id)
+	if err != nil && errors.Is(err, opensandbox.ErrSandboxFailed) {
+		var se *opensandbox.StateError
+		errors.As(err, &se)
+		return &ClientError{Status: http.StatusInternalServerError, SandboxID: id, Message: "sandbox is " + se.State, Err: err}
 	}
+	if err != nil {
+		return &SandboxError{SandboxID: id, Op: "wait paused", Err: err}
+	}
+	return nil
 }
 
 // newUUID returns a random (version 4) UUID.

@@ -291,15 +291,11 @@ func (r *resumeCredentials) policy() *NetworkPolicy {
 
 func (r *resumeCredentials) proxy() bool { return r != nil && len(r.creds) > 0 }
 
-// prepareResume reads the session's egress rules and live bindings (bound and
+// prepareResume reads, in the session's entries es, its egress rules and live bindings (bound and
 // not revoked later) and resolves every value, before anything is created.
 // Errors: *SandboxError wrapping ErrNoCredentialResolver when a binding exists
 // and resolve is nil, or the resolver's error.
-func (c *Client) prepareResume(ctx context.Context, name, sandboxID string, resolve CredentialResolver) (*resumeCredentials, error) {
-	es, err := c.store.ReadAll(ctx, name, sandboxID)
-	if err != nil {
-		return nil, &SandboxError{SandboxID: sandboxID, Op: "read credentials of the session", Err: err}
-	}
+func (c *Client) prepareResume(ctx context.Context, sandboxID string, es []events.Entry, resolve CredentialResolver) (*resumeCredentials, error) {
 	rules, def, seen, err := sessionPolicy(es)
 	if err != nil {
 		return nil, &SandboxError{SandboxID: sandboxID, Op: "read egress rules of the session", Err: err}

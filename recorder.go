@@ -19,14 +19,16 @@ const (
 	maxInFlight = 2
 	// maxGroup bounds the bytes merged into one exec.output entry.
 	maxGroup = 256 << 10
-	// outputLinger is how long the recorder waits, with no other group of the
-	// exec in flight, for the event after a group before writing the group: if
-	// the stream ends meanwhile, the last group and exec.completed are written
-	// in one transaction; if more output of the same stream comes, it joins the
-	// group. Short commands end within it (the exit follows their output by a
-	// fraction of a millisecond), saving a ledger write on the critical path.
-	outputLinger = time.Millisecond
 )
+
+// outputLinger is how long the recorder waits, with no other group of the
+// exec in flight, for the event after a group before writing the group: if
+// the stream ends meanwhile, the last group and exec.completed are written
+// in one transaction; if more output of the same stream comes, it joins the
+// group. Short commands end within it (the exit follows their output by a
+// fraction of a millisecond), saving a ledger write on the critical path.
+// It is a variable for tests only.
+var outputLinger = time.Millisecond
 
 // openFunc sends an exec's request to execd and returns its stream.
 type openFunc func(context.Context, *opensandbox.Execd) (*opensandbox.Stream, error)

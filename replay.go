@@ -204,6 +204,12 @@ func buildResumePoint(ctx context.Context, store adapters.Ledger, name, sandboxI
 	if err != nil {
 		return nil, fmt.Errorf("read session %s/%s: %w", name, sandboxID, err)
 	}
+	return resumePointOf(ctx, store, name, sandboxID, tag, es)
+}
+
+// resumePointOf is buildResumePoint for the session's entries es, read
+// already; store is read for the sessions it was resumed from.
+func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, tag string, es []events.Entry) (*resumePoint, error) {
 	idx, cp, err := checkpointIndex(es, tag)
 	if err != nil {
 		return nil, fmt.Errorf("read session %s/%s: %w", name, sandboxID, err)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -463,4 +464,94 @@ func FuzzRecordedExecDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// appendSession writes a session of n completed execs (`echo step i`, output
+// "hi\n") and a checkpoint after them, in batches.
+func appendSession(tb testing.TB, store adapters.Ledger, name, id string, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	batch := []events.Entry{events.New(1, name, id, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{RunID: "run"})}
+	flush := func() {
+		if err := store.AppendBatch(ctx, batch); err != nil {
+			tb.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for i := 1; i <= n; i++ {
+		cmd := "echo step " + strconv.Itoa(i)
+		ts := int64(1 + i)
+		batch = append(batch,
+			events.New(ts, name, id, i, events.ExecStarted, events.ExecStartedPayload{Seq: i, Kind: events.KindCommand, Cmd: cmd,
+				Fingerprint: events.Fingerprint(events.KindCommand, cmd)}),
+			events.New(ts, name, id, i, events.ExecOutput, outputPayload(i, events.Stdout, []byte("hi\n"))),
+			events.New(ts, name, id, i, events.ExecCompleted, events.ExecCompletedPayload{Seq: i}))
+		if len(batch) >= 3000 {
+			flush()
+		}
+	}
+	batch = append(batch, events.New(int64(n+2), name, id, events.SandboxLevel, events.CheckpointCreated,
+		events.CheckpointCreatedPayload{SnapshotID: "snap", Name: "t"}))
+	flush()
+}
+
+// BenchmarkResumeCache resumes the replay cache of a 50k-exec session (5k
+// with -short): one read of the session, the cache and the network state
+// built from it, as Client.Resume does before it creates the sandbox.
+// ms = the time it takes (target <= 250); cache-B/exec = the heap the cache
+// keeps per exec beyond the recorded output bytes (target <= ~1024).
+func BenchmarkResumeCache(b *testing.B) {
+	n := 50_000
+	if testing.Short() {
+		n = 5_000
+	}
+	for _, k := range []string{"sqlite", "memory"} {
+		b.Run(k, func(b *testing.B) {
+			var store adapters.Store = memory.New()
+			if k == "sqlite" {
+				s, err := sqlite.Open(filepath.Join(b.TempDir(), "l.db"), sqlite.Config{Synchronous: "NORMAL"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				store = s
+			}
+			defer store.Close()
+			appendSession(b, store, "job", "S", n)
+			c := &Client{store: store}
+			ctx := context.Background()
+			var took time.Duration
+			var retained uint64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				start := time.Now()
+				name, es, err := c.resumedSession(ctx, "S", "job")
+				if err != nil {
+					b.Fatal(err)
+				}
+				rp, err := resumePointOf(ctx, store, name, "S", "", es)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.prepareResume(ctx, "S", es, nil); err != nil {
+					b.Fatal(err)
+				}
+				es = nil
+				took += time.Since(start)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if rp.cache.Len() != n {
+					b.Fatalf("cache holds %d execs, want %d", rp.cache.Len(), n)
+				}
+				retained += after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+				runtime.KeepAlive(rp)
+			}
+			per := float64(retained)/float64(b.N)/float64(n) - float64(len("hi\n"))
+			b.ReportMetric(float64(took)/float64(b.N)/1e6, "ms")
+			b.ReportMetric(250, "target-ms")
+			b.ReportMetric(per, "cache-B/exec")
+			b.ReportMetric(1024, "target-B/exec")
+		})
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
@@ -60,15 +59,18 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	ctx, span := c.tracer.Start(ctx, "session.resume", trace.WithAttributes(attrSandboxID.String(sandboxID),
 		attrName.String(opts.Name), attrCheckpoint.String(opts.Tag)))
 	defer func() { endSpan(span, err) }()
-	name, err := c.sessionName(ctx, sandboxID, opts.Name)
+	name, es, err := c.resumedSession(ctx, sandboxID, opts.Name)
 	if err != nil {
 		return nil, err
 	}
-	rp, err := buildResumePoint(ctx, c.store, name, sandboxID, opts.Tag)
+	// The session is read once: the replay cache and the network state come
+	// from the same entries.
+	rp, err := resumePointOf(ctx, c.store, name, sandboxID, opts.Tag, es)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := c.prepareResume(ctx, name, sandboxID, opts.ResolveCredential)
+	creds, err := c.prepareResume(ctx, sandboxID, es, opts.ResolveCredential)
+	es = nil // the cache keeps what it needs of them
 	if err != nil {
 		return nil, err
 	}
@@ -89,21 +91,35 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	return sb, nil
 }
 
-// sessionName finds the name of the session whose sandbox id is sandboxID.
-func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (string, error) {
+// resumedSession finds the name of the session whose sandbox id is sandboxID
+// (name, when given) and reads its entries: the one read of the session's
+// ledger Resume makes. A named session is looked up in the ledger alone, the
+// authority on it (a read model kept asynchronously may not hold it yet).
+func (c *Client) resumedSession(ctx context.Context, sandboxID, name string) (string, []events.Entry, error) {
 	if sandboxID == "" {
-		return "", &OptionError{Field: "sandboxID", Reason: "is empty"}
+		return "", nil, &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
-	if name != "" {
-		d, err := c.namedSession(ctx, name, sandboxID)
-		if err != nil {
-			return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
+	if name == "" {
+		var err error
+		if name, err = c.sessionName(ctx, sandboxID); err != nil {
+			return "", nil, err
 		}
-		if d == nil {
-			return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
-		}
-		return name, nil
 	}
+	es, err := c.store.ReadAll(ctx, name, sandboxID)
+	if err != nil {
+		return "", nil, fmt.Errorf("alineo: read session %s/%s: %w", name, sandboxID, err)
+	}
+	if _, ok, err := createdPayload(es); err != nil {
+		return "", nil, fmt.Errorf("alineo: read session %s/%s: %w", name, sandboxID, err)
+	} else if !ok {
+		return "", nil, &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
+	}
+	return name, es, nil
+}
+
+// sessionName finds, in the read model, the name of the one session whose
+// sandbox id is sandboxID.
+func (c *Client) sessionName(ctx context.Context, sandboxID string) (string, error) {
 	ds, err := c.sessionsOf(ctx, sandboxID)
 	if err != nil {
 		return "", fmt.Errorf("alineo: find session %s: %w", sandboxID, err)
@@ -120,21 +136,6 @@ func (c *Client) sessionName(ctx context.Context, sandboxID, name string) (strin
 	}
 	return "", &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID,
 		Message: "several sessions have this sandbox id (" + strings.Join(names, ", ") + "); set ResumeOptions.Name"}
-}
-
-// namedSession returns the details of the session (name, sandboxID), or nil.
-// The ledger is the authority on a named session: a read model kept
-// asynchronously may not hold it yet, so only a Store's own read model is
-// asked instead.
-func (c *Client) namedSession(ctx context.Context, name, sandboxID string) (*SandboxDetails, error) {
-	if c.rmIsStore {
-		return c.rm.GetSandboxDetails(ctx, name, sandboxID)
-	}
-	es, err := c.store.ReadAll(ctx, name, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	return adapters.DetailsOf(es), nil
 }
 
 // RestoreSnapshot creates a sandbox from a snapshot with a clean history:

@@ -537,3 +537,50 @@ func BenchmarkForkToFirstExec(b *testing.B) {
 	b.ReportMetric(p50(fresh), "new-p50-ms")
 	b.ReportMetric(p50(fork)/p50(fresh), "ratio")
 }
+
+// countingStore counts the reads of each session.
+type countingStore struct {
+	adapters.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (s *countingStore) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	s.mu.Lock()
+	s.reads[name+"/"+sandboxID]++
+	s.mu.Unlock()
+	return s.Store.ReadAll(ctx, name, sandboxID)
+}
+
+func (s *countingStore) readsOf(name, id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[name+"/"+id]
+}
+
+// TestResumeReadsTheLedgerOnce: Resume reads the session's entries once, for
+// its replay cache and its network state alike, found by name or by id.
+func TestResumeReadsTheLedgerOnce(t *testing.T) {
+	store := &countingStore{Store: storeKinds[1].open(t), reads: map[string]int{}}
+	e := newEnv(t, store)
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{Name: "once"})
+	out(t, ctx, sb, "echo one")
+	if _, err := sb.Checkpoint(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"once", ""} {
+		before := store.readsOf("once", sb.ID())
+		r, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeLater(t, r)
+		if n := store.readsOf("once", sb.ID()) - before; n != 1 {
+			t.Errorf("Resume (name %q) read the session %d times, want 1", name, n)
+		}
+		if res, err := r.Exec(ctx, "echo one").Wait(); err != nil || res.Stdout != "one\n" {
+			t.Fatalf("replayed exec = %+v, %v", res, err)
+		}
+	}
+}

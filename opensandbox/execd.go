@@ -172,11 +172,12 @@ func (e *Execd) Ping(ctx context.Context) error {
 	return e.t.do(ctx, request{method: "GET", path: "/ping"}, nil)
 }
 
-// WaitReady probes /ping with backoff (100 ms ×1.5, at most 2 s apart, each probe
+// WaitReady probes /ping (on the schedule of WaitRunning, at most 2 s apart, each probe
 // at most 5 s) until it answers, ctx ends (error wrapping ErrNotReady and the last
 // probe error) or a probe gets 401, 403 or 404, which waiting cannot fix.
 func (e *Execd) WaitReady(ctx context.Context) error {
 	bo := pollBackOff(2 * time.Second)
+	var last error // the last probe that ended before ctx did
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := e.Ping(pctx)
@@ -184,6 +185,10 @@ func (e *Execd) WaitReady(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil && last != nil {
+			err = last // cut short by ctx: the probe before it says why execd is not ready
+		}
+		last = err
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrClosed) {
 			return fmt.Errorf("%w: execd %s: %w", ErrNotReady, e.URL(), err)
 		}

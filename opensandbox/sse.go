@@ -14,9 +14,13 @@ import (
 const maxFrame = 16 << 20
 
 // frame is one event's payload: the JSON object and the SSE "event:" name, if any.
+// When the reader decoded the object as it read it (decodeFlat), decoded is
+// set and ev holds the result, Raw aside.
 type frame struct {
-	event string
-	data  []byte
+	event   string
+	data    []byte
+	ev      Event
+	decoded bool
 }
 
 // frameError is a malformed stream; detail names what was wrong.
@@ -45,6 +49,8 @@ type frameReader struct {
 	// raw holds a bare JSON object spanning several lines; rawLines counts them.
 	raw      []byte
 	rawLines int
+	// scratch is decodeFlat's buffer for strings with escapes.
+	scratch []byte
 }
 
 // maxRawLines bounds a bare JSON object that spans lines (execd never sends one;
@@ -56,12 +62,20 @@ func newFrameReader(r io.Reader) *frameReader {
 }
 
 // readLine returns the next line without its line end. At EOF a last unterminated
-// line is returned before io.EOF.
+// line is returned before io.EOF. The line is valid until the next call: a line
+// that fits the buffer is not copied.
 func (r *frameReader) readLine() ([]byte, error) {
+	chunk, err := r.br.ReadSlice('\n')
+	r.offset += int64(len(chunk))
+	if err == nil && len(chunk) <= r.max {
+		return trimEOL(chunk), nil
+	}
 	r.line = r.line[:0]
-	for {
-		chunk, err := r.br.ReadSlice('\n')
-		r.offset += int64(len(chunk))
+	for first := true; ; first = false {
+		if !first {
+			chunk, err = r.br.ReadSlice('\n')
+			r.offset += int64(len(chunk))
+		}
 		if len(r.line)+len(chunk) > r.max {
 			return nil, &frameError{fmt.Sprintf("line longer than %d bytes at byte %d", r.max, r.offset)}
 		}
@@ -113,15 +127,27 @@ func (r *frameReader) next() (frame, error) {
 			}
 			r.raw = append(r.raw, line...)
 			r.rawLines++
-			if json.Valid(r.raw) {
-				f := frame{data: r.raw}
+			// Decoded in the one pass that also finds whether the object is
+			// complete; only other objects are scanned by encoding/json,
+			// which then checks them again as it decodes them.
+			var f frame
+			res := decodeFlat(r.raw, &f.ev, &r.scratch)
+			switch res {
+			case flatOK:
+				f.data, f.decoded = r.raw, true
 				r.raw, r.rawLines = nil, 0
 				return f, nil
+			case flatOther:
+				if json.Valid(r.raw) {
+					f := frame{data: r.raw}
+					r.raw, r.rawLines = nil, 0
+					return f, nil
+				}
 			}
 			if r.rawLines >= maxRawLines {
 				return frame{}, &frameError{fmt.Sprintf("JSON object spans more than %d lines at byte %d", maxRawLines, r.offset)}
 			}
-			if !couldContinue(r.raw) {
+			if res != flatIncomplete && !couldContinue(r.raw) {
 				return frame{}, &frameError{fmt.Sprintf("invalid JSON before byte %d: %q", r.offset, truncate(r.raw, 64))}
 			}
 			continue

@@ -1,12 +1,17 @@
 package opensandbox
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func readFrames(r io.Reader) ([]frame, error) {
@@ -147,4 +152,235 @@ func FuzzStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// flatCases are event objects decodeFlat must decode exactly as encoding/json
+// does, or hand over to it (flatOther), or wait for more of (flatIncomplete).
+var flatCases = []string{
+	`{"type":"stdout","text":"hi","timestamp":1700000000000}`,
+	` { "type" : "stderr" , "text" : "a\"b\\c\/d\b\f\n\r\t" } `,
+	`{"type":"stdout","text":"\u003cb\u003e \u00e9 \u20ac \u0000 \u001b[0m"}`,
+	`{"type":"stdout","text":"caf\u00E9 ünï ✓ 🎉"}`,
+	`{"type":"stdout","text":"\ud83c\udf89 pair"}`,
+	`{"type":"stdout","text":"\ud83c lone"}`,
+	`{"type":"stdout","text":"x","data":"/w=="}`,
+	`{"type":"stdout","data":"not base64!"}`,
+	`{"type":"stdout","data":"a\/b="}`,
+	`{"type":"execution_complete","execution_time":12,"timestamp":-3}`,
+	`{"type":"execution_count","execution_count":7}`,
+	`{"type":"ping","timestamp":1.5}`,
+	`{"type":"ping","timestamp":1e3}`,
+	`{"type":"ping","timestamp":01}`,
+	`{"type":"ping","timestamp":-}`,
+	`{"type":"ping","timestamp":99999999999999999999}`,
+	`{"type":"ping","timestamp":null}`,
+	`{"type":null}`,
+	`{"Type":"stdout"}`,
+	`{"ty\u0070e":"stdout"}`,
+	`{"type":"error","error":{"ename":"E","evalue":"2","traceback":["t"]}}`,
+	`{"type":"error","ename":"E","evalue":"2"}`,
+	`{"type":"result","results":{"text":"1"}}`,
+	`{"type":"stdout","text":"a","text":"b"}`,
+	`{"text":"no type"}`,
+	`{}`,
+	`{"type":"stdout"} x`,
+	`{"type":"stdout"}{"type":"stdout"}`,
+	`{"type":"stdout",}`,
+	`{"type" "stdout"}`,
+	`{"type":"stdout" "text":"x"}`,
+	"{\"type\":\"stdout\",\"text\":\"tab\there\"}",
+	"{\"type\":\"stdout\",\"text\":\"bad \xff byte\"}",
+	`{"type":"stdout","text":"\x"}`,
+	`{"type":"stdout","text":"\u12G4"}`,
+	`[1]`,
+	`{"type":"stdout","text":"hi"`,
+	`{"type":"stdout","text":"h`,
+	`{"type":"stdout","text":"h\`,
+	`{"type":"stdout","text":"\u00`,
+	`{"type":"stdout","timestamp":12`,
+	`{"type":`,
+	`{"type"`,
+	`{`,
+	`   `,
+}
+
+// TestDecodeFlatMatchesEncodingJSON: whatever decodeFlat decodes, it decodes
+// as json.Unmarshal does; what it reports incomplete, json.Unmarshal reports as
+// an unexpected end; and it never accepts what encoding/json rejects.
+func TestDecodeFlatMatchesEncodingJSON(t *testing.T) {
+	for _, in := range flatCases {
+		checkFlat(t, in)
+	}
+	decoded := 0
+	for _, in := range flatCases {
+		var ev Event
+		var scratch []byte
+		if decodeFlat([]byte(in), &ev, &scratch) == flatOK {
+			decoded++
+		}
+	}
+	if decoded < 8 { // the common shapes must take the fast path
+		t.Errorf("decodeFlat decoded %d cases, want the common ones", decoded)
+	}
+}
+
+func checkFlat(t *testing.T, in string) {
+	t.Helper()
+	var got Event
+	var scratch []byte
+	res := decodeFlat([]byte(in), &got, &scratch)
+	var want Event
+	err := json.Unmarshal([]byte(in), &want)
+	switch res {
+	case flatOK:
+		if err != nil {
+			t.Errorf("%q: decodeFlat accepted it, encoding/json: %v", in, err)
+		} else if !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: decodeFlat = %+v, encoding/json = %+v", in, got, want)
+		}
+	case flatIncomplete:
+		var se *json.SyntaxError
+		if err == nil || !errors.As(err, &se) || !strings.Contains(err.Error(), "unexpected end") {
+			t.Errorf("%q: decodeFlat incomplete, encoding/json: %v", in, err)
+		}
+	}
+}
+
+func FuzzDecodeFlat(f *testing.F) {
+	for _, in := range flatCases {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, in string) { checkFlat(t, in) })
+}
+
+// TestFrameReaderDecodesOnce: an output line is decoded by the reader as it
+// finds its end, and the frame carries the event; a line split across reads
+// and an object spanning lines decode the same.
+func TestFrameReaderDecodesOnce(t *testing.T) {
+	in := "{\"type\":\"stdout\",\"text\":\"a\\nb\",\"timestamp\":5}\n\n{\"type\":\n\"stderr\",\"text\":\"c\"}\n\n"
+	for _, r := range []io.Reader{strings.NewReader(in), iotest.OneByteReader(strings.NewReader(in))} {
+		fr := newFrameReader(r)
+		var got []Event
+		for {
+			f, err := fr.next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.decoded {
+				t.Fatalf("frame %q not decoded by the reader", f.data)
+			}
+			ev, err := decodeEvent(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.Raw = nil
+			got = append(got, ev)
+		}
+		want := []Event{{Kind: EventStdout, Text: "a\nb", Timestamp: 5}, {Kind: EventStderr, Text: "c"}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("events = %+v, want %+v", got, want)
+		}
+	}
+}
+
+// legacyFrames reads frames as the reader did before decodeFlat: every line
+// copied, each object checked with json.Valid, then decoded by json.Unmarshal
+// (which checks it again).
+func legacyFrames(r io.Reader, each func(Event)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line[:0], chunk...)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		l := trimEOL(line)
+		if len(l) == 0 {
+			continue
+		}
+		raw := append([]byte(nil), l...)
+		if !json.Valid(raw) {
+			return errors.New("invalid")
+		}
+		ev, err := decodeEvent(frame{data: raw})
+		if err != nil {
+			return err
+		}
+		each(ev)
+	}
+}
+
+// benchStream is size bytes of output (1000-byte lines) as sandboxd sends
+// them: exact chunks of 32 lines (text with "\n" escapes), or execd's lines.
+func benchStream(size int, exact bool) []byte {
+	line := strings.Repeat("x", 999)
+	var b bytes.Buffer
+	per := 1
+	if exact {
+		per = 32
+	}
+	for n := 0; n < size; n += 1000 * per {
+		text := line
+		if exact {
+			text = strings.Repeat(line+`\n`, per)
+		}
+		fmt.Fprintf(&b, "{\"type\":\"stdout\",\"text\":\"%s\",\"timestamp\":1764590000000}\n\n", text)
+	}
+	return b.Bytes()
+}
+
+// BenchmarkFrameDecode reads 200 MB of output events (20 MB with -short)
+// through the frame reader and decoder, against the previous decode
+// (json.Valid, then json.Unmarshal) of the same bytes, alternating.
+// ratio = new MB/s / previous MB/s (target >= 1.1).
+func BenchmarkFrameDecode(b *testing.B) {
+	size := 200_000_000
+	if testing.Short() {
+		size = 20_000_000
+	}
+	for _, exact := range []bool{true, false} {
+		name := "lines"
+		if exact {
+			name = "exact"
+		}
+		b.Run(name, func(b *testing.B) {
+			in := benchStream(size, exact)
+			var cur, old time.Duration
+			for b.Loop() {
+				start := time.Now()
+				n := 0
+				fr := newFrameReader(bytes.NewReader(in))
+				for {
+					f, err := fr.next()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					ev, err := decodeEvent(f)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += len(ev.Text)
+				}
+				cur += time.Since(start)
+				start = time.Now()
+				m := 0
+				if err := legacyFrames(bytes.NewReader(in), func(ev Event) { m += len(ev.Text) }); err != nil || m != n {
+					b.Fatalf("legacy read %d bytes (%v), new %d", m, err, n)
+				}
+				old += time.Since(start)
+			}
+			mb := float64(len(in)) * float64(b.N) / 1e6
+			b.ReportMetric(mb/cur.Seconds(), "MB/s")
+			b.ReportMetric(mb/old.Seconds(), "previous-MB/s")
+			b.ReportMetric(old.Seconds()/cur.Seconds(), "ratio")
+			b.ReportMetric(1.1, "target-ratio")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package opensandbox
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // EventKind is the "type" of an execd stream event. Unknown kinds are delivered as is.
@@ -67,6 +70,17 @@ func (e Event) Time() time.Time {
 // decodeEvent decodes one frame. The kind comes from the JSON "type", else from the
 // SSE event name. Flat ename/evalue/traceback fields of old servers are accepted.
 func decodeEvent(f frame) (Event, error) {
+	if f.decoded {
+		ev := f.ev
+		if ev.Kind == "" {
+			ev.Kind = EventKind(f.event)
+		}
+		if ev.Kind == "" {
+			return Event{}, &frameError{fmt.Sprintf("event has no type: %q", truncate(f.data, 64))}
+		}
+		ev.Raw = json.RawMessage(f.data)
+		return ev, nil
+	}
 	var w struct {
 		Event
 		EName     *string  `json:"ename"`
@@ -318,4 +332,292 @@ func (s *Stream) Close() error {
 		s.owner.untrack(s)
 	}
 	return nil
+}
+
+// flatResult is what decodeFlat made of a JSON text.
+type flatResult int
+
+const (
+	flatOther      flatResult = iota // not an object decodeFlat handles: decode it with encoding/json
+	flatOK                           // decoded: one flat object, nothing after it
+	flatIncomplete                   // a valid prefix of an object: more lines may complete it
+)
+
+// decodeFlat decodes, in one pass, the event objects execd and sandboxd send
+// for output, pings and the end of a command: a flat object whose members are
+// among type, text, data (strings) and timestamp, execution_count,
+// execution_time (integers). It sets into ev exactly what json.Unmarshal would,
+// and reports flatOther, having set nothing of use, for anything else (another
+// member, a nested value, null, a number that is not an integer, invalid
+// UTF-8, a lone surrogate escape, bytes after the object): encoding/json then
+// decodes it, or names what is wrong. scratch is reused for unescaped strings.
+func decodeFlat(d []byte, ev *Event, scratch *[]byte) flatResult {
+	p := flatParser{d: d, scratch: scratch}
+	if p.ws(); p.end() {
+		return flatIncomplete
+	}
+	if p.d[p.i] != '{' {
+		return flatOther
+	}
+	p.i++
+	if p.ws(); p.end() {
+		return flatIncomplete
+	}
+	if p.d[p.i] == '}' {
+		p.i++
+		return p.close()
+	}
+	for {
+		if r := p.member(ev); r != flatOK {
+			return r
+		}
+		if p.ws(); p.end() {
+			return flatIncomplete
+		}
+		switch p.d[p.i] {
+		case ',':
+			p.i++
+			if p.ws(); p.end() {
+				return flatIncomplete
+			}
+		case '}':
+			p.i++
+			return p.close()
+		default:
+			return flatOther
+		}
+	}
+}
+
+type flatParser struct {
+	d       []byte
+	i       int
+	scratch *[]byte
+}
+
+func (p *flatParser) end() bool { return p.i >= len(p.d) }
+
+func (p *flatParser) ws() {
+	for p.i < len(p.d) {
+		switch p.d[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// close checks that only whitespace follows the object.
+func (p *flatParser) close() flatResult {
+	if p.ws(); !p.end() {
+		return flatOther
+	}
+	return flatOK
+}
+
+// member decodes one `"key": value` into ev.
+func (p *flatParser) member(ev *Event) flatResult {
+	if p.d[p.i] != '"' {
+		return flatOther
+	}
+	key, escaped, r := p.str(false)
+	if r != flatOK {
+		return r
+	}
+	if escaped {
+		return flatOther
+	}
+	if p.ws(); p.end() {
+		return flatIncomplete
+	}
+	if p.d[p.i] != ':' {
+		return flatOther
+	}
+	p.i++
+	if p.ws(); p.end() {
+		return flatIncomplete
+	}
+	switch string(key) {
+	case "type", "text":
+		s, _, r := p.strValue()
+		if r == flatOK {
+			if key[1] == 'y' {
+				ev.Kind = EventKind(s)
+			} else {
+				ev.Text = string(s)
+			}
+		}
+		return r
+	case "data":
+		s, escaped, r := p.strValue()
+		if r != flatOK {
+			return r
+		}
+		if escaped {
+			return flatOther
+		}
+		b := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+		n, err := base64.StdEncoding.Decode(b, s)
+		if err != nil {
+			return flatOther
+		}
+		ev.Data = b[:n]
+		return flatOK
+	case "timestamp":
+		return p.integer(&ev.Timestamp)
+	case "execution_time":
+		return p.integer(&ev.ExecutionTime)
+	case "execution_count":
+		var n int64
+		r := p.integer(&n)
+		ev.ExecutionCount = int(n)
+		return r
+	}
+	return flatOther
+}
+
+func (p *flatParser) strValue() ([]byte, bool, flatResult) {
+	if p.d[p.i] != '"' {
+		return nil, false, flatOther
+	}
+	return p.str(true)
+}
+
+// str reads the string at p.i (its opening quote) and returns its value,
+// whether it had escapes, and the result. With unescape false an escaped
+// string's value is not built.
+func (p *flatParser) str(unescape bool) ([]byte, bool, flatResult) {
+	start := p.i + 1
+	for j := start; j < len(p.d); {
+		c := p.d[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			return p.d[start:j], false, flatOK
+		case c == '\\':
+			if !unescape {
+				return nil, true, flatOther
+			}
+			return p.unescape(start, j)
+		case c < 0x20:
+			return nil, false, flatOther
+		case c < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(p.d[j:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false, flatOther
+			}
+			j += size
+		}
+	}
+	return nil, false, flatIncomplete
+}
+
+// unescape builds in scratch the value of the string that starts at start and
+// has its first escape at j.
+func (p *flatParser) unescape(start, j int) ([]byte, bool, flatResult) {
+	b := append((*p.scratch)[:0], p.d[start:j]...)
+	defer func() { *p.scratch = b[:0] }()
+	for j < len(p.d) {
+		c := p.d[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			return b, true, flatOK
+		case c == '\\':
+			if j+1 >= len(p.d) {
+				return nil, true, flatOther // no line can continue it: a newline is no escape
+			}
+			var r flatResult
+			if b, j, r = p.escape(b, j); r != flatOK {
+				return nil, true, r
+			}
+		case c < 0x20:
+			return nil, true, flatOther
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			j++
+		default:
+			r, size := utf8.DecodeRune(p.d[j:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, true, flatOther
+			}
+			b = append(b, p.d[j:j+size]...)
+			j += size
+		}
+	}
+	return nil, true, flatIncomplete
+}
+
+// escape appends the value of the escape at j (a backslash, with a byte after
+// it) to b and returns the index after it.
+func (p *flatParser) escape(b []byte, j int) ([]byte, int, flatResult) {
+	c := p.d[j+1]
+	switch c {
+	case '"', '\\', '/':
+		return append(b, c), j + 2, flatOK
+	case 'b':
+		return append(b, '\b'), j + 2, flatOK
+	case 'f':
+		return append(b, '\f'), j + 2, flatOK
+	case 'n':
+		return append(b, '\n'), j + 2, flatOK
+	case 'r':
+		return append(b, '\r'), j + 2, flatOK
+	case 't':
+		return append(b, '\t'), j + 2, flatOK
+	case 'u':
+		if j+6 > len(p.d) {
+			return b, j, flatOther // as above
+		}
+		var r rune
+		for _, h := range p.d[j+2 : j+6] {
+			switch {
+			case '0' <= h && h <= '9':
+				h -= '0'
+			case 'a' <= h && h <= 'f':
+				h -= 'a' - 10
+			case 'A' <= h && h <= 'F':
+				h -= 'A' - 10
+			default:
+				return b, j, flatOther
+			}
+			r = r<<4 | rune(h)
+		}
+		if utf16.IsSurrogate(r) {
+			return b, j, flatOther // a pair, or a lone half: encoding/json decides
+		}
+		return utf8.AppendRune(b, r), j + 6, flatOK
+	}
+	return b, j, flatOther
+}
+
+// integer reads a JSON integer into n.
+func (p *flatParser) integer(n *int64) flatResult {
+	start := p.i
+	j := start
+	if j < len(p.d) && p.d[j] == '-' {
+		j++
+	}
+	digits := j
+	for j < len(p.d) && '0' <= p.d[j] && p.d[j] <= '9' {
+		j++
+	}
+	switch {
+	case j-digits > 1 && p.d[digits] == '0':
+		return flatOther // a leading zero is not JSON
+	case j == len(p.d):
+		return flatIncomplete
+	case j == digits, p.d[j] == '.', p.d[j] == 'e', p.d[j] == 'E':
+		return flatOther
+	}
+	v, err := strconv.ParseInt(string(p.d[start:j]), 10, 64)
+	if err != nil {
+		return flatOther
+	}
+	*n = v
+	p.i = j
+	return flatOK
 }

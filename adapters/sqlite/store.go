@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -90,6 +91,10 @@ type Store struct {
 	// wait (or give up when their ctx ends). A failed init is retried by the
 	// next call.
 	initSem chan struct{}
+
+	// stmts holds the append path's prepared statements, by SQL (see prepared).
+	stmts           sync.Map
+	appendsPrepared atomic.Bool
 
 	mu     sync.RWMutex
 	closed bool
@@ -273,6 +278,12 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.appendsPrepared.Store(false)
+	s.stmts.Range(func(q, st any) bool {
+		_ = st.(*sql.Stmt).Close()
+		s.stmts.Delete(q)
+		return true
+	})
 	var err error
 	if s.r != nil && s.r != s.w {
 		err = s.r.Close()

@@ -49,6 +49,102 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
   status       = CASE WHEN d.completed_at IS NULL AND excluded.completed_at IS NULL THEN 'running' ELSE 'completed' END,
   exec_count   = d.exec_count + excluded.exec_count`
 
+// addExecs counts a session's exec.completed entries into its summary row, when
+// the row exists. It sets only exec_count, which no index holds: the upsert,
+// setting every column, rewrites the row's entry in each of the five details
+// indexes, 5 of the 9 pages an exec's completion wrote.
+const addExecs = `UPDATE alineo_sandbox_details SET exec_count = exec_count + ? WHERE name = ? AND sandbox_id = ?`
+
+// appendDetails folds the deltas of appended entries into the summary:
+// exec counts alone (the common case: a batch of an exec's output and its
+// exec.completed) with addExecs, anything else, or a session with no row
+// yet, with the upsert applyDetails runs.
+func (s *Store) appendDetails(ctx context.Context, tx *sql.Tx, d *summary.Deltas) error {
+	for _, r := range d.Rows() {
+		if r.Started == nil && r.Completed == nil && r.Execs > 0 {
+			res, err := s.execPrepared(ctx, tx, addExecs, r.Execs, r.Session.Name, r.Session.SandboxID)
+			if err != nil {
+				return err
+			}
+			if rowsAffected(res) == 1 {
+				continue
+			}
+		}
+		if _, err := tx.ExecContext(ctx, upsertDetails, r.Session.Name, r.Session.SandboxID,
+			string(r.Status), r.Started, r.Completed, r.Execs, r.RunID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepared returns the statement q prepared on the writer w, preparing it on
+// first use: the appends of an exec run the same few statements, and parsing
+// them again on every commit was a good part of its CPU. The statements live
+// as long as w (the store's one writer handle); database/sql prepares them
+// again on a new connection should the writer's be replaced.
+func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, error) {
+	if st, ok := s.stmts.Load(q); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := w.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := s.stmts.LoadOrStore(q, st); loaded {
+		_ = st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+// appendQueries are the statements the append path prepares (prepareAppends).
+var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs}
+
+// prepareAppends prepares appendQueries on the writer, once, outside any
+// transaction: the writer has one connection, which a transaction holds.
+func (s *Store) prepareAppends(ctx context.Context) error {
+	if s.appendsPrepared.Load() {
+		return nil
+	}
+	w, _, err := s.dbs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, q := range appendQueries {
+		if _, err := s.prepared(ctx, w, q); err != nil {
+			return err
+		}
+	}
+	s.appendsPrepared.Store(true)
+	return nil
+}
+
+// execOne runs q on its own, with its prepared statement if it has one.
+func (s *Store) execOne(ctx context.Context, q string, a ...any) error {
+	w, _, err := s.dbs(ctx)
+	if err != nil {
+		return err
+	}
+	if st, ok := s.stmts.Load(q); ok {
+		_, err = st.(*sql.Stmt).ExecContext(ctx, a...)
+	} else {
+		_, err = w.ExecContext(ctx, q, a...)
+	}
+	if err != nil && s.isClosed() {
+		return adapters.ErrClosed // closed meanwhile, with its statements
+	}
+	return err
+}
+
+// execPrepared runs q in tx, with its prepared statement if it has one.
+func (s *Store) execPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any) (sql.Result, error) {
+	if st, ok := s.stmts.Load(q); ok {
+		return tx.StmtContext(ctx, st.(*sql.Stmt)).ExecContext(ctx, a...)
+	}
+	return tx.ExecContext(ctx, q, a...)
+}
+
 // args appends the column values of e (ledger_seq is seq, NULL when 0).
 func args(dst []any, e events.Entry, seq uint64) []any {
 	var branch, payload, errText, ledgerSeq any
@@ -111,22 +207,20 @@ func (s *Store) append(ctx context.Context, e events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: append: %w", err)
 	}
-	if !summary.Summarised(e.Event) {
-		// One statement: atomic without an explicit transaction.
-		w, _, err := s.dbs(ctx)
-		if err != nil {
-			return s.translate("append", err)
-		}
-		_, err = w.ExecContext(ctx, insertOne, args(nil, e, 0)...)
+	if err := s.prepareAppends(ctx); err != nil {
 		return s.translate("append", err)
 	}
+	if !summary.Summarised(e.Event) {
+		// One statement: atomic without an explicit transaction.
+		return s.translate("append", s.execOne(ctx, insertOne, args(nil, e, 0)...))
+	}
 	return s.write(ctx, "append", func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, insertOne, args(nil, e, 0)...); err != nil {
+		if _, err := s.execPrepared(ctx, tx, insertOne, args(nil, e, 0)...); err != nil {
 			return err
 		}
 		var d summary.Deltas
 		d.Add(e)
-		return applyDetails(ctx, tx, &d)
+		return s.appendDetails(ctx, tx, &d)
 	})
 }
 
@@ -147,6 +241,9 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	es, err := entries.Encode(s.cfg.Vocabulary, es)
 	if err != nil {
 		return fmt.Errorf("sqlite: append batch: %w", err)
+	}
+	if err := s.prepareAppends(ctx); err != nil {
+		return s.translate("append batch", err)
 	}
 	return s.write(ctx, "append batch", func(tx *sql.Tx) error {
 		var d summary.Deltas
@@ -175,13 +272,20 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 				a = args(a, e, 0)
 				d.Add(e)
 			}
-			q := insertRows(len(es))
-			if _, err := tx.ExecContext(ctx, q, a...); err != nil {
+			if err := s.insertTail(ctx, tx, len(es), a); err != nil {
 				return err
 			}
 		}
-		return applyDetails(ctx, tx, &d)
+		return s.appendDetails(ctx, tx, &d)
 	})
+}
+
+// insertTail inserts the last n rows of a batch (fewer than chunk), whose
+// column values are a: with a prepared statement for the few rows an exec
+// commits at once (its last output and exec.completed; appendQueries).
+func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, n int, a []any) error {
+	_, err := s.execPrepared(ctx, tx, insertRows(n), a...)
+	return err
 }
 
 // ApplyBatch implements adapters.ProjectionStore. It looks up which of the
