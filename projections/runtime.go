@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,7 @@ type Progress struct {
 	Offset  uint64 // stream sequence of the last committed batch
 	Applied uint64 // entries applied by this process
 	Parked  uint64 // messages parked on the dead-letter subject
-	Skipped uint64 // messages passed over: filtered out or of other partitions
+	Skipped uint64 // messages passed over: filtered out, of other partitions, or writer fences
 	Errors  uint64 // failed attempts that were retried
 	// Lag is the messages on the consumer's subjects not yet committed: the
 	// consumer's pending plus unacknowledged count, read every LagInterval and
@@ -107,9 +108,10 @@ func (r *Runtime) Key() string { return r.key }
 
 // Await returns once the runtime has committed everything up to stream
 // sequence seq (its Offset is at least seq), or ctx's error. It polls. The
-// offset advances over the messages the consumer receives: with a Filter that
-// is pushed down, seq must be a sequence the filter selects (the last one
-// written, say), or Await waits for the next matching message.
+// offset advances over the messages the consumer receives (with no Filter on
+// events or literal sandboxes, every message of the stream, fences included):
+// with a Filter that is pushed down, seq must be a sequence the filter
+// selects (the last one written, say), or Await waits for the next matching message.
 func (r *Runtime) Await(ctx context.Context, seq uint64) error {
 	for r.offset.Load() < seq {
 		select {
@@ -225,9 +227,14 @@ func (r *Runtime) consumer(ctx context.Context, offset uint64) (jetstream.Consum
 		MaxAckPending: 16 * r.BatchSize,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	if len(r.subjects) == 1 {
+	switch {
+	case unfiltered(r.subjects, r.Bus.Config().SubjectPrefix):
+		// No filter subject: the server then reads its blocks in order
+		// without matching every message against a wildcard (a quarter of
+		// the CPU of a read); the few fence messages are passed over here.
+	case len(r.subjects) == 1:
 		cfg.FilterSubject = r.subjects[0]
-	} else {
+	default:
 		cfg.FilterSubjects = r.subjects
 	}
 	if offset > 0 {
@@ -363,7 +370,12 @@ type delivery struct {
 // the subject filters need only the subject; only the runtime's own messages
 // are decoded.
 func (r *Runtime) classify(d *delivery, prefix string) {
-	id, ev, perr := events.ParseSubject(prefix, d.m.Subject())
+	subj := d.m.Subject()
+	if !ledgerSubject(prefix, subj) {
+		d.skip = true // a fence message, read because the consumer is unfiltered
+		return
+	}
+	id, ev, perr := events.ParseSubject(prefix, subj)
 	if perr != nil {
 		// No sandbox to partition by: partition 0 parks it.
 		d.skip = r.Partition.Index != 0
@@ -377,6 +389,22 @@ func (r *Runtime) classify(d *delivery, prefix string) {
 	if d.derr == nil && !r.Filter.keepName(d.e.Name) {
 		d.skip = true
 	}
+}
+
+// unfiltered reports whether subjects select every ledger subject, so the
+// consumer can go without a filter (and the runtime skips what is not a
+// ledger subject itself, see ledgerSubject).
+func unfiltered(subjects []string, prefix string) bool {
+	return len(subjects) == 1 && (subjects[0] == prefix+".*.>" || subjects[0] == prefix+".>")
+}
+
+// ledgerSubject reports whether subject matches prefix.*.>, the subjects an
+// unfiltered projection's consumer would have had as its filter.
+func ledgerSubject(prefix, subject string) bool {
+	if len(subject) <= len(prefix)+1 || subject[len(prefix)] != '.' || subject[:len(prefix)] != prefix {
+		return false
+	}
+	return strings.IndexByte(subject[len(prefix)+1:], '.') > 0
 }
 
 // read pulls messages and decodes them, ahead of collect, until the

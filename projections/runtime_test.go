@@ -72,7 +72,7 @@ func TestFilterDeliversOnlyMatching(t *testing.T) {
 		name     string
 		f        projections.Filter
 		keep     func(e events.Entry) bool
-		pushdown []string // the consumer's filter subjects
+		pushdown []string // the consumer's filter subjects (none when it reads every ledger subject)
 	}{
 		{"events", projections.Filter{Events: []events.Event{events.ExecCompleted, events.CredentialBound}},
 			func(e events.Entry) bool { return e.Event == events.ExecCompleted || e.Event == events.CredentialBound },
@@ -83,7 +83,7 @@ func TestFilterDeliversOnlyMatching(t *testing.T) {
 			},
 			[]string{"alineo.ledger.sb-00003.exec.started", "alineo.ledger.sb-00007.exec.started"}},
 		{"sandbox pattern", projections.Filter{Sandboxes: []string{"sb-0001?"}},
-			func(e events.Entry) bool { return strings.HasPrefix(e.SandboxID, "sb-0001") }, []string{"alineo.ledger.*.>"}},
+			func(e events.Entry) bool { return strings.HasPrefix(e.SandboxID, "sb-0001") }, nil},
 		{"name pattern", projections.Filter{Names: []string{"te*", "lint"}, Events: []events.Event{events.SandboxCreated}},
 			func(e events.Entry) bool {
 				return (e.Name == "test" || e.Name == "lint") && e.Event == events.SandboxCreated
