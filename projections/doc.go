@@ -3,12 +3,15 @@
 // A projection is a Handler: Apply(ctx, Batch) stores a batch of entries
 // together with its offset, Offset(ctx, key) reads the offset back. A Runtime
 // runs one: a durable JetStream pull consumer recreated at the handler's
-// offset on every session, batches bounded in size and time, retries with
+// offset on every session, batches bounded in size and time (a batch grows
+// up to MaxBatchSize while the previous one is still being applied: a group
+// commit, so a store that falls behind catches up), retries with
 // backoff while the handler fails, dead-letter parking of messages that do not
 // decode and of entries the handler declares poison (Poison), Prometheus
 // metrics, Progress, a Filter (events and literal sandbox ids pushed down into
 // the consumer's filter subjects; sandbox and name patterns matched by the
-// runtime), partitions by sandbox (Partitioning: each partition its own
+// runtime; with no pushed-down filter the consumer has no filter subject at
+// all, which spares the server a subject match per message), partitions by sandbox (Partitioning: each partition its own
 // consumer and offset key, every sandbox's entries applied in order by one
 // worker), and a graceful stop when Run's ctx is done.
 //

@@ -35,7 +35,9 @@ type Projector struct {
 	Consumer string
 	// Partition splits the stream by sandbox among several projectors (see Runtime).
 	Partition Partitioning
-	// BatchSize bounds the messages per transaction. Default 1000.
+	// BatchSize is the messages at which a batch is ready; while the store
+	// is still applying the previous one a batch grows up to 4 × BatchSize
+	// (see Runtime.MaxBatchSize). Default 1000.
 	BatchSize int
 	// BatchWait bounds how long a batch waits to fill once it has a message;
 	// a batch that reaches the end of the stream (nothing more pending) is

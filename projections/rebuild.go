@@ -126,6 +126,9 @@ func (rb *rebuilder) run(ctx context.Context) error {
 		return nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: rb.subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if unfiltered(rb.subjects, rb.b.Config().SubjectPrefix) {
+		cfg.FilterSubjects = nil // see Runtime.consumer; add skips fence messages
+	}
 	if rb.o.From > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, rb.o.From
 	}
@@ -170,6 +173,9 @@ func (rb *rebuilder) run(ctx context.Context) error {
 
 // add sorts one message into its partition's batch, or counts it passed over.
 func (rb *rebuilder) add(prefix string, m jetstream.Msg, seq uint64) {
+	if !ledgerSubject(prefix, m.Subject()) {
+		return // a fence message (the consumer is unfiltered)
+	}
 	id, ev, perr := events.ParseSubject(prefix, m.Subject())
 	if perr != nil {
 		rb.st.Skipped++

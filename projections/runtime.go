@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,10 +51,17 @@ type Runtime struct {
 	// Partition splits the stream by sandbox: this worker applies only the
 	// sandboxes of partition Index, in stream order, with its own consumer and offset.
 	Partition Partitioning
-	// BatchSize bounds the messages per batch. Default 1000.
+	// BatchSize is the messages at which a batch is ready to be applied.
+	// Default 1000.
 	BatchSize int
+	// MaxBatchSize bounds the messages per batch: a ready batch keeps
+	// growing up to it while the previous one is still being applied, so a
+	// store that falls behind commits more per transaction and catches up
+	// (a group commit) instead of a queue of batches building up lag.
+	// Default 4 × BatchSize; at most 8 × BatchSize; BatchSize for fixed batches.
+	MaxBatchSize int
 	// BatchWait bounds how long a batch waits to fill once it has a message; a
-	// batch that reaches the end of the stream is applied without waiting. Default 50 ms.
+	// batch that reaches the end of the stream is ready without waiting. Default 50 ms.
 	BatchWait time.Duration
 	// MaxBackoff caps the wait between retries. Default 5 s.
 	MaxBackoff time.Duration
@@ -88,7 +96,7 @@ type Progress struct {
 	Offset  uint64 // stream sequence of the last committed batch
 	Applied uint64 // entries applied by this process
 	Parked  uint64 // messages parked on the dead-letter subject
-	Skipped uint64 // messages passed over: filtered out or of other partitions
+	Skipped uint64 // messages passed over: filtered out, of other partitions, or writer fences
 	Errors  uint64 // failed attempts that were retried
 	// Lag is the messages on the consumer's subjects not yet committed: the
 	// consumer's pending plus unacknowledged count, read every LagInterval and
@@ -107,9 +115,10 @@ func (r *Runtime) Key() string { return r.key }
 
 // Await returns once the runtime has committed everything up to stream
 // sequence seq (its Offset is at least seq), or ctx's error. It polls. The
-// offset advances over the messages the consumer receives: with a Filter that
-// is pushed down, seq must be a sequence the filter selects (the last one
-// written, say), or Await waits for the next matching message.
+// offset advances over the messages the consumer receives (with no Filter on
+// events or literal sandboxes, every message of the stream, fences included):
+// with a Filter that is pushed down, seq must be a sequence the filter
+// selects (the last one written, say), or Await waits for the next matching message.
 func (r *Runtime) Await(ctx context.Context, seq uint64) error {
 	for r.offset.Load() < seq {
 		select {
@@ -134,7 +143,7 @@ func (r *Runtime) init() error {
 		return fmt.Errorf("%w: Bus is required", ErrInvalidConfig)
 	case r.Handler == nil:
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errNoHandler)
-	case r.BatchSize < 0 || r.BatchWait < 0 || r.MaxBackoff < 0 || r.LagInterval < 0 || r.AckWait < 0:
+	case r.BatchSize < 0 || r.MaxBatchSize < 0 || r.BatchWait < 0 || r.MaxBackoff < 0 || r.LagInterval < 0 || r.AckWait < 0:
 		return fmt.Errorf("%w: negative batch size or duration", ErrInvalidConfig)
 	}
 	if err := r.Partition.validate(); err != nil {
@@ -153,6 +162,10 @@ func (r *Runtime) init() error {
 		r.Name = r.Consumer
 	}
 	r.BatchSize = cmpOr(r.BatchSize, DefaultBatchSize)
+	r.MaxBatchSize = cmpOr(r.MaxBatchSize, 4*r.BatchSize)
+	if r.MaxBatchSize < r.BatchSize || r.MaxBatchSize > 8*r.BatchSize {
+		return fmt.Errorf("%w: MaxBatchSize %d is not in BatchSize..8×BatchSize (%d..%d)", ErrInvalidConfig, r.MaxBatchSize, r.BatchSize, 8*r.BatchSize)
+	}
 	r.BatchWait = cmpOr(r.BatchWait, DefaultBatchWait)
 	r.MaxBackoff = cmpOr(r.MaxBackoff, DefaultMaxBackoff)
 	r.LagInterval = cmpOr(r.LagInterval, DefaultLagInterval)
@@ -222,12 +235,17 @@ func (r *Runtime) consumer(ctx context.Context, offset uint64) (jetstream.Consum
 		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       r.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 16 * r.BatchSize,
+		MaxAckPending: 2*r.MaxBatchSize + 5*r.BatchSize, // two batches, the reader's queue and the pull buffer
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	if len(r.subjects) == 1 {
+	switch {
+	case unfiltered(r.subjects, r.Bus.Config().SubjectPrefix):
+		// No filter subject: the server then reads its blocks in order
+		// without matching every message against a wildcard (a quarter of
+		// the CPU of a read); the few fence messages are passed over here.
+	case len(r.subjects) == 1:
 		cfg.FilterSubject = r.subjects[0]
-	} else {
+	default:
 		cfg.FilterSubjects = r.subjects
 	}
 	if offset > 0 {
@@ -291,8 +309,9 @@ func (r *Runtime) session(ctx context.Context) error {
 	defer lcancel()
 
 	// Collecting the next batch overlaps with committing the previous one: one
-	// batch in flight, committed and acknowledged in order by one goroutine.
-	commits := make(chan *batch, 1)
+	// batch in flight, committed and acknowledged in order by one goroutine,
+	// which takes the next batch (unbuffered) only once it is free.
+	commits := make(chan *batch)
 	done := make(chan error, 1)
 	go func() { done <- r.committer(ctx, offset, commits) }()
 	err = r.collect(ctx, msgs, offset, commits)
@@ -363,7 +382,12 @@ type delivery struct {
 // the subject filters need only the subject; only the runtime's own messages
 // are decoded.
 func (r *Runtime) classify(d *delivery, prefix string) {
-	id, ev, perr := events.ParseSubject(prefix, d.m.Subject())
+	subj := d.m.Subject()
+	if !ledgerSubject(prefix, subj) {
+		d.skip = true // a fence message, read because the consumer is unfiltered
+		return
+	}
+	id, ev, perr := events.ParseSubject(prefix, subj)
 	if perr != nil {
 		// No sandbox to partition by: partition 0 parks it.
 		d.skip = r.Partition.Index != 0
@@ -377,6 +401,22 @@ func (r *Runtime) classify(d *delivery, prefix string) {
 	if d.derr == nil && !r.Filter.keepName(d.e.Name) {
 		d.skip = true
 	}
+}
+
+// unfiltered reports whether subjects select every ledger subject, so the
+// consumer can go without a filter (and the runtime skips what is not a
+// ledger subject itself, see ledgerSubject).
+func unfiltered(subjects []string, prefix string) bool {
+	return len(subjects) == 1 && (subjects[0] == prefix+".*.>" || subjects[0] == prefix+".>")
+}
+
+// ledgerSubject reports whether subject matches prefix.*.>, the subjects an
+// unfiltered projection's consumer would have had as its filter.
+func ledgerSubject(prefix, subject string) bool {
+	if len(subject) <= len(prefix)+1 || subject[len(prefix)] != '.' || subject[:len(prefix)] != prefix {
+		return false
+	}
+	return strings.IndexByte(subject[len(prefix)+1:], '.') > 0
 }
 
 // read pulls messages and decodes them, ahead of collect, until the
@@ -421,13 +461,27 @@ func (r *Runtime) collect(ctx context.Context, msgs jetstream.MessagesContext, o
 	c.timer.Stop()
 	defer c.timer.Stop()
 	for {
+		var send chan<- *batch
+		if c.ready {
+			// A ready batch goes as soon as the committer is free; until then it grows.
+			n := len(c.b.es) // the committer owns the batch once sent
+			select {
+			case commits <- c.b:
+				c.next(n)
+				continue
+			default:
+			}
+			send = commits
+		}
+		n := len(c.b.es)
 		var d delivery
 		select {
 		case d = <-in:
+		case send <- c.b:
+			c.next(n)
+			continue
 		case <-c.timer.C:
-			if err := c.handOff(ctx); err != nil {
-				return err
-			}
+			c.ready = true
 			continue
 		case <-ctx.Done():
 			return ctx.Err()
@@ -452,22 +506,31 @@ type collector struct {
 	lastCons uint64
 	seen     uint64 // highest stream sequence handed off or committed
 	b        *batch
+	ready    bool // b is full, caught up with the stream, or has waited BatchWait
 }
 
+// handOff waits until the committer takes the batch.
 func (c *collector) handOff(ctx context.Context) error {
-	c.timer.Stop()
 	n := len(c.b.es) // the committer owns the batch once sent
 	select {
 	case c.commits <- c.b:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	c.b = &batch{es: make([]events.Entry, 0, n)}
+	c.next(n)
 	return nil
 }
 
-// add puts d into the batch (or parks it), handing the batch off when it is
-// full or the stream is caught up with; queued is how many deliveries wait.
+// next starts a new batch once the committer owns the last one, of n entries.
+func (c *collector) next(n int) {
+	c.timer.Stop()
+	c.ready = false
+	c.b = &batch{es: make([]events.Entry, 0, min(n, c.r.BatchSize))}
+}
+
+// add puts d into the batch (or parks it), marking the batch ready when it
+// is full or the stream is caught up with, and handing it off when it reaches
+// MaxBatchSize; queued is how many deliveries wait.
 func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 	r, b := c.r, c.b
 	seq := d.md.Sequence.Stream
@@ -510,8 +573,11 @@ func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 			b.raws = append(b.raws, raw{d.m.Subject(), d.m.Data()})
 		}
 	} // else a redelivery of a message already handed off
-	// Full, or caught up with the stream: waiting would not fill it.
+	// Full, or caught up with the stream (waiting would not fill it): ready.
 	if b.msgs >= r.BatchSize || d.md.NumPending == 0 && queued == 0 {
+		c.ready = true
+	}
+	if b.msgs >= r.MaxBatchSize {
 		return c.handOff(ctx)
 	}
 	return nil
