@@ -13,6 +13,7 @@ import (
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Projector and Runtime.
@@ -50,6 +51,8 @@ type Projector struct {
 	Registerer prometheus.Registerer
 	// Logger, default the bus's.
 	Logger *slog.Logger
+	// TracerProvider receives the projection.apply spans (see Runtime).
+	TracerProvider trace.TracerProvider
 
 	initOnce sync.Once
 	rt       Runtime
@@ -75,7 +78,7 @@ func (p *Projector) init() error {
 		}
 		p.rt.Bus, p.rt.Handler, p.rt.Name, p.rt.Consumer = p.Bus, TablesHandler(p.Store), TablesProjection, p.Consumer
 		p.rt.Partition, p.rt.BatchSize, p.rt.BatchWait, p.rt.MaxBackoff = p.Partition, p.BatchSize, p.BatchWait, p.MaxBackoff
-		p.rt.Registerer, p.rt.Logger = p.Registerer, p.Logger
+		p.rt.Registerer, p.rt.Logger, p.rt.TracerProvider = p.Registerer, p.Logger, p.TracerProvider
 	})
 	return p.rt.Init()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // HeaderDLQProjection names the projection that parked a poison entry.
@@ -76,6 +77,10 @@ type Runtime struct {
 	Registerer prometheus.Registerer
 	// Logger, default the bus's.
 	Logger *slog.Logger
+	// TracerProvider receives a projection.apply span per applied batch,
+	// linked to the spans that wrote its entries (their messages'
+	// traceparent headers). Default: the global provider.
+	TracerProvider trace.TracerProvider
 
 	initOnce sync.Once
 	initErr  error
@@ -401,6 +406,11 @@ func (r *Runtime) classify(d *delivery, prefix string) {
 	if d.derr == nil && !r.Filter.keepName(d.e.Name) {
 		d.skip = true
 	}
+	if h := d.m.Headers(); d.derr == nil && !d.skip && h != nil {
+		if tp := h[bus.HeaderTraceParent]; len(tp) > 0 {
+			d.e.Trace = tp[0]
+		}
+	}
 }
 
 // unfiltered reports whether subjects select every ledger subject, so the
@@ -615,7 +625,9 @@ func (r *Runtime) committer(ctx context.Context, offset uint64, in <-chan *batch
 
 // apply has the handler apply b, retrying failures with backoff; a poison
 // entry the handler names is parked and the rest applied again at once.
-func (r *Runtime) apply(ctx context.Context, b *batch) error {
+func (r *Runtime) apply(ctx context.Context, b *batch) (err error) {
+	ctx, span := r.applySpan(ctx, b)
+	defer func() { endSpan(span, err) }()
 	for {
 		var poison *PoisonError
 		err := r.retry(ctx, "apply", func() error {

@@ -137,6 +137,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return usage.Errorf(help, "--projection: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	stopTracing, err := cli.Tracing(ctx, "alineo-projector", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	b, err := cli.OpenBus(ctx, o.nats, o.natsDir, log)
 	if err != nil {
 		return err
