@@ -8,6 +8,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -31,7 +32,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, name string) (snap string, err
 	ctx, span := s.span(ctx, "sandbox.checkpoint", attrCheckpoint.String(name))
 	defer func() {
 		span.SetAttributes(attrSnapshotID.String(snap))
-		endSpan(span, err)
+		spans.End(span, err)
 	}()
 	if err := s.checkOpen(); err != nil {
 		return "", err

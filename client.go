@@ -13,6 +13,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -157,7 +158,7 @@ func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSa
 	ctx, run := c.tracer.Start(ctx, "sandbox.run", trace.WithAttributes(attrOp.String(op), attrRunID.String(o.runID)))
 	defer func() {
 		if err != nil {
-			endSpan(run, err)
+			spans.End(run, err)
 		}
 	}()
 	if err := c.sem.acquire(ctx); err != nil {

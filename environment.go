@@ -12,6 +12,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -166,7 +167,7 @@ func (e *Environment) build(ctx context.Context) (rec *EnvironmentRecord, err er
 		if rec != nil {
 			span.SetAttributes(attrSnapshotID.String(rec.SnapshotID))
 		}
-		endSpan(span, err)
+		spans.End(span, err)
 	}()
 	sb, err := e.c.Sandbox(ctx, SandboxOptions{Image: e.opts.Image, Resources: e.opts.Resources,
 		Name: "env-" + e.name + "-build", Shell: e.opts.Shell})

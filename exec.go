@@ -158,6 +158,14 @@ func (e *Exec) stream(s events.Stream) iter.Seq2[[]byte, error] {
 
 // refetch reads output chunks [from, to) of this exec back from the ledger.
 func (e *Exec) refetch(ctx context.Context, from, to int) ([]chunk, error) {
+	return e.readBack(ctx, from, to, false)
+}
+
+// readBack reads output chunks [from, to) of this exec back from the ledger.
+// With skipStdin the stdin chunks an interactive exec records are not
+// counted (they are not output), so every chunk is decoded; otherwise only
+// those in range are.
+func (e *Exec) readBack(ctx context.Context, from, to int, skipStdin bool) ([]chunk, error) {
 	es, err := e.sb.c.store.ReadAll(ctx, e.sb.name, e.sb.id)
 	if err != nil {
 		return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
@@ -168,11 +176,19 @@ func (e *Exec) refetch(ctx context.Context, from, to int) ([]chunk, error) {
 		if !en.Event.Is(events.ExecOutput) || en.StepIndex != e.step {
 			continue
 		}
-		if i >= from && i < to {
-			var p events.ExecOutputPayload
-			if err := en.Decode(&p); err != nil {
-				return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
-			}
+		in := i >= from && i < to
+		if !in && !skipStdin {
+			i++
+			continue
+		}
+		var p events.ExecOutputPayload
+		if err := en.Decode(&p); err != nil {
+			return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
+		}
+		if skipStdin && p.Type == events.Stdin {
+			continue
+		}
+		if in {
 			out = append(out, chunk{stream: p.Type, data: p.Bytes()})
 		}
 		i++

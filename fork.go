@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 )
 
 // Fork checkpoints this sandbox (sandbox.checkpoint_created with tag in this
@@ -23,7 +24,7 @@ import (
 // otherwise those of Checkpoint and Client.Sandbox.
 func (s *Sandbox) Fork(ctx context.Context, tag string) (_ *Sandbox, err error) {
 	ctx, span := s.span(ctx, "sandbox.fork", attrCheckpoint.String(tag))
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	if s.resources == (Resources{}) {
 		return nil, &SandboxError{SandboxID: s.id, Op: "fork", Err: ErrForkUnsupported}
 	}

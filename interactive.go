@@ -528,30 +528,7 @@ func (it *Interactive) Close(ctx context.Context) error {
 
 // refetch is Exec.refetch without the stdin chunks, which are not output.
 func (it *Interactive) refetch(ctx context.Context, from, to int) ([]chunk, error) {
-	e := it.Exec
-	es, err := e.sb.c.store.ReadAll(ctx, e.sb.name, e.sb.id)
-	if err != nil {
-		return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
-	}
-	var out []chunk
-	i := 0
-	for _, en := range es {
-		if !en.Event.Is(events.ExecOutput) || en.StepIndex != e.step {
-			continue
-		}
-		var p events.ExecOutputPayload
-		if err := en.Decode(&p); err != nil {
-			return nil, fmt.Errorf("read exec %d output back from the ledger: %w", e.step, err)
-		}
-		if p.Type == events.Stdin {
-			continue
-		}
-		if i >= from && i < to {
-			out = append(out, chunk{stream: p.Type, data: p.Bytes()})
-		}
-		i++
-	}
-	return out, nil
+	return it.Exec.readBack(ctx, from, to, true)
 }
 
 // exportLine returns the shell line that exports env before the command, in

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -58,7 +59,7 @@ type ResumeOptions struct {
 func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOptions) (_ *Sandbox, err error) {
 	ctx, span := c.tracer.Start(ctx, "session.resume", trace.WithAttributes(attrSandboxID.String(sandboxID),
 		attrName.String(opts.Name), attrCheckpoint.String(opts.Tag)))
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	name, es, err := c.resumedSession(ctx, sandboxID, opts.Name)
 	if err != nil {
 		return nil, err
@@ -149,7 +150,7 @@ func (c *Client) sessionName(ctx context.Context, sandboxID string) (string, err
 // Client.Sandbox.
 func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (_ *Sandbox, err error) {
 	ctx, span := c.tracer.Start(ctx, "sandbox.restore", trace.WithAttributes(attrSnapshotID.String(snapshotID)))
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	if snapshotID == "" {
 		return nil, &OptionError{Field: "snapshotID", Reason: "is empty"}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -222,7 +223,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 // sandbox.paused. Exec and file operations fail with ErrPaused until Resume.
 func (s *Sandbox) Pause(ctx context.Context) (err error) {
 	ctx, span := s.span(ctx, "sandbox.pause")
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
@@ -253,7 +254,7 @@ func (s *Sandbox) Pause(ctx context.Context) (err error) {
 // and records sandbox.resumed.
 func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	ctx, span := s.span(ctx, "sandbox.resume")
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	if err := s.checkOpen(); err != nil {
 		return err
 	}

@@ -3,9 +3,9 @@ package alineo
 import (
 	"context"
 
+	"github.com/alineo-labs/alineo/internal/spans"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -56,17 +56,6 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(instrumentation)
 }
 
-// endSpan ends span, recording err (nil: status OK).
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	} else {
-		span.SetStatus(codes.Ok, "")
-	}
-	span.End()
-}
-
 // span starts a span of the sandbox's operation name under its sandbox.run
 // span, linked to the caller's span when ctx has another one.
 func (s *Sandbox) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
@@ -98,13 +87,13 @@ func (e *Exec) endSpan(span trace.Span, replayed bool) {
 	if err == nil && e.exitCode != 0 {
 		err = &CommandError{ExitCode: e.exitCode, Command: e.text, SandboxID: e.sb.id}
 	}
-	endSpan(span, err)
+	spans.End(span, err)
 }
 
 // endRun ends the sandbox.run span of a handle that is closed (err: Close's).
 func (s *Sandbox) endRun(err error) {
 	if s.run != nil {
-		endSpan(s.run, err)
+		spans.End(s.run, err)
 	}
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	alineo "github.com/alineo-labs/alineo"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -119,7 +119,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 	defer func() {
 		span.SetAttributes(attribute.String("alineo.sandbox.id", res.SandboxID),
 			attribute.Int("alineo.job.steps_live", res.Live), attribute.Int("alineo.job.steps_replayed", res.Replayed))
-		endSpan(span, err)
+		spans.End(span, err)
 	}()
 	if r.Client == nil {
 		return res, fmt.Errorf("%w: Runner.Client is nil", ErrInvalidConfig)
@@ -330,15 +330,5 @@ func endStepSpan(span trace.Span, ev Event) {
 	if ev.Kind == KindExec || ev.Kind == KindExecCode {
 		span.SetAttributes(attribute.Int("process.exit_code", ev.ExitCode))
 	}
-	endSpan(span, ev.Err)
-}
-
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	} else {
-		span.SetStatus(codes.Ok, "")
-	}
-	span.End()
+	spans.End(span, ev.Err)
 }

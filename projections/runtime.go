@@ -18,6 +18,7 @@ import (
 
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/spans"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -627,7 +628,7 @@ func (r *Runtime) committer(ctx context.Context, offset uint64, in <-chan *batch
 // entry the handler names is parked and the rest applied again at once.
 func (r *Runtime) apply(ctx context.Context, b *batch) (err error) {
 	ctx, span := r.applySpan(ctx, b)
-	defer func() { endSpan(span, err) }()
+	defer func() { spans.End(span, err) }()
 	for {
 		var poison *PoisonError
 		err := r.retry(ctx, "apply", func() error {

@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -45,12 +44,4 @@ func (r *Runtime) applySpan(ctx context.Context, b *batch) (context.Context, tra
 		trace.WithAttributes(attribute.String("alineo.projection.name", r.Name), attribute.String("alineo.projection.key", r.key),
 			attribute.Int("alineo.projection.entries", len(b.es)),
 			attribute.Int64("alineo.projection.first_seq", int64(first)), attribute.Int64("alineo.projection.last_seq", int64(b.lastSeq))))
-}
-
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
