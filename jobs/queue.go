@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -213,6 +214,29 @@ func openStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream
 	return js.KeyValue(ctx, cfg.Bucket) // binds with direct gets off
 }
 
+// publish publishes a job's message, retrying with backoff for
+// statusRetryFor while the stream does not answer (a lost acknowledgement
+// included: the message id makes a second copy a duplicate the stream drops).
+// Without it, a submit that failed once left a queued status with no message,
+// a job nobody would ever run.
+func (q *Queue) publish(ctx context.Context, id string, body []byte) error {
+	deadline := time.Now().Add(statusRetryFor)
+	delay := 50 * time.Millisecond
+	for {
+		_, err := q.js.Publish(ctx, q.cfg.Subject, body, jetstream.WithMsgID(id))
+		if err == nil || ctx.Err() != nil || time.Now().Add(delay).After(deadline) ||
+			errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
 // Config returns the configuration in effect, defaults filled in.
 func (q *Queue) Config() QueueConfig { return q.cfg }
 
@@ -236,7 +260,7 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if _, err := q.js.Publish(ctx, q.cfg.Subject, body, jetstream.WithMsgID(st.ID)); err != nil {
+	if err := q.publish(ctx, st.ID, body); err != nil {
 		return Status{}, fmt.Errorf("publish job %s: %w", st.ID, err)
 	}
 	return st, nil
@@ -262,40 +286,78 @@ func (q *Queue) get(ctx context.Context, id string) (Status, uint64, error) {
 	}
 	var st Status
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return Status{}, 0, fmt.Errorf("decode job %s: %w", id, err)
+		return Status{}, 0, fmt.Errorf("decode job %s: %w: %w", id, errStatusCorrupt, err)
 	}
 	return st, e.Revision(), nil
 }
 
-// update applies f to the job's status with compare-and-set, retrying on a
-// concurrent change. A missing status is created from zero.
+// statusRetryFor bounds how long update retries a status the bucket cannot
+// read or write for a while (a NATS node restarting, the stream leader
+// moving): longer than a leader election, well inside a job's lease, which
+// the worker's heartbeat keeps meanwhile.
+const statusRetryFor = 30 * time.Second
+
+// update applies f to the job's status with compare-and-set, retrying at once
+// on a concurrent change and with backoff, for statusRetryFor, while the
+// bucket is unavailable. A missing status is created from zero.
 func (q *Queue) update(ctx context.Context, id string, f func(*Status)) (Status, error) {
-	for attempt := 0; ; attempt++ {
-		st, rev, err := q.get(ctx, id)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return st, err
-		}
-		if errors.Is(err, ErrNotFound) {
-			st = Status{ID: id}
-		}
-		f(&st)
-		st.UpdatedAt = time.Now().UnixMilli()
-		data, err := json.Marshal(st)
-		if err != nil {
-			return st, err
-		}
-		if rev == 0 {
-			_, err = q.kv.Create(ctx, id, data)
-		} else {
-			_, err = q.kv.Update(ctx, id, data, rev)
-		}
-		if err == nil {
+	deadline := time.Now().Add(statusRetryFor)
+	delay := 50 * time.Millisecond
+	for conflicts := 0; ; {
+		st, err := q.updateOnce(ctx, id, f)
+		switch {
+		case err == nil:
 			return st, nil
+		case errors.Is(err, errStatusConflict):
+			if conflicts++; conflicts > 10 {
+				return st, err
+			}
+			continue
+		case errors.Is(err, errStatusCorrupt) || ctx.Err() != nil || time.Now().Add(delay).After(deadline):
+			return st, err
 		}
-		if attempt >= 10 || ctx.Err() != nil {
-			return st, fmt.Errorf("update job %s: %w", id, err)
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+var (
+	errStatusConflict = errors.New("status changed concurrently")
+	errStatusCorrupt  = errors.New("corrupt status")
+)
+
+// updateOnce is one read-modify-write of update.
+func (q *Queue) updateOnce(ctx context.Context, id string, f func(*Status)) (Status, error) {
+	st, rev, err := q.get(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		st = Status{ID: id}
+	case err != nil:
+		return st, err
+	}
+	f(&st)
+	st.UpdatedAt = time.Now().UnixMilli()
+	data, err := json.Marshal(st)
+	if err != nil {
+		return st, fmt.Errorf("%w: %w", errStatusCorrupt, err)
+	}
+	if rev == 0 {
+		_, err = q.kv.Create(ctx, id, data)
+	} else {
+		_, err = q.kv.Update(ctx, id, data, rev)
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return st, fmt.Errorf("update job %s: %w: %w", id, errStatusConflict, err)
+	}
+	return st, fmt.Errorf("update job %s: %w", id, err)
 }
 
 // Pending returns the number of jobs in the stream not yet acknowledged.

@@ -218,11 +218,11 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		},
 		OnSandbox: func(ctx context.Context, sb *alineo.Sandbox) error {
 			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.SandboxID, s.SandboxName = sb.ID(), sb.Name() })
-			return err
+			return statusFailure(err)
 		},
 		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
 			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.Checkpoint = &cp })
-			return err
+			return statusFailure(err)
 		},
 	}
 	_, err = r.Run(jobCtx, jm.Spec, from)
@@ -237,6 +237,12 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", jm.ID, "err", err)
 	case errors.Is(err, ErrDrained):
 		w.requeue(jobCtx, m, jm.ID, "drained", 0)
+	case errors.Is(err, errStatusUnavailable):
+		// The job's status could not be recorded (the bucket unavailable past
+		// update's retries): not the job's failure. Hand it back; the next
+		// delivery takes over from the last recorded checkpoint.
+		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
 		w.finish(jobCtx, m, jm.ID, StateFailed, err.Error(), attempt)
 	case attempt >= w.Queue.cfg.MaxDeliver:
@@ -353,9 +359,14 @@ func checkpointSandbox(cp *Checkpoint) string {
 func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state State, msg string, attempt int) {
 	st, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error, s.Attempt = state, msg, attempt })
 	if err != nil {
-		w.Logger.Warn("jobs: record final status", "job", id, "err", err)
+		// Settling the message without its final status would leave the job
+		// "running" for good: hand it back instead, so a later delivery
+		// records the end (or runs again from the last checkpoint).
+		w.Logger.Warn("jobs: record final status; handing the job back", "job", id, "state", state, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
 	}
-	if state == StateFailed && err == nil {
+	if state == StateFailed {
 		w.endFailed(ctx, id, st)
 	}
 	if state == StateSucceeded {
@@ -381,4 +392,15 @@ func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id, why string, d
 	if err != nil {
 		w.Logger.Warn("jobs: hand back job", "job", id, "err", err)
 	}
+}
+
+// errStatusUnavailable marks a failure to record a job's status from a
+// Runner hook: the job did not fail, its bookkeeping did.
+var errStatusUnavailable = errors.New("job status unavailable")
+
+func statusFailure(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errStatusUnavailable, err)
 }
