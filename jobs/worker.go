@@ -226,30 +226,43 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		},
 	}
 	_, err = r.Run(jobCtx, jm.Spec, from)
+	w.settle(jobCtx, m, jm.ID, attempt, err)
+}
+
+// settle ends a delivery after its run: succeeded, failed for good, handed
+// back, or left alone when another delivery owns the job.
+func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err error) {
+	if err != nil && w.superseded(jobCtx, id, attempt) {
+		// A later delivery took the job over (this worker stalled past its
+		// lease, and the new owner ended its sandbox, which is why this
+		// attempt failed): the job and its message are that delivery's now.
+		w.Logger.Warn("jobs: attempt superseded by a later delivery; leaving the job to it", "job", id, "attempt", attempt, "err", err)
+		return
+	}
 	var se *StepError
 	var spe *SpecError
 	switch {
 	case err == nil:
-		w.finish(jobCtx, m, jm.ID, StateSucceeded, "", attempt)
+		w.finish(jobCtx, m, id, StateSucceeded, "", attempt)
 	case errors.Is(err, adapters.ErrFenced):
 		// Another worker took the job over (this one missed its lease): the
 		// job and its status are that worker's now; leave both alone.
-		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", jm.ID, "err", err)
+		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", id, "err", err)
 	case errors.Is(err, ErrDrained):
-		w.requeue(jobCtx, m, jm.ID, "drained", 0)
+		w.requeue(jobCtx, m, id, "drained", 0)
 	case errors.Is(err, errStatusUnavailable):
 		// The job's status could not be recorded (the bucket unavailable past
 		// update's retries): not the job's failure. Hand it back; the next
 		// delivery takes over from the last recorded checkpoint.
-		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
+		w.Logger.Warn("jobs: record status; handing the job back", "job", id, "err", err)
 		_ = m.NakWithDelay(time.Second)
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
-		w.finish(jobCtx, m, jm.ID, StateFailed, err.Error(), attempt)
+		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
 	case attempt >= w.Queue.cfg.MaxDeliver:
-		w.finish(jobCtx, m, jm.ID, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
+		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
 	default:
-		w.Logger.Warn("jobs: attempt failed; handing the job back", "job", jm.ID, "attempt", attempt, "err", err)
-		w.requeue(jobCtx, m, jm.ID, err.Error(), time.Second)
+		w.Logger.Warn("jobs: attempt failed; handing the job back", "job", id, "attempt", attempt, "err", err)
+		w.requeue(jobCtx, m, id, err.Error(), time.Second)
 	}
 }
 
@@ -403,4 +416,12 @@ func statusFailure(err error) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", errStatusUnavailable, err)
+}
+
+// superseded reports whether a later delivery of job id than attempt owns it
+// (its status records a higher attempt). A status that cannot be read says
+// no: the caller then settles as it would have.
+func (w *Worker) superseded(ctx context.Context, id string, attempt int) bool {
+	st, err := w.Queue.Status(ctx, id)
+	return err == nil && st.Attempt > attempt
 }
