@@ -38,12 +38,9 @@ type CodeContext struct {
 // the server's *APIError when execd refuses (an unknown language, no such
 // interpreter in the image, a missing Cwd); ErrClosed, ErrPaused.
 func (s *Sandbox) CreateCodeContext(ctx context.Context, language string, opts ...CodeContextOptions) (*CodeContext, error) {
-	var o CodeContextOptions
-	switch {
-	case len(opts) > 1:
-		return nil, &OptionError{Field: "CodeContextOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
-	case len(opts) == 1:
-		o = opts[0]
+	o, err := oneOption("CodeContextOptions", opts)
+	if err != nil {
+		return nil, err
 	}
 	if strings.TrimSpace(language) == "" {
 		return nil, &OptionError{Field: "language", Reason: "is empty"}

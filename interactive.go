@@ -91,14 +91,9 @@ type Interactive struct {
 // error); what was recorded stays, and no exec.completed is written, so a
 // Resume from a later checkpoint starts it again.
 func (s *Sandbox) ExecInteractive(ctx context.Context, cmd string, opts ...InteractiveOptions) *Interactive {
-	var o InteractiveOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	var bad error
+	o, bad := oneOption("InteractiveOptions", opts)
 	switch {
-	case len(opts) > 1:
-		bad = &OptionError{Field: "InteractiveOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	case bad != nil:
 	case cmd == "":
 		bad = &OptionError{Field: "cmd", Reason: "is empty"}
 	case strings.IndexByte(cmd, 0) >= 0:

@@ -2,6 +2,7 @@ package alineo
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -205,3 +206,15 @@ type CodeOptions struct {
 func (o CodeOptions) strict() bool { return o.Strict == nil || *o.Strict }
 
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+// oneOption returns the options of a call that takes at most one: the zero
+// value for none; with several, the first and an *OptionError naming field.
+func oneOption[T any](field string, opts []T) (o T, err error) {
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if len(opts) > 1 {
+		err = &OptionError{Field: field, Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	}
+	return o, err
+}

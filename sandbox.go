@@ -103,14 +103,9 @@ func (s *Sandbox) fileExecd(ctx context.Context) (*opensandbox.Execd, error) {
 // Cancelling ctx stops the command's stream; the exec then ends with an
 // *ExecConnectionError wrapping ctx's error, and what was recorded stays.
 func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Exec {
-	var o ExecOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	var bad error
+	o, bad := oneOption("ExecOptions", opts)
 	switch {
-	case len(opts) > 1:
-		bad = &OptionError{Field: "ExecOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	case bad != nil:
 	case cmd == "":
 		bad = &OptionError{Field: "cmd", Reason: "is empty"}
 	case o.Timeout < 0:
@@ -137,14 +132,9 @@ func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Ex
 // its handle, like Exec. Without a Language the code runs as a shell script. A
 // non-zero exit or an exception (exit code 1) is a *CommandError when strict.
 func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions) *Exec {
-	var o CodeOptions
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	var bad error
+	o, bad := oneOption("CodeOptions", opts)
 	switch {
-	case len(opts) > 1:
-		bad = &OptionError{Field: "CodeOptions", Reason: fmt.Sprintf("at most one, got %d", len(opts))}
+	case bad != nil:
 	case code == "":
 		bad = &OptionError{Field: "code", Reason: "is empty"}
 	}

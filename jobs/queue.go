@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -220,21 +221,13 @@ func openStatusBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream
 // Without it, a submit that failed once left a queued status with no message,
 // a job nobody would ever run.
 func (q *Queue) publish(ctx context.Context, id string, body []byte) error {
-	deadline := time.Now().Add(statusRetryFor)
-	delay := 50 * time.Millisecond
-	for {
+	return backoff.Retry(func() error {
 		_, err := q.js.Publish(ctx, q.cfg.Subject, body, jetstream.WithMsgID(id))
-		if err == nil || ctx.Err() != nil || time.Now().Add(delay).After(deadline) ||
-			errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
-			return err
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) {
+			return backoff.Permanent(err)
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
+		return err
+	}, statusBackoff(ctx))
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -300,28 +293,34 @@ const statusRetryFor = 30 * time.Second
 // update applies f to the job's status with compare-and-set, retrying at once
 // on a concurrent change and with backoff, for statusRetryFor, while the
 // bucket is unavailable. A missing status is created from zero.
-func (q *Queue) update(ctx context.Context, id string, f func(*Status)) (Status, error) {
-	deadline := time.Now().Add(statusRetryFor)
-	delay := 50 * time.Millisecond
-	for conflicts := 0; ; {
+func (q *Queue) update(ctx context.Context, id string, f func(*Status)) (st Status, err error) {
+	err = backoff.Retry(func() error {
+		var err error
+		st, err = q.casUpdate(ctx, id, f)
+		if errors.Is(err, errStatusConflict) || errors.Is(err, errStatusCorrupt) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, statusBackoff(ctx))
+	return st, err
+}
+
+// statusBackoff paces the retries of a status write or a job's publish while
+// the stream does not answer: 50 ms doubling to 2 s, for statusRetryFor.
+func statusBackoff(ctx context.Context) backoff.BackOff {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(statusRetryFor))
+	return backoff.WithContext(b, ctx)
+}
+
+// casUpdate is update's compare-and-set, retried at once on a concurrent
+// change, ten times at most.
+func (q *Queue) casUpdate(ctx context.Context, id string, f func(*Status)) (Status, error) {
+	for conflicts := 0; ; conflicts++ {
 		st, err := q.updateOnce(ctx, id, f)
-		switch {
-		case err == nil:
-			return st, nil
-		case errors.Is(err, errStatusConflict):
-			if conflicts++; conflicts > 10 {
-				return st, err
-			}
-			continue
-		case errors.Is(err, errStatusCorrupt) || ctx.Err() != nil || time.Now().Add(delay).After(deadline):
+		if !errors.Is(err, errStatusConflict) || conflicts == 10 {
 			return st, err
 		}
-		select {
-		case <-ctx.Done():
-			return st, err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
 	}
 }
 
