@@ -144,6 +144,7 @@ type spawnOptions struct {
 	// policy and credentialProxy restore a resumed session's network state.
 	policy          *NetworkPolicy
 	credentialProxy bool
+	metadata        map[string]string // spawn: attached to the sandbox, "runId" added
 	// recordPolicy, when set, has its rules recorded as egress.rule_added after
 	// sandbox.created (a new sandbox's policy; a restored one is not re-recorded).
 	recordPolicy *NetworkPolicy

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 
@@ -27,6 +28,9 @@ type ResumeOptions struct {
 	// bound (credential.bound not revoked later), which the resumed sandbox
 	// re-registers; required when there are any.
 	ResolveCredential CredentialResolver
+	// Metadata is attached to the new sandbox on the server, as
+	// SandboxOptions.Metadata; "runId" is added.
+	Metadata map[string]string
 }
 
 // Resume continues a session from its last checkpoint (or the last with
@@ -81,7 +85,7 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	sb, err := c.spawn(ctx, spawnOptions{
 		snapshotID: rp.checkpoint.SnapshotID, name: func(string) string { return name },
 		resources: res, runID: rp.runID, payload: payload, replay: rp.cache, shell: opts.Shell,
-		policy: creds.policy(), credentialProxy: creds.proxy(),
+		policy: creds.policy(), credentialProxy: creds.proxy(), metadata: opts.Metadata,
 	})
 	if err != nil {
 		return nil, err
@@ -183,10 +187,20 @@ func defaultName(name, prefix string) func(id string) string {
 // creates one from an image (see launch).
 func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
 	return c.launch(ctx, "create from snapshot "+o.snapshotID, opensandbox.CreateSandboxRequest{
-		SnapshotID: o.snapshotID, Metadata: map[string]string{"runId": o.runID},
+		SnapshotID: o.snapshotID, Metadata: withRunID(o.metadata, o.runID),
 		ResourceLimits: o.resources.limits(),
 		NetworkPolicy:  o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
 	}, o)
+}
+
+// withRunID returns a copy of md with "runId" set to runID.
+func withRunID(md map[string]string, runID string) map[string]string {
+	out := maps.Clone(md)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["runId"] = runID
+	return out
 }
 
 // inheritedRunID returns the runId of the one session of sandboxID, or a new

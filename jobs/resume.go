@@ -10,7 +10,13 @@ import (
 // the checkpoint's session name and tag. With the name given, Resume needs
 // only the client's ledger (a bus ledger alone will do), no read model.
 func ClientResume(client *alineo.Client) ResumeFunc {
+	return clientResume(client, nil)
+}
+
+// clientResume is ClientResume attaching md to the resumed sandbox on the
+// server (Runner.Metadata).
+func clientResume(client *alineo.Client, md map[string]string) ResumeFunc {
 	return func(ctx context.Context, cp Checkpoint) (*alineo.Sandbox, error) {
-		return client.Resume(ctx, cp.SandboxID, alineo.ResumeOptions{Name: cp.Name, Tag: cp.Tag})
+		return client.Resume(ctx, cp.SandboxID, alineo.ResumeOptions{Name: cp.Name, Tag: cp.Tag, Metadata: md})
 	}
 }

@@ -71,9 +71,15 @@ type ResumeFunc func(ctx context.Context, cp Checkpoint) (*alineo.Sandbox, error
 // called from the goroutine running the job.
 type Runner struct {
 	Client *alineo.Client
-	// Resume restores a checkpointed session. Default ClientResume(Client);
-	// when that is nil too, Run with a Checkpoint fails with ErrResumeUnavailable.
+	// Resume restores a checkpointed session. Default ClientResume(Client)
+	// with Metadata attached; when that is nil too, Run with a Checkpoint
+	// fails with ErrResumeUnavailable.
 	Resume ResumeFunc
+	// Metadata is attached on the server to the sandbox Run creates, and to
+	// the one the default Resume restores (a Resume of your own attaches
+	// what it likes). The Worker tags every sandbox of a job with it
+	// (JobMetadata) to find the ones an attempt that died left behind.
+	Metadata map[string]string
 	// Progress receives every Event, synchronously. Nil discards them.
 	Progress func(Event)
 	// OnSandbox is called once the job's sandbox (new or resumed) is ready; an
@@ -135,7 +141,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		}
 		resume := r.Resume
 		if resume == nil {
-			resume = ClientResume(r.Client)
+			resume = clientResume(r.Client, r.Metadata)
 		}
 		if resume == nil {
 			return res, ErrResumeUnavailable
@@ -147,7 +153,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		next = from.Next
 	} else {
 		sb, err = r.Client.Sandbox(ctx, alineo.SandboxOptions{
-			Image: spec.Image, Name: spec.Name, Env: spec.Env,
+			Image: spec.Image, Name: spec.Name, Env: spec.Env, Metadata: r.Metadata,
 			Resources: alineo.Resources{CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, GPU: spec.Resources.GPU},
 		})
 		if err != nil {

@@ -39,7 +39,10 @@ type Worker struct {
 	// "taken over", by this worker): the bus ledger the Client writes to.
 	// A job that fails for good has its sandboxes' ends recorded too.
 	Ledger Fencer
-	// Resume restores a checkpointed session. Default ClientResume(Client).
+	// Resume restores a checkpointed session. Default ClientResume(Client),
+	// the restored sandbox tagged with the job (JobMetadata); a Resume of
+	// your own should attach Runner.Metadata itself, or the sandboxes it
+	// restores cannot be found if the worker dies before recording them.
 	Resume ResumeFunc
 	// ID names this worker in job statuses. Default a random id.
 	ID string
@@ -82,9 +85,6 @@ func (w *Worker) init() error {
 	}
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.Resume == nil {
-		w.Resume = ClientResume(w.Client)
 	}
 	return nil
 }
@@ -206,8 +206,24 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	// A previous attempt may have died between creating a sandbox and
+	// recording it in the status: end whatever is tagged with the job. This
+	// attempt is recorded first, so a stalled earlier one that creates a
+	// sandbox after the sweep sees it was superseded and closes its own.
+	if attempt > 1 {
+		if ended, err := w.sweep(jobCtx, jm.ID, "", events.ClosedTakenOver); err != nil {
+			w.Logger.Warn("jobs: end a previous attempt's unrecorded sandboxes", "job", jm.ID, "err", err)
+		} else if len(ended) > 0 {
+			w.Logger.Info("jobs: ended a previous attempt's unrecorded sandboxes", "job", jm.ID, "sandboxes", ended)
+		}
+	}
+	session := jm.Spec.Name
+	if from != nil {
+		session = from.Name
+	}
 	r := &Runner{
 		Client: w.Client, Resume: w.Resume, Drain: ctx.Done(), Output: w.Output,
+		Metadata: JobMetadata(jm.ID, attempt, session),
 		Progress: func(ev Event) {
 			if ev.Index >= 0 && (ev.State == StepDone || ev.State == StepReplayed || ev.State == StepSkipped) {
 				_, _ = w.Queue.update(jobCtx, jm.ID, func(s *Status) { s.Done = ev.Index + 1 })
@@ -217,7 +233,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		},
 		OnSandbox: func(ctx context.Context, sb *alineo.Sandbox) error {
-			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.SandboxID, s.SandboxName = sb.ID(), sb.Name() })
+			st, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
+				if s.Attempt <= attempt { // a later delivery's status is not this attempt's to write
+					s.SandboxID, s.SandboxName = sb.ID(), sb.Name()
+				}
+			})
+			if err == nil && st.Attempt > attempt {
+				return fmt.Errorf("%w: attempt %d, the status records attempt %d", errSuperseded, attempt, st.Attempt)
+			}
 			return statusFailure(err)
 		},
 		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
@@ -286,7 +309,7 @@ func (w *Worker) takeover(ctx context.Context, jobID string, prev Status) (*Chec
 			return nil, err
 		}
 	}
-	if prev.Checkpoint != nil && w.Resume != nil {
+	if prev.Checkpoint != nil {
 		cp := *prev.Checkpoint
 		return &cp, nil
 	}
@@ -379,8 +402,16 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	reason := events.ClosedTakenOver
 	if state == StateFailed {
 		w.endFailed(ctx, id, st)
+		reason = events.ClosedJobFailed
+	}
+	// The run closed its own sandbox; anything else tagged with the job is
+	// an earlier attempt's that nobody recorded (one stalled past the sweep
+	// at the start of this attempt, say).
+	if _, err := w.sweep(ctx, id, "", reason); err != nil {
+		w.Logger.Warn("jobs: end a finished job's unrecorded sandboxes", "job", id, "err", err)
 	}
 	if state == StateSucceeded {
 		err = m.DoubleAck(ctx)
@@ -410,6 +441,10 @@ func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id, why string, d
 // errStatusUnavailable marks a failure to record a job's status from a
 // Runner hook: the job did not fail, its bookkeeping did.
 var errStatusUnavailable = errors.New("job status unavailable")
+
+// errSuperseded stops an attempt that finds a later delivery owns its job
+// (it stalled past its lease); its sandbox is closed as Run returns.
+var errSuperseded = errors.New("attempt superseded by a later delivery")
 
 func statusFailure(err error) error {
 	if err == nil {
