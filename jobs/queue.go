@@ -235,7 +235,9 @@ func (q *Queue) Config() QueueConfig { return q.cfg }
 
 // Submit validates spec, records its status (queued) and publishes it on the
 // jobs stream with its id as the message id, so a retried submit is stored
-// once. Errors: *SpecError; stream and bucket errors.
+// once. A publish that fails for good (after retries, or when ctx ends)
+// leaves the status failed with the error, not queued. Errors: *SpecError;
+// stream and bucket errors.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	if err := spec.Validate(); err != nil {
 		return Status{}, err
@@ -246,17 +248,55 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if _, err := q.kv.Create(ctx, st.ID, data); err != nil {
+	rev, err := q.kv.Create(ctx, st.ID, data)
+	if err != nil {
 		return Status{}, fmt.Errorf("record job %s: %w", st.ID, err)
 	}
 	body, err := json.Marshal(Message{ID: st.ID, Spec: spec})
-	if err != nil {
-		return Status{}, err
+	if err == nil {
+		err = q.publish(ctx, st.ID, body)
 	}
-	if err := q.publish(ctx, st.ID, body); err != nil {
-		return Status{}, fmt.Errorf("publish job %s: %w", st.ID, err)
+	if err != nil {
+		err = fmt.Errorf("publish job %s: %w", st.ID, err)
+		return q.abandon(ctx, st, rev, err)
 	}
 	return st, nil
+}
+
+// abandon settles the queued status (revision rev) of a job whose message
+// could not be published (cause): it is recorded failed with cause, so
+// nothing waits on a job nobody will run, and a copy of the message that
+// did reach the stream after all (its acknowledgement lost) is acknowledged
+// unrun by the worker it reaches. It returns cause, joined with the error of
+// the status write if that failed too. When the status moved on from rev, a
+// worker holds the job (the message did land): abandon returns its status
+// and no error.
+func (q *Queue) abandon(ctx context.Context, st Status, rev uint64, cause error) (Status, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusRetryFor)
+	defer cancel()
+	failed := st
+	failed.State, failed.Error, failed.UpdatedAt = StateFailed, "submit: "+cause.Error(), time.Now().UnixMilli()
+	data, err := json.Marshal(failed)
+	if err != nil {
+		return Status{}, errors.Join(cause, err)
+	}
+	err = backoff.Retry(func() error {
+		_, err := q.kv.Update(ctx, st.ID, data, rev)
+		var apiErr *jetstream.APIError
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return backoff.Permanent(errStatusConflict) // the status moved on
+		}
+		return err
+	}, statusBackoff(ctx))
+	if errors.Is(err, errStatusConflict) {
+		if cur, gerr := q.Status(ctx, st.ID); gerr == nil && cur.State != StateQueued {
+			return cur, nil
+		}
+	}
+	if err != nil {
+		return Status{}, errors.Join(cause, fmt.Errorf("record job %s failed: %w", st.ID, err))
+	}
+	return Status{}, cause
 }
 
 // Status returns the job's status. Errors: ErrNotFound for an unknown or
