@@ -1,13 +1,17 @@
 // Command soak runs the chaos soak (package internal/soak) on real
 // processes: a 3-node NATS cluster with R3 streams, Postgres, sandboxd, 4
-// executors, the projector, the API and 20 SSE auditors, under a job load and
-// a seeded fault schedule, then prints the checks table. It exits 1 when a
-// check fails (the table names the seed that repeats the schedule).
+// executors, the projector in 2 partitions, the API and 20 SSE auditors,
+// under a job load and a seeded fault schedule, then prints the checks
+// table. It exits 1 when a check fails (the table names the seed that
+// repeats the schedule).
 //
 //	soak [-jobs 200] [-duration D] [-seed N] [-dir DIR] [-keep] ...
 //
 // make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
-// submits jobs for 30 minutes. It must run from the module's root (it builds
+// submits jobs for 30 minutes. SIGINT or SIGTERM stops it at once, in any
+// phase: every child is killed and reaped, what sandboxd left mounted is
+// unmounted, and the figures so far are printed; it exits 1. A second
+// signal kills the soak itself (its children die with it). It must run from the module's root (it builds
 // ./cmd/...) as root (sandboxd, and Postgres as the postgres user).
 package main
 
@@ -44,6 +48,7 @@ func run(args []string) int {
 	fs.StringVar(&c.BinDir, "bin", "", "prebuilt sandboxd, executor, projector and api (default: built from ./cmd)")
 	fs.IntVar(&c.Executors, "executors", 4, "executor processes")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "jobs each executor runs at once")
+	fs.IntVar(&c.Projectors, "projectors", 2, "projector partitions, each a process (--partitions N --partition I)")
 	fs.IntVar(&c.Auditors, "auditors", 20, "SSE auditors")
 	fs.IntVar(&c.Inflight, "inflight", 8, "jobs submitted and not finished at most")
 	fs.DurationVar(&c.FaultEvery, "fault-every", 0, "pause between faults (default 5s)")
@@ -59,7 +64,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "soak: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal()
 	defer stop()
 	rep, err := soak.Run(ctx, c)
 	if rep != nil {
@@ -73,4 +78,22 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// stopOnSignal returns a context cancelled, with the signal as its cause, by
+// the first SIGINT or SIGTERM; the next one gets the default action.
+func stopOnSignal() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-sigs:
+			signal.Stop(sigs)
+			fmt.Fprintf(os.Stderr, "soak: %v: stopping (again to kill at once)\n", sig)
+			cancel(fmt.Errorf("signal %v", sig))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel(nil) }
 }

@@ -53,7 +53,7 @@ func TestAuditorResumesWithLastEventID(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); a.run(ctx) }()
-	err := poll("auditor saw 25", 30*time.Second, 20*time.Millisecond, func() (bool, error) {
+	err := poll(context.Background(), "auditor saw 25", 30*time.Second, 20*time.Millisecond, func() (bool, error) {
 		return len(a.log().Seen) >= 25, nil
 	})
 	cancel()

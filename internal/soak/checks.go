@@ -36,11 +36,13 @@ type Observation struct {
 	ReadModelRunning []string
 	// Verify is what `projector verify` said when it failed; "" when it passed.
 	Verify string
-	// Lag and Offset are the projector's last figures (lag_events, offset);
+	// Lag and Offset are the projector partitions' last figures (the sum
+	// of their lag_events, the lowest offset), Partitions each partition's;
 	// LagErr says why they could not be read.
-	Lag    float64
-	Offset uint64
-	LagErr string
+	Lag        float64
+	Offset     uint64
+	Partitions []PartitionProgress
+	LagErr     string
 	// Crashes are the exits no fault caused.
 	Crashes []string
 }
@@ -427,6 +429,13 @@ func compareSeen(got, want []Seen) string {
 	return ""
 }
 
+// PartitionProgress is one projector partition's last lag and offset.
+type PartitionProgress struct {
+	Partition int
+	Lag       float64
+	Offset    uint64
+}
+
 func checkLag(o *Observation) (string, []string) {
 	var last uint64
 	for _, m := range o.Stream {
@@ -441,6 +450,16 @@ func checkLag(o *Observation) (string, []string) {
 		return "", []string{fmt.Sprintf("lag %v at the end", o.Lag)}
 	case o.Offset < last:
 		return "", []string{fmt.Sprintf("projector offset %d, last ledger entry %d", o.Offset, last)}
+	}
+	var problems, offsets []string
+	for _, p := range o.Partitions {
+		offsets = append(offsets, strconv.FormatUint(p.Offset, 10))
+		if p.Lag != 0 || p.Offset < last {
+			problems = append(problems, fmt.Sprintf("partition %d: lag %v, offset %d, last ledger entry %d", p.Partition, p.Lag, p.Offset, last))
+		}
+	}
+	if len(o.Partitions) > 0 {
+		return fmt.Sprintf("lag 0, offset %d in each of %d partitions (%s)", o.Offset, len(o.Partitions), strings.Join(offsets, ", ")), problems
 	}
 	return fmt.Sprintf("lag 0, offset %d", o.Offset), nil
 }

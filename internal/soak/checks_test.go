@@ -44,6 +44,7 @@ func settle(o *Observation) {
 	for _, m := range o.Stream {
 		o.Offset = max(o.Offset, m.Seq)
 	}
+	o.Partitions = []PartitionProgress{{Partition: 0, Offset: o.Offset}, {Partition: 1, Offset: o.Offset}}
 }
 
 func (s *stream) next() uint64 { return uint64(len(s.msgs) + 1) }
@@ -237,6 +238,12 @@ func TestEachCheckFailsWhenItsPropertyIsBroken(t *testing.T) {
 		}},
 		{"the projector stopped short of the stream", Checks[7].Name, "offset", func(o *Observation) {
 			o.Offset--
+		}},
+		{"one projector partition stopped short of the stream", Checks[7].Name, "partition 1: lag 0, offset", func(o *Observation) {
+			o.Partitions[1].Offset--
+		}},
+		{"one projector partition lags", Checks[7].Name, "partition 0: lag 2", func(o *Observation) {
+			o.Partitions[0].Lag = 2
 		}},
 		{"a process crashed", Checks[8].Name, "exited by itself", func(o *Observation) {
 			o.Crashes = []string{"api (pid 7) exited by itself: exit status 2"}

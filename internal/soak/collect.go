@@ -24,11 +24,31 @@ type projMetrics struct {
 	offset uint64
 }
 
-// projectorMetrics reads the projector's lag and offset from its /metrics.
-func (f *Fleet) projectorMetrics() (projMetrics, error) {
+// projectorMetrics reads every projector partition's lag and offset and
+// returns their sum and lowest, and each partition's; an error when one
+// cannot be read.
+func (f *Fleet) projectorMetrics() (projMetrics, []PartitionProgress, error) {
+	var all projMetrics
+	parts := make([]PartitionProgress, 0, len(f.Metrics))
+	for i, addr := range f.Metrics {
+		m, err := partitionMetrics(addr)
+		if err != nil {
+			return all, nil, fmt.Errorf("%s: %w", f.Projectors[i].Name, err)
+		}
+		parts = append(parts, PartitionProgress{Partition: i, Lag: m.lag, Offset: m.offset})
+		all.lag += m.lag
+		if i == 0 || m.offset < all.offset {
+			all.offset = m.offset
+		}
+	}
+	return all, parts, nil
+}
+
+// partitionMetrics reads one projector's lag and offset from its /metrics.
+func partitionMetrics(addr string) (projMetrics, error) {
 	var m projMetrics
 	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + f.Metrics + "/metrics")
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return m, err
 	}
@@ -74,37 +94,37 @@ func (h *harness) observe(ctx context.Context) *Observation {
 		o.Jobs = append(o.Jobs, *j)
 	}
 	h.load.mu.Unlock()
-	if err := poll("nothing running", st, time.Second, func() (bool, error) {
+	if err := poll(ctx, "nothing running", st, time.Second, func() (bool, error) {
 		o.SandboxdLive, o.ReadModelRunning = h.liveSandboxes(ctx), h.runningSessions(ctx)
 		return len(o.SandboxdLive) == 0 && len(o.ReadModelRunning) == 0, nil
 	}); err != nil {
 		h.logf("%v", err)
 	}
 	var last uint64
-	if err := poll("projector caught up", st, time.Second, func() (bool, error) {
+	if err := poll(ctx, "projector caught up", st, time.Second, func() (bool, error) {
 		seq, err := h.lastLedgerSeq(ctx)
 		if err != nil {
 			return false, err
 		}
 		last = seq
-		m, err := h.f.projectorMetrics()
+		m, parts, err := h.f.projectorMetrics()
 		if err != nil {
 			return false, err
 		}
-		o.Lag, o.Offset = m.lag, m.offset
+		o.Lag, o.Offset, o.Partitions = m.lag, m.offset, parts
 		return m.lag == 0 && m.offset >= seq, fmt.Errorf("lag %v, offset %d, stream %d", m.lag, m.offset, seq)
 	}); err != nil {
 		o.LagErr = err.Error()
 	}
 	h.logf("reading the stream back (last ledger entry %d)", last)
-	if err := poll("read the stream", st, time.Second, func() (bool, error) {
+	if err := poll(ctx, "read the stream", st, time.Second, func() (bool, error) {
 		ms, err := h.readStream(ctx)
 		o.Stream = ms
 		return err == nil, err
 	}); err != nil {
 		h.logf("%v", err)
 	}
-	_ = poll("auditors caught up", st, 500*time.Millisecond, func() (bool, error) {
+	_ = poll(ctx, "auditors caught up", st, 500*time.Millisecond, func() (bool, error) {
 		for _, a := range h.auditors {
 			if compareSeen(a.log().Seen, o.expectedFor(a.filter)) != "" {
 				return false, nil
@@ -241,7 +261,8 @@ func (h *harness) runningSessions(ctx context.Context) []string {
 func (h *harness) verify(ctx context.Context) string {
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
 	defer cancel()
-	return runVerify(cctx, filepath.Join(h.f.bin, "projector"), []string{replicasEnv}, h.f.NATSURL(), "--postgres", h.f.DSN)
+	return runVerify(cctx, filepath.Join(h.f.bin, "projector"), []string{replicasEnv}, h.f.NATSURL(), "--postgres", h.f.DSN,
+		"--partitions", strconv.Itoa(len(h.f.Projectors)))
 }
 
 // runVerify runs projector's verify (a rebuild of the stream compared with

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -15,7 +16,7 @@ const (
 	FaultStopExecutor  = "SIGSTOP executor past ack-wait"
 	FaultKillNATS      = "kill -9 NATS node"
 	FaultKillLeader    = "kill -9 NATS stream leader"
-	FaultKillProjector = "kill -9 projector"
+	FaultKillProjector = "kill -9 a projector partition"
 	FaultStopPostgres  = "stop Postgres 10s"
 	FaultDropAuditor   = "drop an auditor's connection"
 )
@@ -45,6 +46,7 @@ type faults struct {
 	start time.Time
 	h     *harness
 
+	mu      sync.Mutex
 	records []FaultRecord
 }
 
@@ -71,8 +73,17 @@ func (s *faults) run(ctx context.Context) {
 		rec := s.inject(ctx, kind)
 		s.h.logf("fault %-32s %-12s healed in %s, recovered in %s %s", rec.Kind, rec.Target,
 			rec.Healed.Round(time.Millisecond), fmtRecovery(rec.Recovered), rec.Err)
+		s.mu.Lock()
 		s.records = append(s.records, rec)
+		s.mu.Unlock()
 	}
+}
+
+// done returns the faults injected so far.
+func (s *faults) done() []FaultRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.records)
 }
 
 func fmtRecovery(d time.Duration) string {
@@ -83,8 +94,9 @@ func fmtRecovery(d time.Duration) string {
 }
 
 func (s *faults) inject(ctx context.Context, kind string) FaultRecord {
-	// A fault once begun is healed and waited for even when the load ends.
-	ctx = context.WithoutCancel(ctx)
+	// A fault once begun is healed and waited for even when the load ends;
+	// a signal to the soak (h.ctx) stops it at once.
+	ctx = s.h.ctx
 	rec := FaultRecord{Kind: kind, At: time.Since(s.start), Recovered: -1}
 	t0 := time.Now()
 	var err error
@@ -96,16 +108,18 @@ func (s *faults) inject(ctx context.Context, kind string) FaultRecord {
 	case FaultKillNATS, FaultKillLeader:
 		err = s.killNATS(ctx, &rec, kind == FaultKillLeader)
 	case FaultKillProjector:
-		rec.Target = "projector"
-		err = s.restart(ctx, s.f.Projector, 2*time.Second)
+		i := s.rng.IntN(len(s.f.Projectors))
+		p := s.f.Projectors[i]
+		rec.Target = p.Name
+		err = s.restart(ctx, p, 2*time.Second)
 		if err == nil {
-			err = s.f.waitHTTP("projector", "http://"+s.f.Metrics+"/healthz")
+			err = s.f.waitHTTP(ctx, p.Name, "http://"+s.f.Metrics[i]+"/healthz")
 		}
 	case FaultStopPostgres:
 		rec.Target = "postgres"
 		if err = s.f.Postgres.Stop(syscall.SIGINT, 60*time.Second); err == nil {
 			sleep(ctx, 10*time.Second)
-			err = s.f.StartPostgres()
+			err = s.f.StartPostgres(ctx)
 		}
 	case FaultDropAuditor:
 		a := s.h.auditors[s.rng.IntN(len(s.h.auditors))]
@@ -133,7 +147,10 @@ func (s *faults) restart(ctx context.Context, p *Proc, pause time.Duration) erro
 	if err := p.Kill(); err != nil {
 		return err
 	}
-	sleep(context.WithoutCancel(ctx), pause)
+	sleep(ctx, pause)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return p.Start()
 }
 
@@ -165,7 +182,7 @@ func (s *faults) killExecutor(rec *FaultRecord) error {
 		return fmt.Errorf("no executor running")
 	}
 	rec.Target = e.Name
-	return s.restart(context.Background(), e, 2*time.Second)
+	return s.restart(s.h.ctx, e, 2*time.Second)
 }
 
 // stopExecutor freezes an executor past its lease, so its jobs go to the
@@ -179,7 +196,7 @@ func (s *faults) stopExecutor(ctx context.Context, rec *FaultRecord) error {
 	if err := e.Signal(syscall.SIGSTOP, false); err != nil {
 		return err
 	}
-	sleep(context.WithoutCancel(ctx), s.f.cfg.AckWait+4*time.Second)
+	sleep(ctx, s.f.cfg.AckWait+4*time.Second)
 	return e.Signal(syscall.SIGCONT, false)
 }
 
@@ -204,7 +221,7 @@ func (s *faults) killNATS(ctx context.Context, rec *FaultRecord, leader bool) er
 	if err := s.restart(ctx, n, 5*time.Second); err != nil {
 		return err
 	}
-	if err := s.f.waitNATSNode(i); err != nil {
+	if err := s.f.waitNATSNode(ctx, i); err != nil {
 		return err
 	}
 	return s.h.awaitReplicas(ctx)

@@ -45,8 +45,10 @@ type Fleet struct {
 	Sandboxd   *Proc
 	SandboxURL string
 	Executors  []*Proc
-	Projector  *Proc
-	Metrics    string // projector's metrics address
+	// Projectors are the projector's partitions (--partitions N
+	// --partition I), Metrics their metrics addresses, by partition.
+	Projectors []*Proc
+	Metrics    []string
 	API        *Proc
 	APIURL     string
 }
@@ -58,7 +60,8 @@ func (f *Fleet) NATSURL() string { return strings.Join(f.NATSURLs, ",") }
 // All returns every process.
 func (f *Fleet) All() []*Proc {
 	all := append([]*Proc{}, f.NATS...)
-	all = append(all, f.Postgres, f.Sandboxd, f.Projector, f.API)
+	all = append(all, f.Postgres, f.Sandboxd, f.API)
+	all = append(all, f.Projectors...)
 	return append(all, f.Executors...)
 }
 
@@ -119,23 +122,27 @@ func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(6 + 2*3)
+	ports, err := freePorts(6 + 2*3 + cfg.Projectors)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.startNATS(ports[6:]); err != nil {
+	if err := f.startNATS(ctx, ports[6:]); err != nil {
 		return f, err
 	}
 	if err := f.startPostgres(ctx, ports[0]); err != nil {
 		return f, err
 	}
-	if err := f.startSandboxd(ports[1]); err != nil {
+	if err := f.startSandboxd(ctx, ports[1]); err != nil {
 		return f, err
 	}
-	f.Metrics = fmt.Sprintf("127.0.0.1:%d", ports[2])
 	f.APIURL = fmt.Sprintf("http://127.0.0.1:%d", ports[3])
-	f.Projector = f.proc("projector", "projector", "run", "--nats", f.NATSURL(), "--postgres", f.DSN,
-		"--metrics", f.Metrics, "--progress", "5s")
+	for i := range cfg.Projectors {
+		m := fmt.Sprintf("127.0.0.1:%d", ports[12+i])
+		f.Metrics = append(f.Metrics, m)
+		f.Projectors = append(f.Projectors, f.proc(fmt.Sprintf("projector-%d", i), "projector", "run", "--nats", f.NATSURL(),
+			"--postgres", f.DSN, "--partitions", strconv.Itoa(cfg.Projectors), "--partition", strconv.Itoa(i),
+			"--metrics", m, "--progress", "5s"))
+	}
 	f.API = f.proc("api", "api", "--listen", strings.TrimPrefix(f.APIURL, "http://"), "--nats", f.NATSURL(),
 		"--postgres", f.DSN, "--projector=false")
 	for i := range cfg.Executors {
@@ -158,9 +165,11 @@ func (f *Fleet) executor(i int) *Proc {
 
 // startServices starts the projector, the API and the executors once the
 // streams exist (the soak creates them R3 first).
-func (f *Fleet) startServices() error {
-	if err := f.Projector.Start(); err != nil {
-		return err
+func (f *Fleet) startServices(ctx context.Context) error {
+	for _, p := range f.Projectors {
+		if err := p.Start(); err != nil {
+			return err
+		}
 	}
 	if err := f.API.Start(); err != nil {
 		return err
@@ -170,14 +179,16 @@ func (f *Fleet) startServices() error {
 			return err
 		}
 	}
-	if err := f.waitHTTP("projector", "http://"+f.Metrics+"/healthz"); err != nil {
-		return err
+	for i, m := range f.Metrics {
+		if err := f.waitHTTP(ctx, f.Projectors[i].Name, "http://"+m+"/healthz"); err != nil {
+			return err
+		}
 	}
-	return f.waitHTTP("api", f.APIURL+"/healthz")
+	return f.waitHTTP(ctx, "api", f.APIURL+"/healthz")
 }
 
-func (f *Fleet) waitHTTP(what, url string) error {
-	return poll(what, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+func (f *Fleet) waitHTTP(ctx context.Context, what, url string) error {
+	return poll(ctx, what, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
 		resp, err := http.Get(url)
 		if err != nil {
 			return false, err
@@ -187,7 +198,7 @@ func (f *Fleet) waitHTTP(what, url string) error {
 	})
 }
 
-func (f *Fleet) startNATS(ports []int) error {
+func (f *Fleet) startNATS(ctx context.Context, ports []int) error {
 	n := len(ports) / 2
 	self := f.cfg.Self
 	var routes []string
@@ -207,16 +218,16 @@ func (f *Fleet) startNATS(ports []int) error {
 		f.NATS = append(f.NATS, p)
 	}
 	for i := range n {
-		if err := f.waitNATSNode(i); err != nil {
+		if err := f.waitNATSNode(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *Fleet) waitNATSNode(i int) error {
+func (f *Fleet) waitNATSNode(ctx context.Context, i int) error {
 	addr := strings.TrimPrefix(f.NATSURLs[i], "nats://")
-	return poll(f.NATS[i].Name, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+	return poll(ctx, f.NATS[i].Name, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return false, err
@@ -280,7 +291,7 @@ func (f *Fleet) startPostgres(ctx context.Context, port int) error {
 			"-c", "max_connections=200"}}
 	f.pgAdmin = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)
 	f.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/alineo?sslmode=disable&connect_timeout=5", port)
-	if err := f.StartPostgres(); err != nil {
+	if err := f.StartPostgres(ctx); err != nil {
 		return err
 	}
 	conn, err := pgx.Connect(ctx, f.pgAdmin)
@@ -293,23 +304,23 @@ func (f *Fleet) startPostgres(ctx context.Context, port int) error {
 }
 
 // StartPostgres starts the server and waits until it accepts connections.
-func (f *Fleet) StartPostgres() error {
+func (f *Fleet) StartPostgres(ctx context.Context) error {
 	if err := f.Postgres.Start(); err != nil {
 		return err
 	}
-	return poll("postgres", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return poll(ctx, "postgres", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, f.pgAdmin)
+		conn, err := pgx.Connect(cctx, f.pgAdmin)
 		if err != nil {
 			return false, err
 		}
-		conn.Close(ctx)
+		conn.Close(cctx)
 		return true, nil
 	})
 }
 
-func (f *Fleet) startSandboxd(port int) error {
+func (f *Fleet) startSandboxd(ctx context.Context, port int) error {
 	f.SandboxURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := []string{"--listen", strings.TrimPrefix(f.SandboxURL, "http://"), "--data", filepath.Join(f.cfg.Dir, "sandboxd"),
 		"--log-level", "warn", "--disk-quota", "512MiB", "--default-memory", "512MiB"}
@@ -324,10 +335,10 @@ func (f *Fleet) startSandboxd(port int) error {
 	if err != nil {
 		return err
 	}
-	return poll("sandboxd", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return poll(ctx, "sandboxd", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := c.ListSandboxes(ctx, opensandbox.ListSandboxesOptions{})
+		_, err := c.ListSandboxes(cctx, opensandbox.ListSandboxesOptions{})
 		return err == nil, err
 	})
 }
@@ -346,7 +357,9 @@ func (f *Fleet) shutdown() {
 		stop(e, syscall.SIGTERM)
 	}
 	stop(f.API, syscall.SIGTERM)
-	stop(f.Projector, syscall.SIGTERM)
+	for _, p := range f.Projectors {
+		stop(p, syscall.SIGTERM)
+	}
 	stop(f.Sandboxd, syscall.SIGTERM)
 	stop(f.Postgres, syscall.SIGINT)
 	for _, n := range f.NATS {

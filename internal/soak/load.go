@@ -117,7 +117,7 @@ func (l *load) runLoad(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				time.Sleep(time.Second)
+				sleep(ctx, time.Second)
 				l.mu.Lock()
 				continue
 			}

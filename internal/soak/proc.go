@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,7 @@ type Proc struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	expected bool // the current run's end was asked for
+	closed   bool // the soak is stopping: Start refuses
 	crashes  []string
 	starts   int
 }
@@ -39,6 +41,9 @@ func (p *Proc) Start() error {
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		return fmt.Errorf("%s is running", p.Name)
+	}
+	if p.closed {
+		return fmt.Errorf("start %s: %w", p.Name, errStopping)
 	}
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -143,6 +148,33 @@ func (p *Proc) Stop(sig syscall.Signal, timeout time.Duration) error {
 	return fmt.Errorf("%s did not stop within %s of %v; killed", p.Name, timeout, sig)
 }
 
+// errStopping is the error of a start once the soak is stopping.
+var errStopping = errors.New("the soak is stopping")
+
+// Close makes every later Start fail (a fault healing after a signal must
+// not start the process again).
+func (p *Proc) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+}
+
+// KillGroup sends SIGKILL to the process's whole process group (its own:
+// Start sets Setpgid, so runc or Postgres backends under it go too) and
+// waits until the process is reaped. Nothing running is fine.
+func (p *Proc) KillGroup() {
+	p.mu.Lock()
+	done := p.done
+	if p.cmd != nil {
+		p.expected = true
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	p.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
 func (p *Proc) doneChan() chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -159,9 +191,10 @@ func (p *Proc) Crashes() []string {
 // errNotReady is returned by a readiness wait that ran out of time.
 var errNotReady = errors.New("not ready")
 
-// poll calls ok every interval until it returns true or timeout passes; the
-// error then names what and ok's last error.
-func poll(what string, timeout, interval time.Duration, ok func() (bool, error)) error {
+// poll calls ok every interval until it returns true, timeout passes or ctx
+// is done (the soak interrupted); the error then names what and ok's last
+// error.
+func poll(ctx context.Context, what string, timeout, interval time.Duration, ok func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -172,12 +205,39 @@ func poll(what string, timeout, interval time.Duration, ok func() (bool, error))
 		if err != nil {
 			last = err
 		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, context.Cause(ctx))
+		}
 		if time.Now().After(deadline) {
 			if last == nil {
 				return fmt.Errorf("%s: %w after %s", what, errNotReady, timeout)
 			}
 			return fmt.Errorf("%s: %w after %s: %w", what, errNotReady, timeout, last)
 		}
-		time.Sleep(interval)
+		sleep(ctx, interval)
 	}
+}
+
+// StopGroup sends sig (SIGCONT first, in case it is stopped) and waits up
+// to timeout for the exit; past it, or if the process leaves members of its
+// group behind, the group is killed (KillGroup).
+func (p *Proc) StopGroup(sig syscall.Signal, timeout time.Duration) error {
+	done := p.doneChan()
+	if done == nil {
+		return nil
+	}
+	pgid := p.Pid()
+	_ = p.Signal(syscall.SIGCONT, false)
+	_ = p.Signal(sig, true)
+	var err error
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		err = fmt.Errorf("%s did not stop within %s of %v; killed", p.Name, timeout, sig)
+		p.KillGroup()
+	}
+	if pgid > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // what it left in its group; ESRCH when none
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alineo-labs/alineo/bus"
@@ -38,6 +39,9 @@ type Config struct {
 	Inflight int
 	// Executors (default 4) each run Concurrency jobs at once (default 2).
 	Executors, Concurrency int
+	// Projectors is the number of projector partitions, each its own
+	// process (cmd/projector --partitions N --partition I). Default 2.
+	Projectors int
 	// Auditors is the number of SSE auditors (default 20).
 	Auditors int
 	// Seed draws the fault schedule; 0 picks one (printed).
@@ -73,6 +77,7 @@ func (c *Config) defaults() {
 	def(&c.Inflight, 8)
 	def(&c.Executors, 4)
 	def(&c.Concurrency, 2)
+	def(&c.Projectors, 2)
 	def(&c.Auditors, 20)
 	defD(&c.FaultEvery, 5*time.Second)
 	defD(&c.AckWait, 6*time.Second)
@@ -98,10 +103,16 @@ type Report struct {
 	Faults  []FaultRecord
 	Figures Figures
 	Dir     string
+	// Interrupted, when set, says what stopped the run before its checks
+	// (the signal, and the phase it came in); Results is then empty.
+	Interrupted string
 }
 
 // Passed reports whether every check passed.
 func (r *Report) Passed() bool {
+	if r.Interrupted != "" {
+		return false
+	}
 	for _, c := range r.Results {
 		if !c.Pass {
 			return false
@@ -113,6 +124,7 @@ func (r *Report) Passed() bool {
 // Figures are the run's numbers.
 type Figures struct {
 	Jobs, Events      int
+	Submitted         int // jobs submitted (an interrupted run's Jobs are those finished)
 	Elapsed           time.Duration
 	LagP50, LagP99    float64
 	LagSamples        int
@@ -124,10 +136,13 @@ type Figures struct {
 // harness is a run in progress.
 type harness struct {
 	cfg      Config
+	ctx      context.Context // Run's: done on a signal, which stops every phase at once
+	phase    atomic.Value    // string: what the run is doing, for an interruption's report
 	f        *Fleet
 	b        *bus.Bus
 	q        *jobs.Queue
 	load     *load
+	sched    *faults
 	auditors []*auditor
 	wit      *witness
 
@@ -139,6 +154,12 @@ func (h *harness) logf(format string, args ...any) { h.cfg.logf(format, args...)
 
 // Run runs a soak and returns its report; the error is for a run that could
 // not be made (a process that never started), not for a failed check.
+//
+// When ctx ends (cmd/soak: SIGINT or SIGTERM) in any phase, the run stops
+// at once: every process is killed or, sandboxd and Postgres, given a short
+// shutdown, and reaped; what sandboxd left mounted is unmounted; the report
+// holds the faults and figures so far (Interrupted set) and the error wraps
+// ErrInterrupted. The directory is kept.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	if cfg.Dir == "" {
@@ -161,11 +182,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Postgres (as its own user) must reach its directory below Dir.
 	_ = os.Chmod(cfg.Dir, 0o755)
 	cfg.logf("seed %d, dir %s", cfg.Seed, cfg.Dir)
-	h := &harness{cfg: cfg}
+	h := &harness{cfg: cfg, ctx: ctx}
+	h.setPhase("starting the fleet")
 	rep, err := h.run(ctx)
 	if h.f != nil {
-		cfg.logf("stopping the fleet")
-		h.f.shutdown()
+		h.stopFleet(ctx)
+	}
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if rep == nil {
+			rep = h.interruptedReport()
+		}
+		rep.Interrupted = fmt.Sprintf("%v while %s", cause, h.getPhase())
+		rep.Dir = cfg.Dir
+		return rep, fmt.Errorf("%w: %s", ErrInterrupted, rep.Interrupted)
 	}
 	if rep != nil {
 		rep.Dir = cfg.Dir
@@ -195,10 +225,64 @@ func removeUnlessMounted(cfg Config) {
 	_ = os.RemoveAll(cfg.Dir)
 }
 
+// stopFleet stops the fleet: gracefully (shutdown) unless ctx is done, or
+// becomes done while it stops, when it aborts.
+func (h *harness) stopFleet(ctx context.Context) {
+	if ctx.Err() == nil {
+		h.logf("stopping the fleet")
+		done := make(chan struct{})
+		go func() { defer close(done); h.f.shutdown() }()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		defer func() { <-done }() // shutdown's waits end as abort kills
+	}
+	h.logf("interrupted (%v): killing the fleet", context.Cause(ctx))
+	h.f.abort()
+}
+
+func (h *harness) setPhase(p string) { h.phase.Store(p) }
+
+func (h *harness) getPhase() string {
+	p, _ := h.phase.Load().(string)
+	return p
+}
+
+// interruptedReport is the report of a run stopped before its checks: the
+// faults so far and the figures the load and the lag sampler have.
+func (h *harness) interruptedReport() *Report {
+	rep := &Report{Seed: h.cfg.Seed}
+	if h.sched != nil {
+		rep.Faults = h.sched.done()
+	}
+	if l := h.load; l != nil {
+		l.mu.Lock()
+		rep.Figures.Submitted, rep.Figures.Jobs = len(l.jobs), l.done
+		start := l.start
+		l.mu.Unlock()
+		rep.Figures.Elapsed = time.Since(start)
+	}
+	h.mu.Lock()
+	rep.Figures.LagP50, rep.Figures.LagP99, rep.Figures.LagSamples = percentile(h.lag, 0.5), percentile(h.lag, 0.99), len(h.lag)
+	h.mu.Unlock()
+	if h.wit != nil {
+		_, rep.Figures.WitnessFailed = h.wit.result()
+	}
+	for _, a := range h.auditors {
+		rep.Figures.AuditorReconnects += a.log().Reconnects
+	}
+	if h.f != nil {
+		rep.Figures.Processes = len(h.f.All())
+	}
+	return rep
+}
+
 func (h *harness) run(ctx context.Context) (*Report, error) {
 	cfg := h.cfg
 	f, err := startFleet(ctx, cfg)
-	h.f = f
+	h.f = f // what started, to stop even when the rest did not
 	if err != nil {
 		return nil, fmt.Errorf("start: %w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
 	}
@@ -208,15 +292,16 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer h.b.Close()
-	if err := poll("jobs queue", cfg.ReadyTimeout, 500*time.Millisecond, func() (bool, error) {
+	if err := poll(ctx, "jobs queue", cfg.ReadyTimeout, 500*time.Millisecond, func() (bool, error) {
 		h.q, err = jobs.OpenQueue(ctx, h.b.JetStream(), jobs.QueueConfig{Replicas: Replicas, AckWait: cfg.AckWait})
 		return err == nil, err
 	}); err != nil {
 		return nil, err
 	}
-	if err := f.startServices(); err != nil {
+	if err := f.startServices(ctx); err != nil {
 		return nil, fmt.Errorf("start: %w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
 	}
+	h.setPhase("running the load")
 	cfg.logf("fleet up: NATS %s, Postgres, sandboxd %s, %d executors, projector, API %s",
 		f.NATSURL(), f.SandboxURL, len(f.Executors), f.APIURL)
 
@@ -238,6 +323,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	h.load = &load{q: h.q, run: run, total: cfg.Jobs, start: start, until: start.Add(cfg.Duration), inflight: cfg.Inflight, logf: h.logf}
 	fctx, stopFaults := context.WithCancel(bg)
 	sched := &faults{f: f, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 18)), every: cfg.FaultEvery, start: start, h: h}
+	h.sched = sched
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); sched.run(fctx) }()
 
@@ -250,15 +336,25 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if loadErr != nil {
 		h.logf("load: %v", loadErr)
 	}
-	h.logf("load done in %s; settling", elapsed.Round(time.Second))
 	stopWitness()
 	if err := <-witErr; err != nil {
 		h.logf("%v", err)
 	}
+	if ctx.Err() != nil {
+		stopBg()
+		wg.Wait()
+		return nil, ctx.Err()
+	}
+	h.setPhase("settling")
+	h.logf("load done in %s; settling", elapsed.Round(time.Second))
 	obs := h.observe(ctx)
 	stopBg()
 	wg.Wait()
-	rep := &Report{Seed: cfg.Seed, Results: RunChecks(obs), Faults: sched.records}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	h.setPhase("checking")
+	rep := &Report{Seed: cfg.Seed, Results: RunChecks(obs), Faults: sched.done()}
 	rep.Figures = h.figures(obs, elapsed)
 	return rep, nil
 }
@@ -271,7 +367,7 @@ func (h *harness) startAuditors(ctx context.Context, wg *sync.WaitGroup) error {
 		go func() { defer wg.Done(); a.run(ctx) }()
 	}
 	// Connected before the first event: each must see every one of its filter.
-	return poll("auditors connected", h.cfg.ReadyTimeout, 50*time.Millisecond, func() (bool, error) {
+	return poll(ctx, "auditors connected", h.cfg.ReadyTimeout, 50*time.Millisecond, func() (bool, error) {
 		for _, a := range h.auditors {
 			if !a.isConnected() {
 				return false, errors.New(a.name + " not connected")
@@ -283,7 +379,7 @@ func (h *harness) startAuditors(ctx context.Context, wg *sync.WaitGroup) error {
 
 func (h *harness) sampleLag(ctx context.Context) {
 	for ctx.Err() == nil {
-		if m, err := h.f.projectorMetrics(); err == nil {
+		if m, _, err := h.f.projectorMetrics(); err == nil {
 			h.mu.Lock()
 			h.lag = append(h.lag, m.lag)
 			h.mu.Unlock()
@@ -297,16 +393,16 @@ func (h *harness) sampleLag(ctx context.Context) {
 // healed; it returns how long that took, -1 if it did not happen.
 func (h *harness) awaitRecovery(ctx context.Context, healed time.Time) time.Duration {
 	var target uint64
-	_ = poll("stream end", time.Minute, 250*time.Millisecond, func() (bool, error) {
+	_ = poll(ctx, "stream end", time.Minute, 250*time.Millisecond, func() (bool, error) {
 		seq, err := h.b.LastSeq(ctx)
 		target = seq
 		return err == nil, err
 	})
-	err := poll("recovery", 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
+	err := poll(ctx, "recovery", 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
 		if h.load.succeededSince(healed) == 0 && h.load.open() > 0 {
 			return false, nil
 		}
-		m, err := h.f.projectorMetrics()
+		m, _, err := h.f.projectorMetrics()
 		return err == nil && m.offset >= target, err
 	})
 	if err != nil {
@@ -333,7 +429,7 @@ func (h *harness) streamLeader(ctx context.Context) (string, error) {
 // bucket have a leader and every replica current.
 func (h *harness) awaitReplicas(ctx context.Context) error {
 	streams := []string{h.b.Config().Stream, h.q.Config().Stream, "KV_" + h.q.Config().Bucket}
-	return poll("replicas current", h.cfg.ReadyTimeout, 500*time.Millisecond, func() (bool, error) {
+	return poll(ctx, "replicas current", h.cfg.ReadyTimeout, 500*time.Millisecond, func() (bool, error) {
 		for _, name := range streams {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			st, err := h.b.JetStream().Stream(cctx, name)
@@ -396,19 +492,37 @@ func (r *Report) Print(w io.Writer) {
 	for _, c := range r.Results {
 		width = max(width, len(c.Check))
 	}
+	rows := r.Results
+	if r.Interrupted != "" { // the checks did not run: say so for each
+		rows = nil
+		for _, c := range Checks {
+			rows = append(rows, Result{Check: c.Name, Detail: "not run: interrupted"})
+		}
+	}
+	for _, c := range rows {
+		width = max(width, len(c.Check))
+	}
 	fmt.Fprintf(w, "  %-*s  %-6s %s\n", width, "CHECK", "RESULT", "DETAIL")
-	for _, c := range r.Results {
+	for _, c := range rows {
 		res := "pass"
-		if !c.Pass {
+		switch {
+		case r.Interrupted != "":
+			res = "-"
+		case !c.Pass:
 			res = "FAIL"
 		}
 		fmt.Fprintf(w, "  %-*s  %-6s %s\n", width, c.Check, res, c.Detail)
 	}
 	fg := r.Figures
 	secs := fg.Elapsed.Seconds()
-	fmt.Fprintf(w, "\nfigures: %d jobs and %d ledger events in %s: %.2f jobs/s, %.1f events/s; projector lag p50 %.0f p99 %.0f events (%d samples); %d witness appends not acknowledged; %d auditor reconnects\n",
-		fg.Jobs, fg.Events, fg.Elapsed.Round(time.Second), float64(fg.Jobs)/secs, float64(fg.Events)/secs,
-		fg.LagP50, fg.LagP99, fg.LagSamples, fg.WitnessFailed, fg.AuditorReconnects)
+	if r.Interrupted != "" {
+		fmt.Fprintf(w, "\nfigures so far: %d jobs submitted, %d finished in %s; projector lag p50 %.0f p99 %.0f events (%d samples); %d witness appends not acknowledged; %d auditor reconnects\n",
+			fg.Submitted, fg.Jobs, fg.Elapsed.Round(time.Second), fg.LagP50, fg.LagP99, fg.LagSamples, fg.WitnessFailed, fg.AuditorReconnects)
+	} else {
+		fmt.Fprintf(w, "\nfigures: %d jobs and %d ledger events in %s: %.2f jobs/s, %.1f events/s; projector lag p50 %.0f p99 %.0f events (%d samples); %d witness appends not acknowledged; %d auditor reconnects\n",
+			fg.Jobs, fg.Events, fg.Elapsed.Round(time.Second), float64(fg.Jobs)/secs, float64(fg.Events)/secs,
+			fg.LagP50, fg.LagP99, fg.LagSamples, fg.WitnessFailed, fg.AuditorReconnects)
+	}
 	fmt.Fprintf(w, "\nfaults (%d):\n  %-8s %-32s %-12s %-10s %s\n", len(r.Faults), "AT", "FAULT", "TARGET", "HEALED", "RECOVERED")
 	for _, fr := range r.Faults {
 		extra := ""
@@ -417,6 +531,11 @@ func (r *Report) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-8s %-32s %-12s %-10s %s%s\n", fr.At.Round(time.Second), fr.Kind, fr.Target,
 			fr.Healed.Round(time.Millisecond), fmtRecovery(fr.Recovered), extra)
+	}
+	if r.Interrupted != "" {
+		fmt.Fprintf(w, "\nINTERRUPTED: %s; the checks did not run; the fault schedule's seed is %d (repeat with -seed %d); logs in %s\n",
+			r.Interrupted, r.Seed, r.Seed, filepath.Join(r.Dir, "logs"))
+		return
 	}
 	failed := 0
 	for _, c := range r.Results {

@@ -68,7 +68,7 @@ func TestVerifyCatchesAProjectorThatSkippedABatch(t *testing.T) {
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(pctx) }()
-	if err := poll("projected", time.Minute, 20*time.Millisecond, func() (bool, error) {
+	if err := poll(context.Background(), "projected", time.Minute, 20*time.Millisecond, func() (bool, error) {
 		return p.Progress().Offset >= l.LastSeq(), nil
 	}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,147 @@
+package soak
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrInterrupted is Run's error when its context ended (SIGINT or SIGTERM)
+// before the checks: the fleet was stopped at once and the report holds
+// what the run had so far.
+var ErrInterrupted = errors.New("soak interrupted")
+
+// sandboxdRunRoot is sandboxd's default Config.RunDir, which the soak's
+// sandboxd uses.
+const sandboxdRunRoot = "/run/alineo-sandboxd"
+
+// abortGrace bounds sandboxd's and Postgres's own shutdown in abort.
+var abortGrace = 20 * time.Second
+
+// abort stops every process at once (the soak got a signal): nothing is
+// started again (a fault healing), the executors, the API and the projector
+// are killed with their process groups, sandboxd is given abortGrace after
+// SIGTERM to remove its sandboxes, Postgres a fast shutdown (SIGINT), the
+// NATS nodes are killed; every one is reaped. Then whatever is still
+// mounted below the soak's directory or sandboxd's run directory is
+// unmounted.
+func (f *Fleet) abort() {
+	all := f.All()
+	for _, p := range all {
+		if p != nil {
+			p.Close()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*Proc{f.API}, f.Projectors...), f.Executors...) {
+		if p != nil {
+			wg.Go(p.KillGroup)
+		}
+	}
+	wg.Wait() // no executor creates a sandbox while sandboxd removes them
+	graceful := func(p *Proc, sig syscall.Signal) {
+		if p != nil {
+			if err := p.StopGroup(sig, abortGrace); err != nil {
+				f.cfg.logf("%v", err)
+			}
+		}
+	}
+	wg.Go(func() { graceful(f.Sandboxd, syscall.SIGTERM) })
+	wg.Go(func() { graceful(f.Postgres, syscall.SIGINT) })
+	for _, n := range f.NATS {
+		if n != nil {
+			wg.Go(n.KillGroup)
+		}
+	}
+	wg.Wait()
+	dirs := []string{f.cfg.Dir, runDirOf(filepath.Join(f.cfg.Dir, "sandboxd"))}
+	if left, err := unmountBelow(dirs...); err != nil {
+		f.cfg.logf("unmount what sandboxd left: %v", err)
+	} else if left > 0 {
+		f.cfg.logf("unmounted %d mounts sandboxd left", left)
+	}
+}
+
+// runDirOf is the run directory sandboxd keeps for the data directory
+// dataDir: its run root, then the first 6 bytes of the SHA-256 of dataDir's
+// absolute path in hex (sandboxd's runDirFor).
+func runDirOf(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(sandboxdRunRoot, hex.EncodeToString(sum[:6]))
+}
+
+// mountsBelow returns the mount points of this mount namespace at or below
+// any of dirs, deepest first.
+func mountsBelow(dirs ...string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		for _, d := range dirs {
+			d = filepath.Clean(d)
+			if mp == d || strings.HasPrefix(mp, d+"/") {
+				out = append(out, mp)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return slices.Compact(out), nil
+}
+
+// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountBelow detaches every mount at or below dirs, deepest first, and
+// returns how many it unmounted; it goes on past one it cannot unmount.
+func unmountBelow(dirs ...string) (int, error) {
+	ms, err := mountsBelow(dirs...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, m := range ms {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, &os.PathError{Op: "unmount", Path: m, Err: err})
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
