@@ -126,7 +126,7 @@ func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.startNATS(ctx, ports[6:]); err != nil {
+	if err := f.startNATS(ctx, ports[6:12]); err != nil { // 3 client ports, then 3 cluster ports
 		return f, err
 	}
 	if err := f.startPostgres(ctx, ports[0]); err != nil {
