@@ -23,12 +23,16 @@ func JobMetadata(id string, attempt int, session string) map[string]string {
 	return map[string]string{MetaJob: id, MetaAttempt: strconv.Itoa(attempt), MetaSession: session}
 }
 
-// sweep ends every sandbox on the server tagged with job jobID but keep
-// (fenced, deleted, sandbox.closed recorded with reason; see endSession).
-// It finds what an attempt killed between creating a sandbox and recording
-// it left running, which the job's status cannot name. It returns the ids
-// it ended and the first error; it goes on past a sandbox it cannot end.
-func (w *Worker) sweep(ctx context.Context, jobID, keep, reason string) ([]string, error) {
+// sweep ends every sandbox on the server tagged with job jobID by an
+// attempt before below (fenced, deleted, sandbox.closed recorded with
+// reason; see endSession); a sandbox whose attempt tag does not parse counts
+// as an early one. It finds what an attempt killed between creating a
+// sandbox and recording it left running, which the job's status cannot
+// name. A later attempt's sandbox is never touched: an attempt that stalled
+// past its lease and then finished must not end the sandbox of the one that
+// took the job over. It returns the ids it ended and the first error; it
+// goes on past a sandbox it cannot end.
+func (w *Worker) sweep(ctx context.Context, jobID string, below int, reason string) ([]string, error) {
 	type found struct{ id, session string }
 	var all []found
 	for page := 1; ; page++ {
@@ -39,7 +43,8 @@ func (w *Worker) sweep(ctx context.Context, jobID, keep, reason string) ([]strin
 			return nil, fmt.Errorf("list the sandboxes of job %s: %w", jobID, err)
 		}
 		for _, sb := range p.Items {
-			if sb.ID != keep && sb.Status.State != opensandbox.StateTerminated {
+			n, _ := strconv.Atoi(sb.Metadata[MetaAttempt])
+			if n < below && sb.Status.State != opensandbox.StateTerminated {
 				all = append(all, found{sb.ID, sb.Metadata[MetaSession]})
 			}
 		}

@@ -172,3 +172,37 @@ func TestRunnerTagsCreatedAndResumedSandboxes(t *testing.T) {
 		t.Fatalf("resumed: %v", err)
 	}
 }
+
+// A sweep ends only what earlier attempts tagged: an attempt that stalled
+// past its lease and then finished must not end the sandbox of the attempt
+// that took its job over.
+func TestSweepKeepsLaterAttempts(t *testing.T) {
+	ctx := context.Background()
+	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const job = "0123456789abcdef0123456789abcdef"
+	var ids []string
+	for _, attempt := range []int{1, 2, 3} {
+		sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: "sweep", Metadata: JobMetadata(job, attempt, "sweep")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(ctx)
+		ids = append(ids, sb.ID())
+	}
+	w := &Worker{Client: client}
+	ended, err := w.sweep(ctx, job, 3, "taken over") // attempt 2 finishing: 1 and 2 are its or earlier
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ended)
+	want := slices.Sorted(slices.Values(ids[:2]))
+	if !slices.Equal(ended, want) {
+		t.Errorf("ended %v, want attempts 1 and 2: %v", ended, want)
+	}
+	if got := tagged(t, client, job); !slices.Equal(got, ids[2:]) {
+		t.Errorf("left %v, want attempt 3's %v", got, ids[2:])
+	}
+}

@@ -2,7 +2,11 @@ package jobs
 
 import (
 	"context"
+	"log/slog"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/testenv"
@@ -42,5 +46,61 @@ func TestSuperseded(t *testing.T) {
 	}
 	if w.superseded(ctx, "0123456789abcdef0123456789abcdef", 1) {
 		t.Error("an unknown job is superseded")
+	}
+}
+
+// An attempt that settles a job a later delivery holds (its own superseded
+// check could not read the status) leaves the status and the message alone:
+// found by the soak, where attempt 1 failed the job and terminated its
+// message while attempt 2 ran it, and the job stayed requeued for good.
+func TestSupersededFinishLeavesTheJob(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := q.consumer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m jetstream.Msg
+	for msg := range batch.Messages() {
+		m = msg
+	}
+	if m == nil {
+		t.Fatal("no job delivered")
+	}
+	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker, s.State = 2, "w2", StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{Queue: q}
+	if err := w.init(); err == nil {
+		t.Fatal("init without a Client succeeded")
+	}
+	w.Logger = slog.New(slog.DiscardHandler)
+	w.finish(ctx, m, st.ID, StateFailed, "step 5 failed", 1)
+	w.requeue(ctx, m, st.ID, 1, "handed back", 0)
+	got, err := q.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateRunning || got.Attempt != 2 || got.Error != "" {
+		t.Errorf("status = %+v, want attempt 2's, running", got)
+	}
+	if n, err := q.Pending(ctx); err != nil || n != 1 {
+		t.Errorf("pending = %d, %v; want the job's message kept for attempt 2", n, err)
 	}
 }

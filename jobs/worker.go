@@ -211,7 +211,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	// attempt is recorded first, so a stalled earlier one that creates a
 	// sandbox after the sweep sees it was superseded and closes its own.
 	if attempt > 1 {
-		if ended, err := w.sweep(jobCtx, jm.ID, "", events.ClosedTakenOver); err != nil {
+		if ended, err := w.sweep(jobCtx, jm.ID, attempt, events.ClosedTakenOver); err != nil {
 			w.Logger.Warn("jobs: end a previous attempt's unrecorded sandboxes", "job", jm.ID, "err", err)
 		} else if len(ended) > 0 {
 			w.Logger.Info("jobs: ended a previous attempt's unrecorded sandboxes", "job", jm.ID, "sandboxes", ended)
@@ -272,7 +272,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		// job and its status are that worker's now; leave both alone.
 		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", id, "err", err)
 	case errors.Is(err, ErrDrained):
-		w.requeue(jobCtx, m, id, "drained", 0)
+		w.requeue(jobCtx, m, id, attempt, "drained", 0)
 	case errors.Is(err, errStatusUnavailable):
 		// The job's status could not be recorded (the bucket unavailable past
 		// update's retries): not the job's failure. Hand it back; the next
@@ -285,7 +285,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
 	default:
 		w.Logger.Warn("jobs: attempt failed; handing the job back", "job", id, "attempt", attempt, "err", err)
-		w.requeue(jobCtx, m, id, err.Error(), time.Second)
+		w.requeue(jobCtx, m, id, attempt, err.Error(), time.Second)
 	}
 }
 
@@ -393,7 +393,22 @@ func checkpointSandbox(cp *Checkpoint) string {
 }
 
 func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state State, msg string, attempt int) {
-	st, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error, s.Attempt = state, msg, attempt })
+	// The superseded check is part of the compare-and-set: settle's own
+	// check says no when the status cannot be read (a NATS node failing
+	// over), and this attempt must then not fail, nor terminate the message
+	// of, a job a later delivery holds (found by the soak: the later
+	// attempt's Nak then went to a terminated message, and the job stayed
+	// requeued for good).
+	later := false
+	st, err := w.Queue.update(ctx, id, func(s *Status) {
+		if later = s.Attempt > attempt; !later {
+			s.State, s.Error, s.Attempt = state, msg, attempt
+		}
+	})
+	if err == nil && later {
+		w.Logger.Warn("jobs: attempt superseded by a later delivery; leaving the job to it", "job", id, "attempt", attempt, "state", state)
+		return
+	}
 	if err != nil {
 		// Settling the message without its final status would leave the job
 		// "running" for good: hand it back instead, so a later delivery
@@ -407,10 +422,10 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 		w.endFailed(ctx, id, st)
 		reason = events.ClosedJobFailed
 	}
-	// The run closed its own sandbox; anything else tagged with the job is
-	// an earlier attempt's that nobody recorded (one stalled past the sweep
-	// at the start of this attempt, say).
-	if _, err := w.sweep(ctx, id, "", reason); err != nil {
+	// The run closed its own sandbox; anything else tagged with the job by
+	// this attempt or an earlier one is one nobody recorded (an earlier
+	// attempt's that stalled past the sweep at this one's start, say).
+	if _, err := w.sweep(ctx, id, attempt+1, reason); err != nil {
 		w.Logger.Warn("jobs: end a finished job's unrecorded sandboxes", "job", id, "err", err)
 	}
 	if state == StateSucceeded {
@@ -423,9 +438,17 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 	}
 }
 
-func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id, why string, delay time.Duration) {
-	if _, err := w.Queue.update(ctx, id, func(s *Status) { s.State, s.Error = StateRequeued, why }); err != nil {
+func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id string, attempt int, why string, delay time.Duration) {
+	later := false
+	if _, err := w.Queue.update(ctx, id, func(s *Status) {
+		if later = s.Attempt > attempt; !later {
+			s.State, s.Error = StateRequeued, why
+		}
+	}); err != nil {
 		w.Logger.Warn("jobs: record requeue", "job", id, "err", err)
+	} else if later { // a later delivery holds the job (see finish)
+		w.Logger.Warn("jobs: attempt superseded by a later delivery; leaving the job to it", "job", id, "attempt", attempt)
+		return
 	}
 	var err error
 	if delay > 0 {

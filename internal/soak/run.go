@@ -302,8 +302,8 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("start: %w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
 	}
 	h.setPhase("running the load")
-	cfg.logf("fleet up: NATS %s, Postgres, sandboxd %s, %d executors, projector, API %s",
-		f.NATSURL(), f.SandboxURL, len(f.Executors), f.APIURL)
+	cfg.logf("fleet up: NATS %s, Postgres, sandboxd %s, %d executors, %d projector partitions, API %s",
+		f.NATSURL(), f.SandboxURL, len(f.Executors), len(f.Projectors), f.APIURL)
 
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
