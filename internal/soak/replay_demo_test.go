@@ -2,12 +2,14 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -17,7 +19,8 @@ import (
 // the bus): a job resumed from its checkpoint the way the executor does
 // (the SDK's Resume, whose replay cache answers the steps before it)
 // passes; the same job resumed by an executor that re-runs the replayed
-// steps (here a ResumeFunc that gives a fresh sandbox, no replay) fails
+// steps (here a ResumeFunc that restores the checkpoint's snapshot without
+// the replay cache) fails
 // with the step that ran live after the checkpoint. The broken resume lives
 // in this test only.
 func TestPreCheckpointCheckCatchesAReRunReplayedStep(t *testing.T) {
@@ -80,8 +83,20 @@ func TestPreCheckpointCheckCatchesAReRunReplayedStep(t *testing.T) {
 	if r := run(1, nil); !r.Pass { // nil: jobs.ClientResume, as the executor
 		t.Fatalf("a correct resume fails the check: %s", r.Detail)
 	}
+	// The checkpoint's files without its replay cache: every step before
+	// the checkpoint runs live again in the restored sandbox.
 	reRun := func(ctx context.Context, cp jobs.Checkpoint) (*alineo.Sandbox, error) {
-		return client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Name: cp.Name})
+		es, err := l.ReadAll(ctx, cp.Name, cp.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			var p events.CheckpointCreatedPayload
+			if e.Event == events.CheckpointCreated && e.Decode(&p) == nil && p.Name == cp.Tag {
+				return client.RestoreSnapshot(ctx, p.SnapshotID, cp.Name, alineo.Resources{})
+			}
+		}
+		return nil, errors.New("no checkpoint " + cp.Tag)
 	}
 	r := run(2, reRun)
 	if r.Pass {
