@@ -70,7 +70,7 @@ func (s *faults) run(ctx context.Context) {
 		}
 		kind := round[0]
 		round = round[1:]
-		rec := s.inject(ctx, kind)
+		rec := s.inject(kind)
 		s.h.logf("fault %-32s %-12s healed in %s, recovered in %s %s", rec.Kind, rec.Target,
 			rec.Healed.Round(time.Millisecond), fmtRecovery(rec.Recovered), rec.Err)
 		s.mu.Lock()
@@ -93,10 +93,11 @@ func fmtRecovery(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
-func (s *faults) inject(ctx context.Context, kind string) FaultRecord {
-	// A fault once begun is healed and waited for even when the load ends;
-	// a signal to the soak (h.ctx) stops it at once.
-	ctx = s.h.ctx
+// inject injects one fault, heals it and waits for the recovery. A fault
+// once begun is healed and waited for even when the load ends: it runs
+// under the soak's own context (h.ctx), which only a signal ends.
+func (s *faults) inject(kind string) FaultRecord {
+	ctx := s.h.ctx
 	rec := FaultRecord{Kind: kind, At: time.Since(s.start), Recovered: -1}
 	t0 := time.Now()
 	var err error
