@@ -140,7 +140,12 @@ func (s *Store) readSession(ctx context.Context, op, where, count string, args [
 			return err
 		}
 		defer rows.Close()
-		for {
+		for i := 1; ; i++ {
+			if i%1024 == 0 {
+				if err := ctx.Err(); err != nil { // the driver's rows do not watch ctx
+					return err
+				}
+			}
 			if err := rows.Next(rd.row); err != nil {
 				if err == io.EOF {
 					return nil
