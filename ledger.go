@@ -29,7 +29,8 @@ const (
 // time in that order, in batches when several are waiting. A batch that fails
 // is retried entry by entry (AppendBatch is all or nothing), so a failed entry
 // fails only its own emitter. The writer goroutine exists only while the queue
-// is non-empty.
+// is non-empty; a caller about to wait for its entries (writeMany) is the
+// writer itself when none is running.
 //
 // The writer is where the SDK's entries enter the system: it validates each
 // one (events.Validate) before writing it, fails an invalid one alone, and
