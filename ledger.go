@@ -29,7 +29,8 @@ const (
 // time in that order, in batches when several are waiting. A batch that fails
 // is retried entry by entry (AppendBatch is all or nothing), so a failed entry
 // fails only its own emitter. The writer goroutine exists only while the queue
-// is non-empty.
+// is non-empty; a caller about to wait for its entries (writeMany) is the
+// writer itself when none is running.
 //
 // The writer is where the SDK's entries enter the system: it validates each
 // one (events.Validate) before writing it, fails an invalid one alone, and
@@ -96,6 +97,19 @@ type emission struct {
 // batch is full. done[i] receives the result of es[i]'s write. Either all are
 // queued or none (the error is then ctx's).
 func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
+	return l.queueMany(ctx, c, false, done, es)
+}
+
+// writeMany is emitMany for a caller that waits for the writes right away:
+// when no writer is running, the caller writes the entries itself, sparing
+// the hand-over to a writer goroutine and back; otherwise they queue behind
+// the running writer's. Either way done[i] receives es[i]'s result, and
+// when writeMany returns having written them, done is already filled.
+func (l *ledger) writeMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
+	return l.queueMany(ctx, c, true, done, es)
+}
+
+func (l *ledger) queueMany(ctx context.Context, c *chain, inline bool, done []<-chan error, es []emission) error {
 	for i := range es {
 		select {
 		case l.slots <- struct{}{}:
@@ -125,11 +139,28 @@ func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es
 		done[i] = ch
 		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})
 	}
-	if !l.running {
-		l.running = true
+	if l.running {
+		l.mu.Unlock()
+		return nil
+	}
+	l.running = true
+	l.mu.Unlock()
+	if !inline {
 		go l.drain()
+		return nil
+	}
+	// This goroutine is the writer now; the queue held nothing before es.
+	// What was queued while it wrote goes to a writer goroutine.
+	l.drainBatch()
+	l.mu.Lock()
+	if len(l.queue) == 0 {
+		l.running = false
+		l.queue = nil
+		l.mu.Unlock()
+		return nil
 	}
 	l.mu.Unlock()
+	go l.drain()
 	return nil
 }
 
@@ -143,26 +174,34 @@ func (l *ledger) write(ctx context.Context, ev events.Event, step int, payload a
 	return <-done
 }
 
+// drain writes the queue, batch by batch, until it is empty.
 func (l *ledger) drain() {
-	for {
-		l.mu.Lock()
-		n := min(len(l.queue), ledgerBatchMax)
-		if n == 0 {
-			l.running = false
-			l.queue = nil
-			l.mu.Unlock()
-			return
-		}
-		batch := make([]pendingEntry, n)
-		copy(batch, l.queue)
-		l.queue = l.queue[n:]
-		l.mu.Unlock()
-
-		l.writeBatch(batch)
-		for range batch {
-			<-l.slots
-		}
+	for l.drainBatch() {
 	}
+}
+
+// drainBatch writes the next batch of the queue and reports whether it
+// wrote one; on an empty queue it stops the writer (running = false) and
+// reports false. Only the writer calls it.
+func (l *ledger) drainBatch() bool {
+	l.mu.Lock()
+	n := min(len(l.queue), ledgerBatchMax)
+	if n == 0 {
+		l.running = false
+		l.queue = nil
+		l.mu.Unlock()
+		return false
+	}
+	batch := make([]pendingEntry, n)
+	copy(batch, l.queue)
+	l.queue = l.queue[n:]
+	l.mu.Unlock()
+
+	l.writeBatch(batch)
+	for range batch {
+		<-l.slots
+	}
+	return true
 }
 
 func (l *ledger) writeBatch(batch []pendingEntry) {

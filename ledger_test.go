@@ -299,3 +299,70 @@ func TestLedgerEmitManyCancelledQueuesNothing(t *testing.T) {
 		t.Errorf("%d entries queued, want 0", queued)
 	}
 }
+
+// writeMany with no writer running writes in the calling goroutine: its
+// results are there when it returns. Behind a running writer it queues, and
+// the ledger keeps the order of the calls.
+func TestLedgerWriteMany(t *testing.T) {
+	st := &fakeStore{}
+	l := newLedger(st, "inline", "sb-1")
+	var done [2]<-chan error
+	if err := l.writeMany(context.Background(), &chain{}, done[:],
+		emission{ev: events.ExecOutput, step: 1, payload: events.ExecOutputPayload{Seq: 1, Type: events.Stdout, Text: "hi\n"}},
+		emission{ev: events.ExecCompleted, step: 1, payload: events.ExecCompletedPayload{Seq: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range done {
+		select {
+		case err := <-d:
+			if err != nil {
+				t.Fatalf("entry %d: %v", i, err)
+			}
+		default:
+			t.Fatalf("entry %d not written when writeMany returned on an idle ledger", i)
+		}
+	}
+	l.mu.Lock()
+	running := l.running
+	l.mu.Unlock()
+	if running {
+		t.Fatal("the ledger still has a writer after writeMany wrote its entries")
+	}
+
+	// A writer is busy with step 2: writeMany's step 3 waits behind it.
+	release := make(chan struct{})
+	st.before = func(e events.Entry) error {
+		if e.StepIndex == 2 {
+			<-release
+		}
+		return nil
+	}
+	first, err := l.emit(context.Background(), events.ExecCompleted, 2, events.ExecCompletedPayload{Seq: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var third [1]<-chan error
+	if err := l.writeMany(context.Background(), nil, third[:], emission{ev: events.ExecCompleted, step: 3,
+		payload: events.ExecCompletedPayload{Seq: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-third[0]:
+		t.Fatal("writeMany wrote past a running writer's entry")
+	default:
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-third[0]; err != nil {
+		t.Fatal(err)
+	}
+	var steps []int
+	for _, e := range st.all() {
+		steps = append(steps, e.StepIndex)
+	}
+	if len(steps) != 4 || steps[2] != 2 || steps[3] != 3 {
+		t.Fatalf("stored steps %v, want [1 1 2 3]", steps)
+	}
+}

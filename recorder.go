@@ -45,7 +45,9 @@ type pendingChunk struct {
 //   - open sends the request while exec.started is written;
 //   - record takes the stream's output events (read from the stream by read)
 //     and queues them for the ledger in groups;
-//   - deliver hands each group to the readers once its write is done;
+//   - deliver hands each group to the readers once its write is done (it
+//     starts with the first group queued: a command whose only output is
+//     written with exec.completed has none);
 //   - finish records exec.completed, waits for every write and ends the output
 //     with the exec's error.
 //
@@ -65,16 +67,17 @@ type recorder struct {
 	delivered chan error             // deliver's first error, once queue is closed
 
 	// Owned by record, then by finish.
-	linger    *time.Timer
-	next      *opensandbox.Event // read ahead while grouping, not yet recorded
-	more      bool               // evc is open
-	stopped   bool               // record left before the end of the stream
-	res       opensandbox.Result // valid once ended reported true
-	streamErr error              // how the stream ended, once ended was called
-	emitErr   error              // a write that could not be queued
-	completed <-chan error       // the write of exec.completed; nil until queued
-	lastOut   <-chan error       // the write of last, queued with exec.completed
-	last      *chunk             // the last group, delivered by finish with the end
+	linger     *time.Timer
+	next       *opensandbox.Event // read ahead while grouping, not yet recorded
+	more       bool               // evc is open
+	stopped    bool               // record left before the end of the stream
+	res        opensandbox.Result // valid once ended reported true
+	streamErr  error              // how the stream ended, once ended was called
+	emitErr    error              // a write that could not be queued
+	delivering bool               // deliver runs: started with the first group queued
+	completed  <-chan error       // the write of exec.completed; nil until queued
+	lastOut    <-chan error       // the write of last, queued with exec.completed
+	last       *chunk             // the last group, delivered by finish with the end
 }
 
 func newRecorder(e *Exec, lines bool) *recorder {
@@ -110,7 +113,6 @@ func (r *recorder) run(ctx context.Context, started <-chan error, open openFunc)
 	}
 	defer r.stream.Close()
 	go r.read(pctx)
-	go r.deliver(pctx)
 	r.record(pctx)
 	r.finish(ctx, pctx)
 }
@@ -336,9 +338,19 @@ func (r *recorder) queueGroup(pctx context.Context, s events.Stream, data []byte
 		r.emitErr = err
 		return false
 	}
-	// queue has room for every group in flight: this never blocks.
-	r.queue <- pendingChunk{c: chunk{stream: s, data: data}, done: done}
+	r.enqueue(pctx, pendingChunk{c: chunk{stream: s, data: data}, done: done})
 	return true
+}
+
+// enqueue hands a group, which holds an inFlight token, to deliver, starting
+// deliver with the first one. queue has room for every group in flight:
+// this never blocks.
+func (r *recorder) enqueue(pctx context.Context, p pendingChunk) {
+	if !r.delivering {
+		r.delivering = true
+		go r.deliver(pctx)
+	}
+	r.queue <- p
 }
 
 // queueLast queues the exec's last group (stream s, data) and exec.completed
@@ -351,7 +363,7 @@ func (r *recorder) queueLast(pctx context.Context, s events.Stream, data []byte)
 	}
 	e := r.e
 	var done [2]<-chan error
-	r.emitErr = e.sb.ledger.emitMany(pctx, e.chain, done[:],
+	r.emitErr = e.sb.ledger.writeMany(pctx, e.chain, done[:],
 		emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)},
 		emission{ev: events.ExecCompleted, step: e.step, payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: r.res.ExitCode}})
 	<-r.inFlight // not deliver's to deliver
@@ -380,7 +392,10 @@ func (r *recorder) finish(ctx, pctx context.Context) {
 		r.complete(ctx, pctx)
 	}
 	close(r.queue)
-	perr := <-r.delivered
+	var perr error
+	if r.delivering {
+		perr = <-r.delivered
+	}
 	if perr == nil && r.lastOut != nil {
 		if err := <-r.lastOut; err != nil {
 			perr = &SandboxError{SandboxID: r.e.sb.id, Op: fmt.Sprintf("record exec %d output", r.e.step), Err: err}
@@ -408,8 +423,12 @@ func (r *recorder) complete(ctx, pctx context.Context) {
 		return
 	}
 	e := r.e
-	r.completed, r.emitErr = e.sb.ledger.emitChained(ctx, e.chain, events.ExecCompleted, e.step,
-		events.ExecCompletedPayload{Seq: e.step, ExitCode: r.res.ExitCode})
+	var done [1]<-chan error
+	r.emitErr = e.sb.ledger.writeMany(ctx, e.chain, done[:], emission{ev: events.ExecCompleted, step: e.step,
+		payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: r.res.ExitCode}})
+	if r.emitErr == nil {
+		r.completed = done[0]
+	}
 }
 
 // failure returns the exec's error when it did not complete: the first

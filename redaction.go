@@ -153,7 +153,7 @@ func (r *recorder) flushRedacted(ctx context.Context) error {
 			<-r.inFlight
 			return err
 		}
-		r.queue <- pendingChunk{c: c, done: done}
+		r.enqueue(ctx, pendingChunk{c: c, done: done})
 	}
 	return nil
 }

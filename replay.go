@@ -115,6 +115,17 @@ func (r *replayCache) take(step int) (*recordedExec, bool) {
 // vocabulary is read: exec_start, exec_event and exec_complete are
 // exec.started, exec.output and exec.completed.
 func (r *replayCache) applyEntries(es []events.Entry) {
+	if len(r.steps) == 0 {
+		// Sized once for the execs es completes: a long session's map
+		// otherwise grows (and rehashes) a dozen times.
+		n := 0
+		for i := range es {
+			if es[i].Event.Is(events.ExecCompleted) {
+				n++
+			}
+		}
+		r.steps = make(map[int]*recordedExec, n)
+	}
 	open := map[int]*recordedExec{}
 	get := func(step int) *recordedExec {
 		rec := open[step]

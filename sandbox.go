@@ -38,6 +38,7 @@ type Sandbox struct {
 	step     int                // the last step index handed out
 	closed   bool
 	paused   bool
+	pausedEx *opensandbox.Execd // the client Pause closed; Resume reopens its endpoint
 	inflight map[*Exec]context.CancelCauseFunc
 	running  sync.WaitGroup // exec goroutines
 	replay   *replayCache   // results replayed instead of run (Client.Resume); nil for none
@@ -227,6 +228,9 @@ func (s *Sandbox) Pause(ctx context.Context) (err error) {
 	s.paused = true
 	ex := s.ex
 	s.ex = nil
+	if ex != nil {
+		s.pausedEx = ex
+	}
 	for _, cancel := range s.inflight {
 		cancel(ErrPaused)
 	}
@@ -251,12 +255,9 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	if err := s.c.os.ResumeSandbox(ctx, s.id); err != nil {
 		return &SandboxError{SandboxID: s.id, Op: "resume", Err: err}
 	}
-	if err := s.c.waitRunning(ctx, s.id); err != nil {
-		return err
-	}
-	ex, err := s.c.os.Execd(ctx, s.id)
+	ex, err := s.reconnect(ctx)
 	if err != nil {
-		return &ExecConnectionError{SandboxID: s.id, Err: err}
+		return err
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -274,6 +275,48 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 		return &SandboxError{SandboxID: s.id, Op: "record sandbox.resumed", Err: err}
 	}
 	return nil
+}
+
+// reconnect waits until the resumed sandbox is Running and execd answers, and
+// returns a new execd client. On the endpoint of the client Pause closed, the
+// two waits run at once (a thawing execd answers once it runs); without one,
+// the endpoint is resolved once the sandbox is Running.
+func (s *Sandbox) reconnect(ctx context.Context) (*opensandbox.Execd, error) {
+	s.mu.Lock()
+	prev := s.pausedEx
+	s.mu.Unlock()
+	if prev == nil {
+		if err := s.c.waitRunning(ctx, s.id); err != nil {
+			return nil, err
+		}
+		ex, err := s.c.os.Execd(ctx, s.id)
+		if err != nil {
+			return nil, &ExecConnectionError{SandboxID: s.id, Err: err}
+		}
+		return ex, nil
+	}
+	ex, err := prev.Reopen()
+	if err != nil {
+		return nil, &ExecConnectionError{SandboxID: s.id, Err: err}
+	}
+	rctx, cancel := context.WithTimeout(ctx, runningTimeout)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() { ready <- ex.WaitReady(rctx) }()
+	werr := s.c.waitRunning(ctx, s.id)
+	if werr != nil {
+		cancel() // not Running: stop probing execd
+	}
+	rerr := <-ready
+	switch {
+	case werr != nil:
+		ex.Close()
+		return nil, werr
+	case rerr != nil:
+		ex.Close()
+		return nil, &ExecConnectionError{SandboxID: s.id, Err: rerr}
+	}
+	return ex, nil
 }
 
 // Close cancels the streams of running execs (they end with an error wrapping

@@ -60,7 +60,8 @@ func (c *Client) endpointConfig(ep Endpoint) EndpointConfig {
 // its open streams and metric watches; Close cancels them all (uploads and download
 // bodies are bounded by their own contexts instead).
 type Execd struct {
-	t *transport
+	t   *transport
+	cfg EndpointConfig // what it was made from, for Reopen
 
 	mu       sync.Mutex
 	closed   bool
@@ -75,8 +76,14 @@ func NewExecd(cfg EndpointConfig) (*Execd, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Execd{t: t, inflight: map[any]func(){}}, nil
+	return &Execd{t: t, cfg: cfg, inflight: map[any]func(){}}, nil
 }
+
+// Reopen returns a new client on e's endpoint with e's settings, closed or
+// not: a sandbox keeps its endpoints across a pause, so a client closed by
+// a pause is reopened without resolving the endpoint again. It does not
+// contact the server; see WaitReady.
+func (e *Execd) Reopen() (*Execd, error) { return NewExecd(e.cfg) }
 
 // Execd resolves the sandbox's execd endpoint (port 44772, or the server proxy with
 // Config.UseServerProxy) and waits until execd answers /ping, bounded by ctx and

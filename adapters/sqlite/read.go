@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 
@@ -80,8 +81,8 @@ var checkpointNames = summary.InList(events.CheckpointCreated)
 
 // ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
-	return s.entries(ctx, "read all", `SELECT `+entryCols+` FROM alineo_events
-		WHERE name = ? AND sandbox_id = ? ORDER BY ts, id`, name, sandboxID)
+	return s.readSession(ctx, "read all", `name = ? AND sandbox_id = ? ORDER BY ts, id`, `name = ? AND sandbox_id = ?`,
+		[]driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: sandboxID}})
 }
 
 // LastCheckpoint implements adapters.Ledger.

@@ -205,6 +205,7 @@ func (s *Store) dsn(immediate bool, pragmas ...string) string {
 func (s *Store) open(ctx context.Context) (w, r *sql.DB, err error) {
 	syncPragma := "synchronous(" + s.cfg.Synchronous + ")"
 	if s.path != Memory {
+		commitWithFdatasync()
 		// MkdirAll tolerates a folder that another store created meanwhile.
 		if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 			return nil, nil, err
