@@ -270,10 +270,16 @@ func killedMidBatch(t *testing.T, b *bus.Bus, es []events.Entry, consumer string
 }
 
 // A rebuild beside the live projection, while sandboxes keep writing, ends
-// equal to it once it has caught up.
+// equal to it once it has caught up. The recorded history is written again,
+// to a bus of its own, half before and half during the rebuild; so is a
+// generated one.
 func TestRebuildBesideLiveUnderLoad(t *testing.T) {
+	t.Run("recorded", func(t *testing.T) { rebuildBesideLive(t, fixture.Get(t).Entries) })
+	t.Run("generated", func(t *testing.T) { rebuildBesideLive(t, projectiontest.History(3, 300, 10)) })
+}
+
+func rebuildBesideLive(t *testing.T, es []events.Entry) {
 	b := projectiontest.Bus(t)
-	es := projectiontest.History(3, 300, 10)
 	first, rest := es[:len(es)/2], es[len(es)/2:]
 	w := projectiontest.NewWriter(t, b)
 	ctx := context.Background()
