@@ -271,14 +271,9 @@ func killedMidBatch(t *testing.T, b *bus.Bus, es []events.Entry, consumer string
 
 // A rebuild beside the live projection, while sandboxes keep writing, ends
 // equal to it once it has caught up. The recorded history is written again,
-// to a bus of its own, half before and half during the rebuild; so is a
-// generated one.
+// to a bus of its own, half before and half during the rebuild.
 func TestRebuildBesideLiveUnderLoad(t *testing.T) {
-	t.Run("recorded", func(t *testing.T) { rebuildBesideLive(t, fixture.Get(t).Entries) })
-	t.Run("generated", func(t *testing.T) { rebuildBesideLive(t, projectiontest.History(3, 300, 10)) })
-}
-
-func rebuildBesideLive(t *testing.T, es []events.Entry) {
+	es := fixture.Get(t).Entries
 	b := projectiontest.Bus(t)
 	first, rest := es[:len(es)/2], es[len(es)/2:]
 	w := projectiontest.NewWriter(t, b)
@@ -350,4 +345,42 @@ func TestRegistered(t *testing.T) {
 		t.Fatalf("Verify = %v, want ErrMismatch", err)
 	}
 	_ = fmt.Sprint()
+}
+
+// The fixture's recorded history holds what its plan ran, one session per
+// sandbox (checked here, where the fixture is built anyway).
+func TestFixtureRanThePlan(t *testing.T) {
+	h := fixture.Get(t)
+	if n := len(h.Entries); n < 9000 || n > 12000 {
+		t.Fatalf("%d entries, want ~10k", n)
+	}
+	count := map[events.Event]int{}
+	ids := map[string]bool{}
+	for _, e := range h.Entries {
+		count[e.Event]++
+		ids[e.SandboxID] = true
+	}
+	var execs, paused, closed int
+	for _, s := range h.Sandboxes {
+		execs += len(s.Execs)
+		if s.Paused {
+			paused++
+		}
+		if s.Closed {
+			closed++
+		}
+		if !ids[s.ID] {
+			t.Errorf("sandbox %d (%s) recorded nothing", s.Index, s.ID)
+		}
+	}
+	if len(ids) != fixture.Sandboxes {
+		t.Errorf("%d sandbox ids recorded, want %d", len(ids), fixture.Sandboxes)
+	}
+	for ev, want := range map[events.Event]int{events.SandboxCreated: fixture.Sandboxes, events.ExecStarted: execs,
+		events.ExecCompleted: execs, events.SandboxPaused: paused, events.SandboxResumed: paused, events.SandboxClosed: closed} {
+		if count[ev] != want {
+			t.Errorf("%d %s, want %d", count[ev], ev, want)
+		}
+	}
+	t.Logf("%d entries built in %v: %v", len(h.Entries), h.Built, count)
 }
