@@ -1,11 +1,15 @@
 package audit_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/examples/audit"
+	"github.com/alineo-labs/alineo/examples/internal/fixture"
 	"github.com/alineo-labs/alineo/projections"
 	"github.com/alineo-labs/alineo/projections/projectiontest"
 )
@@ -81,53 +86,133 @@ func TestKnownFigures(t *testing.T) {
 	}
 }
 
-// The recorded history of 200 sandboxes gives the bindings computed from it
-// in memory, and a partitioned pair of workers gives the same rows.
+// The history the SDK recorded on sandboxd gives the bindings and egress
+// changes the fixture's plan made: which sandbox bound which credential for
+// which hosts, which were revoked, each sandbox's rule changes in order. The
+// times are those of the recorded entries. Two partitioned workers give the
+// same rows as one.
 func TestRecordedHistoryAndPartitions(t *testing.T) {
-	b := projectiontest.Bus(t)
-	es := projectiontest.History(7, 200, 10)
-	projectiontest.Publish(t, b, es)
-	last := projectiontest.LastSeq(t, b, audit.Filter)
+	h := fixture.Get(t)
+	last := projectiontest.LastSeq(t, h.Bus, audit.Filter)
 	single := openDB(t)
-	r := runOver(t, &projections.Runtime{Bus: b}, single)
+	r := runOver(t, &projections.Runtime{Bus: h.Bus, Consumer: "audit-recorded"}, single)
 	projectiontest.Await(t, r, last, 30*time.Second)
+	ctx := context.Background()
 
-	bound, revoked := 0, 0
-	for _, e := range es {
+	// When each credential was bound and revoked, from the recorded entries.
+	type credKey struct{ id, name string }
+	boundAt, revokedAt := map[credKey]int64{}, map[credKey]int64{}
+	egressTs := map[string][]int64{}
+	for _, e := range h.Entries {
 		switch e.Event {
-		case events.CredentialBound:
+		case events.CredentialBound, events.CredentialRevoked:
 			var p events.CredentialPayload
 			if err := json.Unmarshal(e.Payload, &p); err != nil {
 				t.Fatal(err)
 			}
-			bound += len(p.Binding.Hosts)
-		case events.CredentialRevoked:
-			revoked++
+			if e.Event == events.CredentialBound {
+				boundAt[credKey{e.SandboxID, p.Name}] = e.Ts
+			} else {
+				revokedAt[credKey{e.SandboxID, p.Name}] = e.Ts
+			}
+		case events.EgressRuleAdded, events.EgressRuleRemoved, events.SandboxCreated:
+			egressTs[e.SandboxID] = append(egressTs[e.SandboxID], e.Ts)
 		}
 	}
-	got, err := audit.Bindings(context.Background(), single)
+	var want []audit.Binding
+	revoked, hosts := 0, map[string]int{}
+	for _, s := range h.Sandboxes {
+		for _, c := range s.Credentials {
+			k := credKey{s.ID, c.Name}
+			if boundAt[k] == 0 || (revokedAt[k] != 0) != c.Revoked {
+				t.Fatalf("sandbox %d credential %s: bound at %d, revoked at %d, planned revoked %v", s.Index, c.Name, boundAt[k], revokedAt[k], c.Revoked)
+			}
+			for _, host := range c.Hosts {
+				want = append(want, audit.Binding{Host: host, Credential: c.Name, Type: c.Type, Name: s.Name, SandboxID: s.ID,
+					BoundAt: boundAt[k], RevokedAt: revokedAt[k]})
+				hosts[host]++
+				if c.Revoked {
+					revoked++
+				}
+			}
+		}
+	}
+	got, err := audit.Bindings(ctx, single)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotRevoked := 0
-	for _, g := range got {
-		if g.RevokedAt != 0 {
-			gotRevoked++
-		}
+	if !sort.IsSorted(byHostTime(got)) {
+		t.Fatal("Bindings are not ordered by host, then bound time")
 	}
-	if len(got) != bound || gotRevoked != revoked || bound != 200 || revoked != 50 {
-		t.Fatalf("%d bindings (%d revoked), want %d (%d revoked)", len(got), gotRevoked, bound, revoked)
+	sortBindings(got)
+	sortBindings(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%d bindings differ from the %d the fixture made (first got %+v, want %+v)", len(got), len(want), got[0], want[0])
+	}
+	if len(want) < 200 || revoked < 50 || len(hosts) != len(fixture.Hosts)+1 {
+		t.Fatalf("the plan binds %d (%d revoked) over hosts %v: too few to check", len(want), revoked, hosts)
+	}
+
+	// Every sandbox's egress changes: the policy default, its initial rules
+	// (recorded last first), then its runtime changes in order.
+	for _, s := range h.Sandboxes {
+		hist, err := audit.EgressHistory(ctx, single, projections.SQLite, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantHist := []audit.Change{{Change: audit.Default, Action: events.Deny}}
+		for _, r := range slices.Backward(s.InitialRules) {
+			wantHist = append(wantHist, audit.Change{Change: audit.Added, Action: r.Action, Target: r.Target})
+		}
+		for _, r := range s.Rules {
+			c := audit.Change{Change: audit.Added, Action: r.Action, Target: r.Target}
+			if r.Removed {
+				c.Change = audit.Removed
+			}
+			wantHist = append(wantHist, c)
+		}
+		var ts []int64
+		for i := range hist {
+			ts = append(ts, hist[i].Ts)
+			hist[i].Ts = 0
+		}
+		if !reflect.DeepEqual(hist, wantHist) || !slices.Equal(ts, egressTs[s.ID]) {
+			t.Fatalf("sandbox %d egress history = %+v at %v\nwant %+v at %v", s.Index, hist, ts, wantHist, egressTs[s.ID])
+		}
 	}
 
 	shared := openDB(t)
 	var parts []*projections.Runtime
 	for i := range 2 {
-		parts = append(parts, runOver(t, &projections.Runtime{Bus: b, Partition: projections.Partitioning{N: 2, Index: i}}, shared))
+		parts = append(parts, runOver(t, &projections.Runtime{Bus: h.Bus, Consumer: "audit-part",
+			Partition: projections.Partitioning{N: 2, Index: i}}, shared))
 	}
 	for _, p := range parts {
 		projectiontest.Await(t, p, last, 30*time.Second)
 	}
-	if err := audit.Verify(context.Background(), single, shared); err != nil {
+	if err := audit.Verify(ctx, single, shared); err != nil {
 		t.Fatalf("partitioned differs from single: %v", err)
 	}
+}
+
+// byHostTime is the order audit.Bindings documents.
+type byHostTime []audit.Binding
+
+func (b byHostTime) Len() int      { return len(b) }
+func (b byHostTime) Swap(i, j int) { b[i], b[j] = b[j], b[i] }
+func (b byHostTime) Less(i, j int) bool {
+	return cmp.Or(cmp.Compare(b[i].Host, b[j].Host), cmp.Compare(b[i].BoundAt, b[j].BoundAt), cmp.Compare(b[i].SandboxID, b[j].SandboxID)) < 0
+}
+
+// sortBindings orders bindings totally, for comparing sets.
+func sortBindings(bs []audit.Binding) {
+	slices.SortFunc(bs, func(a, b audit.Binding) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.SandboxID, b.SandboxID), cmp.Compare(a.Credential, b.Credential))
+	})
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fixture.Close()
+	os.Exit(code)
 }

@@ -16,8 +16,10 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/examples/execstats"
+	"github.com/alineo-labs/alineo/examples/internal/fixture"
 	"github.com/alineo-labs/alineo/projections"
 	"github.com/alineo-labs/alineo/projections/projectiontest"
 )
@@ -130,34 +132,68 @@ func expected(es []events.Entry) []execstats.Row {
 	return out
 }
 
-// The recorded history of 200 sandboxes (~10k events) gives the figures
-// computed from it in memory.
+// The history the SDK recorded on sandboxd (200 sandboxes, ~10k events)
+// gives the figures the fixture's plan ran: per session name, the number of
+// execs and of each exit code; per name and day, durations equal to those
+// computed in memory from the recorded entries.
 func TestRecordedHistory(t *testing.T) {
-	b := projectiontest.Bus(t)
-	es := projectiontest.History(1, 200, 10)
-	if len(es) < 9000 {
-		t.Fatalf("history has %d events, want ~10k", len(es))
-	}
-	projectiontest.Publish(t, b, es)
-	last := projectiontest.LastSeq(t, b, execstats.Filter)
+	h := fixture.Get(t)
+	last := projectiontest.LastSeq(t, h.Bus, execstats.Filter)
 	db := openDB(t)
-	r := runtime(&projections.Runtime{Bus: b, BatchSize: 500}, execstats.New(db, projections.SQLite), "execstats")
+	r := runtime(&projections.Runtime{Bus: h.Bus, BatchSize: 500}, execstats.New(db, projections.SQLite), "execstats-recorded")
 	projectiontest.Start(t, r)
 	projectiontest.Await(t, r, last, 60*time.Second)
-	want := expected(es)
 	got := stats(t, db)
-	if len(want) < 10 {
-		t.Fatalf("only %d groups expected: the history does not span days", len(want))
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("stats differ from the in-memory figures:\n got %d rows, first %+v\nwant %d rows, first %+v", len(got), got[0], len(want), want[0])
-	}
+
+	// What the fixture ran, per session name.
+	wantCount, wantCodes := map[string]int{}, map[string]map[int]int{}
 	total := 0
-	for _, r := range got {
-		total += r.Count
+	for _, s := range h.Sandboxes {
+		if wantCodes[s.Name] == nil {
+			wantCodes[s.Name] = map[int]int{}
+		}
+		for _, e := range s.Execs {
+			wantCount[s.Name]++
+			wantCodes[s.Name][e.ExitCode]++
+			total++
+		}
 	}
-	if total != 200*10 {
-		t.Fatalf("%d execs counted, want %d", total, 200*10)
+	gotCount, gotCodes := map[string]int{}, map[string]map[int]int{}
+	for _, row := range got {
+		gotCount[row.Name] += row.Count
+		if gotCodes[row.Name] == nil {
+			gotCodes[row.Name] = map[int]int{}
+		}
+		for c, n := range row.ExitCodes {
+			gotCodes[row.Name][c] += n
+		}
+	}
+	if !reflect.DeepEqual(gotCount, wantCount) || !reflect.DeepEqual(gotCodes, wantCodes) {
+		t.Fatalf("per name: counts %v, exit codes %v\nwant counts %v, exit codes %v", gotCount, gotCodes, wantCount, wantCodes)
+	}
+	for _, name := range fixture.Names {
+		for _, code := range fixture.ExitCodes {
+			if wantCodes[name][code] == 0 {
+				t.Fatalf("the plan runs no exit %d under %s: the histogram checks less than it should", code, name)
+			}
+		}
+	}
+	// Days and durations: computed in memory from the recorded Ts.
+	if want := expected(h.Entries); !reflect.DeepEqual(got, want) {
+		t.Fatalf("stats differ from the figures computed from the recorded entries:\n got %+v\nwant %+v", got, want)
+	}
+	days := map[string]bool{}
+	for _, e := range h.Entries {
+		if e.Event == events.ExecCompleted {
+			days[time.UnixMilli(e.Ts).UTC().Format(time.DateOnly)] = true
+		}
+	}
+	if len(got) != len(fixture.Names)*len(days) {
+		t.Fatalf("%d rows, want %d names × %d days", len(got), len(fixture.Names), len(days))
+	}
+	// The filter was pushed down: only exec.started and exec.completed were delivered.
+	if p := r.Progress(); p.Applied != uint64(2*total) || p.Skipped != 0 {
+		t.Fatalf("progress = %+v, want %d applied, none skipped", p, 2*total)
 	}
 }
 
@@ -180,18 +216,29 @@ func blockingTx(h *projections.SQLHandler, n int64, blocked chan<- struct{}) {
 	}
 }
 
-// Killed mid-batch and restarted, the projection equals a clean rebuild row for row.
+// Killed mid-batch and restarted, the projection equals a clean rebuild row
+// for row, on the SDK's recorded history and on a generated one.
 func TestKilledMidBatchEqualsRebuild(t *testing.T) {
-	b := projectiontest.Bus(t)
-	es := projectiontest.History(2, 50, 10)
-	projectiontest.Publish(t, b, es)
+	t.Run("recorded", func(t *testing.T) {
+		h := fixture.Get(t)
+		killedMidBatch(t, h.Bus, h.Entries, "execstats-kill")
+	})
+	t.Run("generated", func(t *testing.T) {
+		b := projectiontest.Bus(t)
+		es := projectiontest.History(2, 50, 10)
+		projectiontest.Publish(t, b, es)
+		killedMidBatch(t, b, es, "execstats")
+	})
+}
+
+func killedMidBatch(t *testing.T, b *bus.Bus, es []events.Entry, consumer string) {
 	last := projectiontest.LastSeq(t, b, execstats.Filter)
 	db := openDB(t)
 
 	h := execstats.New(db, projections.SQLite)
 	blocked := make(chan struct{})
 	blockingTx(h, 3, blocked)
-	r1 := runtime(&projections.Runtime{Bus: b, BatchSize: 100}, h, "execstats")
+	r1 := runtime(&projections.Runtime{Bus: b, BatchSize: 100}, h, consumer)
 	stop := projectiontest.Start(t, r1)
 	<-blocked
 	if err := stop(); err != nil {
@@ -201,13 +248,13 @@ func TestKilledMidBatchEqualsRebuild(t *testing.T) {
 		t.Fatalf("killed at offset %d, want mid-stream (last %d)", off, last)
 	}
 
-	r2 := runtime(&projections.Runtime{Bus: b, BatchSize: 100}, execstats.New(db, projections.SQLite), "execstats")
+	r2 := runtime(&projections.Runtime{Bus: b, BatchSize: 100}, execstats.New(db, projections.SQLite), consumer)
 	projectiontest.Start(t, r2)
 	projectiontest.Await(t, r2, last, 30*time.Second)
 
 	fresh := openDB(t)
 	st, err := projections.RebuildHandler(context.Background(), b, execstats.New(fresh, projections.SQLite),
-		projections.RebuildOptions{Key: "execstats", Filter: execstats.Filter})
+		projections.RebuildOptions{Key: consumer + "-rebuild", Filter: execstats.Filter})
 	if err != nil {
 		t.Fatalf("rebuild: %v", err)
 	}
@@ -223,10 +270,11 @@ func TestKilledMidBatchEqualsRebuild(t *testing.T) {
 }
 
 // A rebuild beside the live projection, while sandboxes keep writing, ends
-// equal to it once it has caught up.
+// equal to it once it has caught up. The recorded history is written again,
+// to a bus of its own, half before and half during the rebuild.
 func TestRebuildBesideLiveUnderLoad(t *testing.T) {
+	es := fixture.Get(t).Entries
 	b := projectiontest.Bus(t)
-	es := projectiontest.History(3, 300, 10)
 	first, rest := es[:len(es)/2], es[len(es)/2:]
 	w := projectiontest.NewWriter(t, b)
 	ctx := context.Background()
@@ -297,4 +345,42 @@ func TestRegistered(t *testing.T) {
 		t.Fatalf("Verify = %v, want ErrMismatch", err)
 	}
 	_ = fmt.Sprint()
+}
+
+// The fixture's recorded history holds what its plan ran, one session per
+// sandbox (checked here, where the fixture is built anyway).
+func TestFixtureRanThePlan(t *testing.T) {
+	h := fixture.Get(t)
+	if n := len(h.Entries); n < 9000 || n > 12000 {
+		t.Fatalf("%d entries, want ~10k", n)
+	}
+	count := map[events.Event]int{}
+	ids := map[string]bool{}
+	for _, e := range h.Entries {
+		count[e.Event]++
+		ids[e.SandboxID] = true
+	}
+	var execs, paused, closed int
+	for _, s := range h.Sandboxes {
+		execs += len(s.Execs)
+		if s.Paused {
+			paused++
+		}
+		if s.Closed {
+			closed++
+		}
+		if !ids[s.ID] {
+			t.Errorf("sandbox %d (%s) recorded nothing", s.Index, s.ID)
+		}
+	}
+	if len(ids) != fixture.Sandboxes {
+		t.Errorf("%d sandbox ids recorded, want %d", len(ids), fixture.Sandboxes)
+	}
+	for ev, want := range map[events.Event]int{events.SandboxCreated: fixture.Sandboxes, events.ExecStarted: execs,
+		events.ExecCompleted: execs, events.SandboxPaused: paused, events.SandboxResumed: paused, events.SandboxClosed: closed} {
+		if count[ev] != want {
+			t.Errorf("%d %s, want %d", count[ev], ev, want)
+		}
+	}
+	t.Logf("%d entries built in %v: %v", len(h.Entries), h.Built, count)
 }

@@ -10,6 +10,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/alineo-labs/alineo/examples/execstats"
+	"github.com/alineo-labs/alineo/examples/internal/fixture"
 	"github.com/alineo-labs/alineo/projections"
 	"github.com/alineo-labs/alineo/projections/projectiontest"
 	"github.com/alineo-labs/alineo/testenv"
@@ -17,6 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	fixture.Close()
 	testenv.StopPostgres()
 	os.Exit(code)
 }
