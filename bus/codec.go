@@ -115,7 +115,7 @@ const maxNames = 4096
 
 // sessionName is get for a session name, looked up in in.names when set.
 func (in *interner) sessionName(b []byte, prev *string) (string, bool) {
-	if in == nil || in.names == nil {
+	if in == nil || in.names == nil || string(b) == *prev {
 		return in.get(b, prev)
 	}
 	if s, ok := in.names[string(b)]; ok {
