@@ -102,8 +102,63 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 }
 
 // interner reuses the strings of the previous entry: a replay decodes one
-// session, whose name and sandbox id repeat on every message.
-type interner struct{ name, id string }
+// session, whose name and sandbox id repeat on every message. With names set
+// (a Decoder's), session names are looked up there too: a projection reads
+// many sessions' messages interleaved.
+type interner struct {
+	name, id string
+	names    map[string]string
+}
+
+// maxNames bounds an interner's names: past it the map starts again.
+const maxNames = 4096
+
+// sessionName is get for a session name, looked up in in.names when set.
+func (in *interner) sessionName(b []byte, prev *string) (string, bool) {
+	if in == nil || in.names == nil || string(b) == *prev {
+		return in.get(b, prev)
+	}
+	if s, ok := in.names[string(b)]; ok {
+		return s, true
+	}
+	s, ok := in.get(b, prev)
+	if ok {
+		if len(in.names) >= maxNames {
+			clear(in.names)
+		}
+		in.names[s] = s
+	}
+	return s, ok
+}
+
+// Decoder is DecodeValidMsg for one reader of many messages, a projection's
+// consumer: the strings messages repeat are reused instead of allocated for
+// every entry (session names; the sandbox id, taken from the subject the
+// reader has parsed already). The zero value is ready. Not safe for
+// concurrent use.
+type Decoder struct {
+	in interner
+}
+
+// DecodeValid returns what DecodeValidMsg(data, seq) returns, errors
+// included. sandboxID is the sandbox id the message's subject names ("" if
+// not known): an entry of that sandbox shares the string.
+func (d *Decoder) DecodeValid(data []byte, seq uint64, sandboxID string) (events.Entry, error) {
+	if d.in.names == nil {
+		d.in.names = make(map[string]string)
+	}
+	if sandboxID != "" && sandboxID != d.in.id && utf8.ValidString(sandboxID) {
+		d.in.id = sandboxID // what get hands out unchecked must be valid UTF-8
+	}
+	e, err := decodeMsg(data, seq, &d.in)
+	if err != nil {
+		return events.Entry{}, err
+	}
+	if err := events.Validate(e); err != nil {
+		return events.Entry{}, err
+	}
+	return e, nil
+}
 
 // get returns b, a string's bytes not checked for UTF-8 yet, as a string;
 // ok is false when b is not valid UTF-8. A repeat of the previous string is
@@ -196,7 +251,7 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 			b := int(n)
 			e.Branch = &b
 		case "name":
-			if e.Name, ok = d.interned(in, names); !ok {
+			if e.Name, ok = d.sessionName(in, names); !ok {
 				return false
 			}
 		case "sandboxId":
@@ -297,6 +352,15 @@ func (d *decoder) interned(in *interner, prev *string) (string, bool) {
 		return "", false
 	}
 	return in.get(b, prev)
+}
+
+// sessionName reads a string through in (see interner.sessionName).
+func (d *decoder) sessionName(in *interner, prev *string) (string, bool) {
+	b, ok := d.rawStr()
+	if !ok {
+		return "", false
+	}
+	return in.sessionName(b, prev)
 }
 
 // rawStr is strBytes without the UTF-8 check: the caller makes it.

@@ -51,6 +51,12 @@
 // applies the batch without validating it again (see the adapters package
 // doc); any other ProjectionStore gets ApplyBatch.
 //
+// A Runtime is three goroutines in a pipeline: a reader (the next message,
+// its sequences parsed from the reply subject, partition and filters decided
+// from the subject), a collector (decoding each new message with a
+// bus.Decoder, which reuses the strings messages repeat, and batching) and a
+// committer (applying one batch while the next is collected).
+//
 // This package imports events, adapters, internal/validated and bus; never a
 // database driver, the SDK or cmd.
 package projections

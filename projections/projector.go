@@ -133,15 +133,22 @@ func applyFunc(store adapters.ProjectionStore) func(ctx context.Context, consume
 // entry fully (as events.Unmarshal does) and checks that the subject names the same
 // sandbox and event. Errors wrap events.ErrInvalidEntry.
 func Decode(prefix, subject string, data []byte, seq uint64) (events.Entry, error) {
+	id, ev, err := events.ParseSubject(prefix, subject)
+	var dec bus.Decoder
+	return decodeParsed(&dec, subject, id, ev, err, data, seq)
+}
+
+// decodeParsed is Decode for a subject already parsed (id, ev and perr are
+// what events.ParseSubject returned), decoding with dec.
+func decodeParsed(dec *bus.Decoder, subject, id string, ev events.Event, perr error, data []byte, seq uint64) (events.Entry, error) {
 	// events.Unmarshal's decoding and events.Validate, faster: common
 	// payloads are checked as they are decoded, not parsed twice.
-	e, err := bus.DecodeValidMsg(data, seq)
+	e, err := dec.DecodeValid(data, seq, id)
 	if err != nil {
 		return events.Entry{}, err
 	}
-	id, ev, err := events.ParseSubject(prefix, subject)
-	if err != nil {
-		return events.Entry{}, &events.ValidationError{Field: "subject", Reason: "is not a ledger subject", Err: err}
+	if perr != nil {
+		return events.Entry{}, &events.ValidationError{Field: "subject", Reason: "is not a ledger subject", Err: perr}
 	}
 	if id != e.SandboxID || ev != e.Event {
 		return events.Entry{}, &events.ValidationError{Field: "subject",

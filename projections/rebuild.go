@@ -87,6 +87,7 @@ type rebuilder struct {
 	parts    []int    // partition index of each key
 	batches  [][]events.Entry
 	pending  int
+	dec      bus.Decoder
 	st       RebuildStats
 	bar      *bar
 }
@@ -150,16 +151,16 @@ func (rb *rebuilder) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("read after %d: %w", rb.st.LastSeq, err)
 		}
-		md, err := m.Metadata()
+		md, err := metadata(m)
 		if err != nil {
 			return err
 		}
-		seq := md.Sequence.Stream
+		seq := md.stream
 		if seq > last {
 			return rb.flush(ctx, last)
 		}
 		rb.add(prefix, m, seq)
-		end := md.NumPending == 0 || seq >= last
+		end := md.pending == 0 || seq >= last
 		if rb.pending >= rb.o.BatchSize || end {
 			if err := rb.flush(ctx, seq); err != nil {
 				return err
@@ -191,7 +192,7 @@ func (rb *rebuilder) add(prefix string, m jetstream.Msg, seq uint64) {
 		rb.st.Filtered++
 		return
 	}
-	e, err := Decode(prefix, m.Subject(), m.Data(), seq)
+	e, err := decodeParsed(&rb.dec, m.Subject(), id, ev, nil, m.Data(), seq)
 	switch {
 	case err != nil:
 		rb.st.Skipped++

@@ -243,6 +243,10 @@ func (r *Runtime) consumer(ctx context.Context, offset uint64) (jetstream.Consum
 		MaxDeliver:    -1,
 		MaxAckPending: 2*r.MaxBatchSize + 5*r.BatchSize, // two batches, the reader's queue and the pull buffer
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// The consumer's state need not outlive the session (the offset
+		// is the handler's): kept in memory, the server does not write its
+		// delivered and pending state to disk for every message.
+		MemoryStorage: true,
 	}
 	switch {
 	case unfiltered(r.subjects, r.Bus.Config().SubjectPrefix):
@@ -373,45 +377,54 @@ type raw struct {
 // The next session recreates the consumer at the committed offset.
 var errDeliveryGap = errors.New("consumer delivery out of order")
 
-// delivery is one message as read and decoded by the reader goroutine.
+// delivery is one message as read by the reader goroutine: its metadata and
+// subject parsed, skipped or not. The collector decodes the others (only
+// those new to it, not redeliveries), so reading the stream and decoding
+// entries run side by side.
 type delivery struct {
 	m    jetstream.Msg
-	md   *jetstream.MsgMetadata
-	e    events.Entry
-	skip bool  // filtered out or of another partition
-	derr error // decode error: the message is parked
-	err  error // subscription error: the session ends
+	md   meta
+	id   string       // the subject's sandbox id
+	ev   events.Event // the subject's event
+	perr error        // the subject is not a ledger subject: parked once decoded
+	skip bool         // filtered out or of another partition
+	err  error        // subscription error: the session ends
 }
 
-// classify decides what d is for this runtime: skipped (another partition,
-// filtered out), undecodable (parked) or an entry. Partition membership and
-// the subject filters need only the subject; only the runtime's own messages
-// are decoded.
+// classify decides from its subject whether d is for this runtime: skipped
+// (another partition, filtered out) or to decode. Partition membership and
+// the subject filters need only the subject.
 func (r *Runtime) classify(d *delivery, prefix string) {
 	subj := d.m.Subject()
 	if !ledgerSubject(prefix, subj) {
 		d.skip = true // a fence message, read because the consumer is unfiltered
 		return
 	}
-	id, ev, perr := events.ParseSubject(prefix, subj)
-	if perr != nil {
+	d.id, d.ev, d.perr = events.ParseSubject(prefix, subj)
+	if d.perr != nil {
 		// No sandbox to partition by: partition 0 parks it.
 		d.skip = r.Partition.Index != 0
-	} else if !r.Partition.owns(id) || r.checkSB && !r.Filter.keepSandbox(id) || !r.Filter.keepEvent(ev) {
+	} else if !r.Partition.owns(d.id) || r.checkSB && !r.Filter.keepSandbox(d.id) || !r.Filter.keepEvent(d.ev) {
 		d.skip = true
 	}
-	if d.skip {
-		return
+}
+
+// decode decodes d (not skipped by classify) into an entry, or returns the
+// error it is parked with; skip reports that the entry's name is filtered out.
+func (r *Runtime) decode(d *delivery, dec *bus.Decoder) (e events.Entry, skip bool, err error) {
+	e, err = decodeParsed(dec, d.m.Subject(), d.id, d.ev, d.perr, d.m.Data(), d.md.stream)
+	if err != nil {
+		return events.Entry{}, false, err
 	}
-	d.e, d.derr = Decode(prefix, d.m.Subject(), d.m.Data(), d.md.Sequence.Stream)
-	if d.derr == nil && !r.Filter.keepName(d.e.Name) {
-		d.skip = true
+	if !r.Filter.keepName(e.Name) {
+		return events.Entry{}, true, nil
 	}
-	if h := d.m.Headers(); d.derr == nil && !d.skip && h != nil {
+	if h := d.m.Headers(); h != nil {
 		if tp := h[bus.HeaderTraceParent]; len(tp) > 0 {
-			d.e.Trace = tp[0]
+			e.Trace = tp[0]
 		}
 	}
+	return e, false, nil
 }
 
 // unfiltered reports whether subjects select every ledger subject, so the
@@ -430,7 +443,7 @@ func ledgerSubject(prefix, subject string) bool {
 	return strings.IndexByte(subject[len(prefix)+1:], '.') > 0
 }
 
-// read pulls messages and decodes them, ahead of collect, until the
+// read pulls messages and classifies them, ahead of collect, until the
 // subscription fails or quit is closed.
 func (r *Runtime) read(msgs jetstream.MessagesContext, out chan<- delivery, quit <-chan struct{}) {
 	prefix := r.Bus.Config().SubjectPrefix
@@ -438,7 +451,7 @@ func (r *Runtime) read(msgs jetstream.MessagesContext, out chan<- delivery, quit
 		var d delivery
 		d.m, d.err = msgs.Next()
 		if d.err == nil {
-			if d.md, d.err = d.m.Metadata(); d.err == nil {
+			if d.md, d.err = metadata(d.m); d.err == nil {
 				r.classify(&d, prefix)
 			}
 		}
@@ -516,6 +529,7 @@ type collector struct {
 	timer    *time.Timer
 	lastCons uint64
 	seen     uint64 // highest stream sequence handed off or committed
+	dec      bus.Decoder
 	b        *batch
 	ready    bool // b is full, caught up with the stream, or has waited BatchWait
 }
@@ -544,9 +558,9 @@ func (c *collector) next(n int) {
 // MaxBatchSize; queued is how many deliveries wait.
 func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 	r, b := c.r, c.b
-	seq := d.md.Sequence.Stream
-	if c.lastCons != 0 && d.md.Sequence.Consumer != c.lastCons+1 {
-		err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, d.md.Sequence.Consumer, c.lastCons, seq)
+	seq := d.md.stream
+	if c.lastCons != 0 && d.md.consumer != c.lastCons+1 {
+		err := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, d.md.consumer, c.lastCons, seq)
 		if b.msgs > 0 {
 			// Everything before the gap is in order: keep it.
 			if herr := c.handOff(ctx); herr != nil {
@@ -555,13 +569,13 @@ func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 		}
 		return err
 	}
-	c.lastCons = d.md.Sequence.Consumer
+	c.lastCons = d.md.consumer
 	if b.msgs == 0 {
 		c.timer.Reset(r.BatchWait)
 	}
 	b.msgs++
-	b.pending = d.md.NumPending
-	r.lag.Store(d.md.NumPending + uint64(b.msgs)) // not yet delivered + not yet committed
+	b.pending = d.md.pending
+	r.lag.Store(d.md.pending + uint64(b.msgs)) // not yet delivered + not yet committed
 	if b.last == nil {
 		b.last = d.m // a batch of redeliveries only still acknowledges one (harmless)
 	}
@@ -572,20 +586,25 @@ func (c *collector) add(ctx context.Context, d delivery, queued int) error {
 		// the batch's new entries under an offset below them, or skip them.
 		c.seen = seq
 		b.last, b.lastSeq = d.m, seq
+		var e events.Entry
+		var derr error
+		if !d.skip {
+			e, d.skip, derr = r.decode(&d, &c.dec)
+		}
 		switch {
 		case d.skip:
 			r.skipped.Add(1)
-		case d.derr != nil:
-			if err := r.park(ctx, d.m.Subject(), seq, d.m.Data(), d.derr, ""); err != nil {
+		case derr != nil:
+			if err := r.park(ctx, d.m.Subject(), seq, d.m.Data(), derr, ""); err != nil {
 				return err
 			}
 		default:
-			b.es = append(b.es, d.e)
+			b.es = append(b.es, e)
 			b.raws = append(b.raws, raw{d.m.Subject(), d.m.Data()})
 		}
 	} // else a redelivery of a message already handed off
 	// Full, or caught up with the stream (waiting would not fill it): ready.
-	if b.msgs >= r.BatchSize || d.md.NumPending == 0 && queued == 0 {
+	if b.msgs >= r.BatchSize || d.md.pending == 0 && queued == 0 {
 		c.ready = true
 	}
 	if b.msgs >= r.MaxBatchSize {
