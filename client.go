@@ -126,7 +126,7 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 	}
 	return c.launch(ctx, "create", req, spawnOptions{
 		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell,
-		payload:      events.SandboxCreatedPayload{Resources: res.limits(), RunID: runID},
+		payload:      events.SandboxCreatedPayload{Resources: res.limits(), RunID: runID, Image: opts.Image},
 		recordPolicy: opts.NetworkPolicy,
 	})
 }
@@ -200,6 +200,7 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	}
 	sb := c.handle(id, o.name(id), o.runID, o.resources, o.shell, ex)
 	sb.replay = o.replay
+	sb.image = o.payload.Image
 	o.payload.SandboxID = id
 	if p := o.recordPolicy; p != nil {
 		o.payload.EgressDefault = p.effectiveDefault()

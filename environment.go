@@ -128,7 +128,7 @@ func (e *Environment) Sandbox(ctx context.Context) (*Sandbox, error) {
 	runID := newUUID()
 	return e.c.spawn(ctx, spawnOptions{
 		snapshotID: rec.SnapshotID, name: defaultName("", "env-"+e.name+"-"), resources: res, runID: runID,
-		payload: events.SandboxCreatedPayload{FromEnvironment: e.name, SnapshotID: rec.SnapshotID, RunID: runID, Resources: res.limits()},
+		payload: events.SandboxCreatedPayload{FromEnvironment: e.name, SnapshotID: rec.SnapshotID, RunID: runID, Resources: res.limits(), Image: rec.Image},
 		shell:   e.opts.Shell,
 	})
 }

@@ -38,7 +38,7 @@ func (s *Sandbox) Fork(ctx context.Context, tag string) (_ *Sandbox, err error) 
 	}
 	child, err := s.c.spawn(ctx, spawnOptions{
 		snapshotID: snap, name: defaultName("", "fork-"+s.name+"-"), resources: s.resources, runID: s.runID,
-		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: s.runID, Resources: s.resources.limits()},
+		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: s.runID, Resources: s.resources.limits(), Image: s.image},
 		shell:   s.shell, policy: creds.policy(), credentialProxy: creds.proxy(),
 	})
 	if err != nil {

@@ -194,6 +194,7 @@ type resumePoint struct {
 	cache      *replayCache
 	runID      string
 	resources  Resources // zero when no session of the chain recorded them
+	image      string    // "" when no session of the chain recorded it
 }
 
 // buildResumePoint reads the session (name, sandboxID) and builds its replay
@@ -245,6 +246,9 @@ func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, 
 		if ok {
 			if rp.runID == "" {
 				rp.runID = p.RunID
+			}
+			if rp.image == "" {
+				rp.image = p.Image
 			}
 			if rp.resources == (Resources{}) && len(p.Resources) > 0 {
 				rp.resources = resourcesFromLimits(p.Resources)

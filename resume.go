@@ -81,7 +81,7 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	}
 	res := rp.resources.withDefaults()
 	payload := events.SandboxCreatedPayload{ResumedFrom: sandboxID, SnapshotID: rp.checkpoint.SnapshotID,
-		RunID: rp.runID, Resources: res.limits()}
+		RunID: rp.runID, Resources: res.limits(), Image: rp.image}
 	sb, err := c.spawn(ctx, spawnOptions{
 		snapshotID: rp.checkpoint.SnapshotID, name: func(string) string { return name },
 		resources: res, runID: rp.runID, payload: payload, replay: rp.cache, shell: opts.Shell,

@@ -101,6 +101,9 @@ func TestResumeScenario(t *testing.T) {
 		if p.ResumedFrom != sb.ID() || p.SnapshotID != snap || p.RunID != sb.RunID() {
 			t.Fatalf("sandbox.created = %+v; want resumedFrom %s, snapshotId %s, runId %s", p, sb.ID(), snap, sb.RunID())
 		}
+		if img := created(t, store, sb).Image; img == "" || p.Image != img {
+			t.Fatalf("image recorded at create %q, at resume %q; want the same, not empty", img, p.Image)
+		}
 		before := cc.n.Load()
 		start := time.Now()
 		res, err := r.Exec(ctx, installCmd).Wait()
@@ -278,7 +281,7 @@ func TestForkConcurrent(t *testing.T) {
 			if f.RunID() != parent.RunID() || !strings.HasPrefix(f.Name(), "fork-parent-") {
 				t.Errorf("fork runId, name = %s, %s; want %s, fork-parent-…", f.RunID(), f.Name(), parent.RunID())
 			}
-			if p := created(t, store, f); p.ForkedFrom == "" || p.RunID != parent.RunID() {
+			if p := created(t, store, f); p.ForkedFrom == "" || p.RunID != parent.RunID() || p.Image == "" || p.Image != created(t, store, parent).Image {
 				t.Errorf("fork sandbox.created = %+v", p)
 			}
 		}

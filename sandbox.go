@@ -27,6 +27,7 @@ type Sandbox struct {
 	runID     string
 	resources Resources
 	shell     string
+	image     string // recorded in sandbox.created, inherited by forks
 	ledger    *ledger
 	release   func() // frees the concurrency slot; idempotent
 	// lineOutput asks execd for its line format instead of exact output

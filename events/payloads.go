@@ -12,6 +12,11 @@ import (
 type SandboxCreatedPayload struct {
 	SandboxID string            `json:"sandboxId"`
 	Resources map[string]string `json:"resources,omitempty"`
+	// Image is the image the sandbox runs: the one it was created from, or
+	// for a fork or a resume the one of the sandbox it came from; "" when
+	// unknown (a restore from a snapshot of unrecorded origin, and every
+	// entry the TypeScript SDK writes, which has no such field).
+	Image string `json:"image,omitempty"`
 	// RunID is resolved once at creation and inherited across resume, fork and restore.
 	RunID string `json:"runId,omitempty"`
 	// ResumedFrom is the sandbox id this one resumed (client.Resume).
