@@ -64,12 +64,9 @@ type SQLHandler struct {
 	// ApplyTx writes es (in stream order, each with Seq) inside tx. Return
 	// Poison(e.Seq, err) for an entry that can never be applied.
 	//
-	// With SQLite, ApplyTx's ctx carries Apply's values but not its
-	// cancellation: the driver (modernc.org/sqlite) starts a goroutine per
-	// statement to watch a cancellable context, a third of the cost of a small
-	// upsert. The transaction still watches Apply's ctx (database/sql rolls it
-	// back once ctx is done, and never commits it), so a batch interrupted by
-	// shutdown is abandoned after its running statement, as with any dialect.
+	// ctx is Apply's: it is done when the runtime stops, and ApplyTx should
+	// return then (a statement given ctx is interrupted; the transaction is
+	// rolled back and never committed).
 	ApplyTx func(ctx context.Context, tx *sql.Tx, es []events.Entry) error
 
 	mu    sync.Mutex
@@ -142,15 +139,6 @@ func (h *SQLHandler) Offset(ctx context.Context, key string) (uint64, error) {
 	return h.offset(ctx, h.DB, key)
 }
 
-// stmtContext is the context of the statements inside a transaction begun
-// with ctx (see ApplyTx).
-func (h *SQLHandler) stmtContext(ctx context.Context) context.Context {
-	if h.Dialect == SQLite {
-		return context.WithoutCancel(ctx)
-	}
-	return ctx
-}
-
 // Apply applies b in one transaction with its offset, skipping what the
 // stored offset says is applied already.
 func (h *SQLHandler) Apply(ctx context.Context, b Batch) error {
@@ -158,7 +146,6 @@ func (h *SQLHandler) Apply(ctx context.Context, b Batch) error {
 		return err
 	}
 	return h.tx(ctx, func(tx *sql.Tx) error {
-		ctx := h.stmtContext(ctx)
 		stored, err := h.offset(ctx, tx, b.Key)
 		if err != nil {
 			return fmt.Errorf("read offset %s: %w", b.Key, err)

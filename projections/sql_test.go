@@ -10,8 +10,8 @@ import (
 	"github.com/alineo-labs/alineo/projections"
 )
 
-// TestSQLHandlerCancelledNeverCommits: ApplyTx's statements on SQLite run
-// without Apply's cancellation (see SQLHandler.ApplyTx), yet a batch whose
+// TestSQLHandlerCancelledNeverCommits: ApplyTx sees Apply's cancellation (a
+// handler waiting on ctx returns when the runtime stops), and a batch whose
 // ctx ends while it is applied is not committed: neither its rows nor its
 // offset, and the next Apply applies it whole.
 func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
@@ -22,6 +22,7 @@ func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	var cancelMidway context.CancelFunc
+	var sawCancel bool
 	h := &projections.SQLHandler{DB: db, Dialect: projections.SQLite,
 		Schema: func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `CREATE TABLE rows (seq INTEGER PRIMARY KEY)`)
@@ -31,6 +32,7 @@ func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
 			for i, e := range es {
 				if i == 1 && cancelMidway != nil {
 					cancelMidway()
+					sawCancel = ctx.Err() != nil
 				}
 				if _, err := tx.ExecContext(ctx, `INSERT INTO rows (seq) VALUES (?)`, int64(e.Seq)); err != nil {
 					return err
@@ -43,6 +45,9 @@ func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
 	cancelMidway = cancel
 	if err := h.Apply(ctx, projections.Batch{Key: "k", Entries: es, Offset: 3}); err == nil {
 		t.Fatal("Apply with its ctx cancelled midway = nil, want an error")
+	}
+	if !sawCancel {
+		t.Fatal("ApplyTx's ctx was not done after Apply's ctx was cancelled")
 	}
 	count := func() (n int) {
 		if err := db.QueryRow(`SELECT count(*) FROM rows`).Scan(&n); err != nil {
