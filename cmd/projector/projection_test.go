@@ -68,7 +68,8 @@ func TestProjectionByName(t *testing.T) {
 	if err := run(context.Background(), []string{"rebuild", "--projection", "execstats", "--partitions", "2", "--nats", url, "--sqlite", other}, noenv, rout); err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, rout)
 	}
-	if !strings.Contains(rout.String(), "ETA") || !strings.Contains(rout.String(), "(execstats): 8 entries") {
+	// 9 entries: sandbox.created, and 4 execs started and completed.
+	if !strings.Contains(rout.String(), "ETA") || !strings.Contains(rout.String(), "(execstats): 9 entries") {
 		t.Errorf("rebuild output = %q", rout)
 	}
 	conn, err := sql.Open("sqlite", other)

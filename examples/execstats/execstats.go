@@ -1,12 +1,16 @@
 // Package execstats is an example projection to copy: exec statistics from
-// the ledger (count, duration p50/p95 and exit codes per session name and per
-// day) in SQLite or Postgres, exactly once through projections.SQLHandler.
+// the ledger (count, duration p50/p95 and exit codes per image, session name
+// and day) in SQLite or Postgres, exactly once through projections.SQLHandler.
 //
-// It reads exec.started and exec.completed only (the filter is pushed down to
-// JetStream). An exec's duration is the completed entry's Ts minus its started
-// entry's Ts (same sandbox, step and branch); the day is the UTC date of
-// completion. The ledger records no image, so statistics are per session name
-// (the name a sandbox is recorded under, usually its job or template).
+// It reads sandbox.created, exec.started and exec.completed only (the filter
+// is pushed down to JetStream). An exec's image is the one its sandbox's
+// sandbox.created records ("" where none is recorded: a ledger the TypeScript
+// SDK wrote, a restore of a snapshot of unknown origin); its duration is the
+// completed entry's Ts minus its started entry's Ts (same sandbox, step and
+// branch); its day is the UTC date of completion. The session name (the name a
+// sandbox is recorded under, usually its job or template) splits an image's
+// figures further. A sandbox's entries all fall in one partition, so the
+// projection partitions.
 //
 // Importing the package registers the projection as "execstats" for cmd/projector.
 package execstats
@@ -27,12 +31,12 @@ import (
 const Name = "execstats"
 
 // Filter is what the projection reads.
-var Filter = projections.Filter{Events: []events.Event{events.ExecStarted, events.ExecCompleted}}
+var Filter = projections.Filter{Events: []events.Event{events.SandboxCreated, events.ExecStarted, events.ExecCompleted}}
 
 func init() {
 	projections.Register(projections.Definition{
 		Name:   Name,
-		Help:   "exec count, duration p50/p95 and exit codes per session name and day",
+		Help:   "exec count, duration p50/p95 and exit codes per image, session name and day",
 		Filter: Filter,
 		Open: func(_ context.Context, t projections.Target) (projections.Handler, error) {
 			return New(t.DB, t.Dialect), nil
@@ -55,10 +59,12 @@ func schema(ctx context.Context, tx *sql.Tx) error {
 		`CREATE TABLE IF NOT EXISTS execstats_running (
 			sandbox_id TEXT NOT NULL, name TEXT NOT NULL, step INTEGER NOT NULL, branch INTEGER NOT NULL,
 			started_at BIGINT NOT NULL, PRIMARY KEY (sandbox_id, name, step, branch))`,
+		`CREATE TABLE IF NOT EXISTS execstats_sandboxes (
+			sandbox_id TEXT PRIMARY KEY, image TEXT NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS execstats_execs (
-			seq BIGINT PRIMARY KEY, name TEXT NOT NULL, day TEXT NOT NULL,
+			seq BIGINT PRIMARY KEY, image TEXT NOT NULL, name TEXT NOT NULL, day TEXT NOT NULL,
 			duration_ms BIGINT NOT NULL, exit_code INTEGER NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS execstats_execs_name_day ON execstats_execs (name, day)`,
+		`CREATE INDEX IF NOT EXISTS execstats_execs_image_name_day ON execstats_execs (image, name, day)`,
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
@@ -77,6 +83,18 @@ func branch(e events.Entry) int {
 func apply(ctx context.Context, tx *sql.Tx, d projections.Dialect, es []events.Entry) error {
 	for _, e := range es {
 		switch e.Event {
+		case events.SandboxCreated:
+			var p events.SandboxCreatedPayload
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				return projections.Poison(e.Seq, fmt.Errorf("sandbox.created payload: %w", err))
+			}
+			// A sandbox has one image; a later session on the same id (a
+			// connect under another name) keeps the one recorded first.
+			if _, err := tx.ExecContext(ctx, d.Rebind(`INSERT INTO execstats_sandboxes (sandbox_id, image) VALUES (?, ?)
+				ON CONFLICT (sandbox_id) DO UPDATE SET image = excluded.image WHERE execstats_sandboxes.image = ''`),
+				e.SandboxID, p.Image); err != nil {
+				return fmt.Errorf("sandbox.created at %d: %w", e.Seq, err)
+			}
 		case events.ExecStarted:
 			if _, err := tx.ExecContext(ctx, d.Rebind(`INSERT INTO execstats_running (sandbox_id, name, step, branch, started_at)
 				VALUES (?, ?, ?, ?, ?) ON CONFLICT (sandbox_id, name, step, branch) DO UPDATE SET started_at = excluded.started_at`),
@@ -105,9 +123,14 @@ func completed(ctx context.Context, tx *sql.Tx, d projections.Dialect, e events.
 	} else if err != nil {
 		return fmt.Errorf("exec.completed at %d: %w", e.Seq, err)
 	}
+	var image string
+	err = tx.QueryRowContext(ctx, d.Rebind(`SELECT image FROM execstats_sandboxes WHERE sandbox_id = ?`), e.SandboxID).Scan(&image)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) { // none: its sandbox.created is not in the history read
+		return fmt.Errorf("exec.completed at %d: %w", e.Seq, err)
+	}
 	day := time.UnixMilli(e.Ts).UTC().Format(time.DateOnly)
-	if _, err := tx.ExecContext(ctx, d.Rebind(`INSERT INTO execstats_execs (seq, name, day, duration_ms, exit_code)
-		VALUES (?, ?, ?, ?, ?)`), int64(e.Seq), e.Name, day, max(e.Ts-started, 0), p.ExitCode); err != nil {
+	if _, err := tx.ExecContext(ctx, d.Rebind(`INSERT INTO execstats_execs (seq, image, name, day, duration_ms, exit_code)
+		VALUES (?, ?, ?, ?, ?, ?)`), int64(e.Seq), image, e.Name, day, max(e.Ts-started, 0), p.ExitCode); err != nil {
 		return fmt.Errorf("exec.completed at %d: %w", e.Seq, err)
 	}
 	_, err = tx.ExecContext(ctx, d.Rebind(`DELETE FROM execstats_running WHERE sandbox_id = ? AND name = ? AND step = ? AND branch = ?`),
@@ -115,8 +138,9 @@ func completed(ctx context.Context, tx *sql.Tx, d projections.Dialect, e events.
 	return err
 }
 
-// Row is the statistics of one session name on one day.
+// Row is the statistics of one image and session name on one day.
 type Row struct {
+	Image string // "" for execs of sandboxes that recorded none
 	Name  string
 	Day   string // YYYY-MM-DD, UTC
 	Count int
@@ -126,9 +150,9 @@ type Row struct {
 	ExitCodes map[int]int
 }
 
-// Stats returns the statistics, ordered by name then day.
+// Stats returns the statistics, ordered by image, name, then day.
 func Stats(ctx context.Context, db *sql.DB) ([]Row, error) {
-	rows, err := db.QueryContext(ctx, `SELECT name, day, duration_ms, exit_code FROM execstats_execs ORDER BY name, day, duration_ms`)
+	rows, err := db.QueryContext(ctx, `SELECT image, name, day, duration_ms, exit_code FROM execstats_execs ORDER BY image, name, day, duration_ms`)
 	if err != nil {
 		return nil, fmt.Errorf("execstats: %w", err)
 	}
@@ -143,15 +167,15 @@ func Stats(ctx context.Context, db *sql.DB) ([]Row, error) {
 		durs = durs[:0]
 	}
 	for rows.Next() {
-		var name, day string
+		var image, name, day string
 		var dur int64
 		var code int
-		if err := rows.Scan(&name, &day, &dur, &code); err != nil {
+		if err := rows.Scan(&image, &name, &day, &dur, &code); err != nil {
 			return nil, fmt.Errorf("execstats: %w", err)
 		}
-		if len(out) == 0 || out[len(out)-1].Name != name || out[len(out)-1].Day != day {
+		if l := len(out) - 1; l < 0 || out[l].Image != image || out[l].Name != name || out[l].Day != day {
 			end()
-			out = append(out, Row{Name: name, Day: day, ExitCodes: map[int]int{}})
+			out = append(out, Row{Image: image, Name: name, Day: day, ExitCodes: map[int]int{}})
 		}
 		r := &out[len(out)-1]
 		r.Count++
@@ -208,7 +232,7 @@ func Verify(ctx context.Context, a *sql.DB, _ projections.Dialect, b *sql.DB, _ 
 }
 
 func execs(ctx context.Context, db *sql.DB) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT seq, name, day, duration_ms, exit_code FROM execstats_execs ORDER BY seq`)
+	rows, err := db.QueryContext(ctx, `SELECT seq, image, name, day, duration_ms, exit_code FROM execstats_execs ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("execstats: %w", err)
 	}
@@ -216,12 +240,12 @@ func execs(ctx context.Context, db *sql.DB) ([]string, error) {
 	var out []string
 	for rows.Next() {
 		var seq, dur int64
-		var name, day string
+		var image, name, day string
 		var code int
-		if err := rows.Scan(&seq, &name, &day, &dur, &code); err != nil {
+		if err := rows.Scan(&seq, &image, &name, &day, &dur, &code); err != nil {
 			return nil, err
 		}
-		out = append(out, fmt.Sprint(seq, name, day, dur, code))
+		out = append(out, fmt.Sprint(seq, image, name, day, dur, code))
 	}
 	return out, rows.Err()
 }

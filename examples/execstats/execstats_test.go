@@ -61,13 +61,15 @@ func TestKnownFigures(t *testing.T) {
 			events.New(ts+1, name, id, step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("out"))),
 			events.New(ts+dur, name, id, step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step, ExitCode: code}))
 	}
-	es = append(es, events.New(day1, "build", "sb-a", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-a"}))
+	es = append(es, events.New(day1, "build", "sb-a", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-a", Image: "img-a"}))
 	exec(day1, "build", "sb-a", 1, 100, 0)
 	exec(day1+1000, "build", "sb-a", 2, 400, 0)
 	exec(day1+2000, "build", "sb-a", 3, 300, 1)
 	exec(day1+3000, "build", "sb-a", 4, 200, 0)
 	exec(day2, "build", "sb-a", 5, 50, 2)
-	exec(day1, "test", "sb-b", 1, 1000, 0)
+	exec(day1, "test", "sb-b", 1, 1000, 0) // sb-b recorded no sandbox.created: no image
+	es = append(es, events.New(day1, "build", "sb-c", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-c", Image: "img-c"}))
+	exec(day1+5000, "build", "sb-c", 1, 70, 0)
 	projectiontest.Publish(t, b, es)
 	last := projectiontest.LastSeq(t, b, execstats.Filter)
 
@@ -76,16 +78,18 @@ func TestKnownFigures(t *testing.T) {
 	projectiontest.Start(t, r)
 	projectiontest.Await(t, r, last, 10*time.Second)
 	want := []execstats.Row{
-		{Name: "build", Day: "2026-11-02", Count: 4, P50: 200, P95: 400, ExitCodes: map[int]int{0: 3, 1: 1}},
-		{Name: "build", Day: "2026-11-03", Count: 1, P50: 50, P95: 50, ExitCodes: map[int]int{2: 1}},
-		{Name: "test", Day: "2026-11-02", Count: 1, P50: 1000, P95: 1000, ExitCodes: map[int]int{0: 1}},
+		{Image: "", Name: "test", Day: "2026-11-02", Count: 1, P50: 1000, P95: 1000, ExitCodes: map[int]int{0: 1}},
+		{Image: "img-a", Name: "build", Day: "2026-11-02", Count: 4, P50: 200, P95: 400, ExitCodes: map[int]int{0: 3, 1: 1}},
+		{Image: "img-a", Name: "build", Day: "2026-11-03", Count: 1, P50: 50, P95: 50, ExitCodes: map[int]int{2: 1}},
+		{Image: "img-c", Name: "build", Day: "2026-11-02", Count: 1, P50: 70, P95: 70, ExitCodes: map[int]int{0: 1}},
 	}
 	if got := stats(t, db); !reflect.DeepEqual(got, want) {
 		t.Fatalf("stats = %+v\nwant %+v", got, want)
 	}
-	// The filter was pushed down: only the 12 exec.started/completed were delivered.
-	if p := r.Progress(); p.Applied != 12 || p.Skipped != 0 {
-		t.Fatalf("progress = %+v, want 12 applied, none skipped", p)
+	// The filter was pushed down: only the 2 sandbox.created and the 14
+	// exec.started/completed were delivered.
+	if p := r.Progress(); p.Applied != 16 || p.Skipped != 0 {
+		t.Fatalf("progress = %+v, want 16 applied, none skipped", p)
 	}
 }
 
@@ -97,14 +101,23 @@ func expected(es []events.Entry) []execstats.Row {
 		step     int
 	}
 	started := map[key]int64{}
+	image := map[string]string{}
 	type group struct {
 		durs  []int64
 		codes map[int]int
 	}
-	groups := map[[2]string]*group{}
+	groups := map[[3]string]*group{}
 	for _, e := range es {
 		k := key{e.SandboxID, e.Name, e.StepIndex}
 		switch e.Event {
+		case events.SandboxCreated:
+			var p events.SandboxCreatedPayload
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				panic(err)
+			}
+			if image[e.SandboxID] == "" {
+				image[e.SandboxID] = p.Image
+			}
 		case events.ExecStarted:
 			started[k] = e.Ts
 		case events.ExecCompleted:
@@ -112,7 +125,7 @@ func expected(es []events.Entry) []execstats.Row {
 			if err := json.Unmarshal(e.Payload, &p); err != nil {
 				panic(err)
 			}
-			gk := [2]string{e.Name, time.UnixMilli(e.Ts).UTC().Format(time.DateOnly)}
+			gk := [3]string{image[e.SandboxID], e.Name, time.UnixMilli(e.Ts).UTC().Format(time.DateOnly)}
 			g := groups[gk]
 			if g == nil {
 				g = &group{codes: map[int]int{}}
@@ -125,17 +138,19 @@ func expected(es []events.Entry) []execstats.Row {
 	var out []execstats.Row
 	for gk, g := range groups {
 		slices.Sort(g.durs)
-		out = append(out, execstats.Row{Name: gk[0], Day: gk[1], Count: len(g.durs),
+		out = append(out, execstats.Row{Image: gk[0], Name: gk[1], Day: gk[2], Count: len(g.durs),
 			P50: execstats.Percentile(g.durs, 50), P95: execstats.Percentile(g.durs, 95), ExitCodes: g.codes})
 	}
-	slices.SortFunc(out, func(a, b execstats.Row) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Day, b.Day)) })
+	slices.SortFunc(out, func(a, b execstats.Row) int {
+		return cmp.Or(cmp.Compare(a.Image, b.Image), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Day, b.Day))
+	})
 	return out
 }
 
 // The history the SDK recorded on sandboxd (200 sandboxes, ~10k events)
-// gives the figures the fixture's plan ran: per session name, the number of
-// execs and of each exit code; per name and day, durations equal to those
-// computed in memory from the recorded entries.
+// gives the figures the fixture's plan ran: per image and session name, the
+// number of execs and of each exit code; per image, name and day, durations
+// equal to those computed in memory from the recorded entries.
 func TestRecordedHistory(t *testing.T) {
 	h := fixture.Get(t)
 	last := projectiontest.LastSeq(t, h.Bus, execstats.Filter)
@@ -145,35 +160,38 @@ func TestRecordedHistory(t *testing.T) {
 	projectiontest.Await(t, r, last, 60*time.Second)
 	got := stats(t, db)
 
-	// What the fixture ran, per session name.
+	// What the fixture ran, per image (the SDK recorded it in
+	// sandbox.created) and session name.
 	wantCount, wantCodes := map[string]int{}, map[string]map[int]int{}
 	total := 0
 	for _, s := range h.Sandboxes {
-		if wantCodes[s.Name] == nil {
-			wantCodes[s.Name] = map[int]int{}
+		k := fixture.Image + "/" + s.Name
+		if wantCodes[k] == nil {
+			wantCodes[k] = map[int]int{}
 		}
 		for _, e := range s.Execs {
-			wantCount[s.Name]++
-			wantCodes[s.Name][e.ExitCode]++
+			wantCount[k]++
+			wantCodes[k][e.ExitCode]++
 			total++
 		}
 	}
 	gotCount, gotCodes := map[string]int{}, map[string]map[int]int{}
 	for _, row := range got {
-		gotCount[row.Name] += row.Count
-		if gotCodes[row.Name] == nil {
-			gotCodes[row.Name] = map[int]int{}
+		k := row.Image + "/" + row.Name
+		gotCount[k] += row.Count
+		if gotCodes[k] == nil {
+			gotCodes[k] = map[int]int{}
 		}
 		for c, n := range row.ExitCodes {
-			gotCodes[row.Name][c] += n
+			gotCodes[k][c] += n
 		}
 	}
 	if !reflect.DeepEqual(gotCount, wantCount) || !reflect.DeepEqual(gotCodes, wantCodes) {
-		t.Fatalf("per name: counts %v, exit codes %v\nwant counts %v, exit codes %v", gotCount, gotCodes, wantCount, wantCodes)
+		t.Fatalf("per image and name: counts %v, exit codes %v\nwant counts %v, exit codes %v", gotCount, gotCodes, wantCount, wantCodes)
 	}
 	for _, name := range fixture.Names {
 		for _, code := range fixture.ExitCodes {
-			if wantCodes[name][code] == 0 {
+			if wantCodes[fixture.Image+"/"+name][code] == 0 {
 				t.Fatalf("the plan runs no exit %d under %s: the histogram checks less than it should", code, name)
 			}
 		}
@@ -191,9 +209,11 @@ func TestRecordedHistory(t *testing.T) {
 	if len(got) != len(fixture.Names)*len(days) {
 		t.Fatalf("%d rows, want %d names × %d days", len(got), len(fixture.Names), len(days))
 	}
-	// The filter was pushed down: only exec.started and exec.completed were delivered.
-	if p := r.Progress(); p.Applied != uint64(2*total) || p.Skipped != 0 {
-		t.Fatalf("progress = %+v, want %d applied, none skipped", p, 2*total)
+	// The filter was pushed down: only sandbox.created, exec.started and
+	// exec.completed were delivered.
+	want := uint64(2*total + len(h.Sandboxes))
+	if p := r.Progress(); p.Applied != want || p.Skipped != 0 {
+		t.Fatalf("progress = %+v, want %d applied, none skipped", p, want)
 	}
 }
 
@@ -337,7 +357,7 @@ func TestRegistered(t *testing.T) {
 		}
 	}
 	// One differing row is a mismatch.
-	if _, err := db2.Exec(`INSERT INTO execstats_execs VALUES (1, 'n', '2026-11-01', 5, 0)`); err != nil {
+	if _, err := db2.Exec(`INSERT INTO execstats_execs VALUES (1, 'img', 'n', '2026-11-01', 5, 0)`); err != nil {
 		t.Fatal(err)
 	}
 	err = d.Verify(ctx, projections.Target{DB: db1, Dialect: projections.SQLite}, projections.Target{DB: db2, Dialect: projections.SQLite})
