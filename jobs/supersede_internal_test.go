@@ -104,3 +104,44 @@ func TestSupersededFinishLeavesTheJob(t *testing.T) {
 		t.Errorf("pending = %d, %v; want the job's message kept for attempt 2", n, err)
 	}
 }
+
+// An attempt whose first status write comes after a later delivery's (it was
+// retried through a NATS failover) does not claim the job back: found by the
+// 30-minute soak, where attempt 1 then ran beside attempt 2 and recorded a
+// step after attempt 2's checkpoint.
+func TestClaimLeavesALaterAttemptsJob(t *testing.T) {
+	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}}
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1 := &Worker{Queue: q, ID: "w1"}
+	jm := Message{ID: st.ID, Spec: spec}
+	if later, err := w1.claim(ctx, jm, 1); err != nil || later {
+		t.Fatalf("attempt 1 claims a queued job: later %v, %v", later, err)
+	}
+	w2 := &Worker{Queue: q, ID: "w2"}
+	if later, err := w2.claim(ctx, jm, 2); err != nil || later {
+		t.Fatalf("attempt 2 takes the job over: later %v, %v", later, err)
+	}
+	if later, err := w1.claim(ctx, jm, 1); err != nil || !later {
+		t.Fatalf("attempt 1 claims it again after attempt 2: later %v, %v; want later", later, err)
+	}
+	got, err := q.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempt != 2 || got.Worker != "w2" || got.State != StateRunning {
+		t.Errorf("status = %+v, want attempt 2's", got)
+	}
+}

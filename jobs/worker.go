@@ -199,11 +199,12 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	if _, err := w.Queue.update(jobCtx, jm.ID, func(s *Status) {
-		s.Name, s.Steps, s.State, s.Attempt, s.Worker, s.Done, s.Error = jm.Spec.Name, len(jm.Spec.Steps), StateRunning, attempt, w.ID, 0, ""
-	}); err != nil {
+	if later, err := w.claim(jobCtx, jm, attempt); err != nil {
 		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
 		_ = m.NakWithDelay(time.Second)
+		return
+	} else if later {
+		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
 		return
 	}
 	// A previous attempt may have died between creating a sandbox and
@@ -226,7 +227,11 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		Metadata: JobMetadata(jm.ID, attempt, session),
 		Progress: func(ev Event) {
 			if ev.Index >= 0 && (ev.State == StepDone || ev.State == StepReplayed || ev.State == StepSkipped) {
-				_, _ = w.Queue.update(jobCtx, jm.ID, func(s *Status) { s.Done = ev.Index + 1 })
+				_, _ = w.Queue.update(jobCtx, jm.ID, func(s *Status) {
+					if s.Attempt <= attempt { // a later delivery's progress is not this attempt's to write
+						s.Done = ev.Index + 1
+					}
+				})
 			}
 			if w.Progress != nil {
 				w.Progress(jm.ID, ev)
@@ -244,12 +249,34 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			return statusFailure(err)
 		},
 		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
-			_, err := w.Queue.update(ctx, jm.ID, func(s *Status) { s.Checkpoint = &cp })
+			st, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
+				if s.Attempt <= attempt {
+					s.Checkpoint = &cp
+				}
+			})
+			if err == nil && st.Attempt > attempt {
+				return fmt.Errorf("%w: attempt %d, the status records attempt %d", errSuperseded, attempt, st.Attempt)
+			}
 			return statusFailure(err)
 		},
 	}
 	_, err = r.Run(jobCtx, jm.Spec, from)
 	w.settle(jobCtx, m, jm.ID, attempt, err)
+}
+
+// claim records attempt of jm as the job's owner, running, unless a later
+// delivery already owns it (later). The check is part of the compare-and-set:
+// an attempt whose first status write is retried through a NATS failover must
+// not write its number over that of a redelivery that took the job over
+// meanwhile (found by the soak: attempt 1 then passed its superseded checks,
+// ran beside attempt 2, and recorded a step after attempt 2's checkpoint).
+func (w *Worker) claim(ctx context.Context, jm Message, attempt int) (later bool, err error) {
+	_, err = w.Queue.update(ctx, jm.ID, func(s *Status) {
+		if later = s.Attempt > attempt; !later {
+			s.Name, s.Steps, s.State, s.Attempt, s.Worker, s.Done, s.Error = jm.Spec.Name, len(jm.Spec.Steps), StateRunning, attempt, w.ID, 0, ""
+		}
+	})
+	return later && err == nil, err
 }
 
 // settle ends a delivery after its run: succeeded, failed for good, handed
