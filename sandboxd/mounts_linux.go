@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
 // Layout of an isolated sandbox's directory (DataDir/sandboxes/<id>):
@@ -377,48 +378,11 @@ func unmountSandbox(dir string) error {
 	return errors.Join(errs...)
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
+// mountsUnder lists the mount points at or below dir, deepest first (none
+// when mountinfo cannot be read).
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountinfo(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, p)
-		}
-	}
-	// Deepest first, so submounts go before their parents.
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	ms, _ := mountinfo.Below(dir)
+	return ms
 }
 
 // waitUnmounted polls until nothing is mounted below dir, for removal.

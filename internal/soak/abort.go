@@ -6,12 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
 // ErrInterrupted is Run's error when its context ended (SIGINT or SIGTERM)
@@ -82,55 +81,10 @@ func runDirOf(dataDir string) string {
 	return filepath.Join(sandboxdRunRoot, hex.EncodeToString(sum[:6]))
 }
 
-// mountsBelow returns the mount points of this mount namespace at or below
-// any of dirs, deepest first.
-func mountsBelow(dirs ...string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for line := range strings.SplitSeq(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		for _, d := range dirs {
-			d = filepath.Clean(d)
-			if mp == d || strings.HasPrefix(mp, d+"/") {
-				out = append(out, mp)
-				break
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return slices.Compact(out), nil
-}
-
-// unescapeMount decodes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // unmountBelow detaches every mount at or below dirs, deepest first, and
 // returns how many it unmounted; it goes on past one it cannot unmount.
 func unmountBelow(dirs ...string) (int, error) {
-	ms, err := mountsBelow(dirs...)
+	ms, err := mountinfo.Below(dirs...)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
 // gone reports whether pid is not running (no such process, or a zombie
@@ -104,7 +106,7 @@ func TestAbortKillsReapsAndUnmounts(t *testing.T) {
 		t.Errorf("Start after abort = %v, want errStopping (nothing starts again)", err)
 	}
 	if mounted {
-		if ms, err := mountsBelow(dir); err != nil || len(ms) != 0 {
+		if ms, err := mountinfo.Below(dir); err != nil || len(ms) != 0 {
 			t.Errorf("mounts left below the soak's directory: %v %v", ms, err)
 		}
 	}
@@ -122,13 +124,6 @@ func TestPollStopsOnCancel(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Fatalf("poll returned %s after the cancel", d)
-	}
-}
-
-// mountinfo escapes spaces and the like in octal.
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/tmp/a\040b\011c`); got != "/tmp/a b\tc" {
-		t.Fatalf("unescapeMount = %q", got)
 	}
 }
 
