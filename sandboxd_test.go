@@ -297,7 +297,7 @@ func TestLedgerRowsOfEachOperation(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := summary(e.rows(t, sb))
-		want := `sandbox.created -1 {"resources":{"cpu":"500m","memory":"256Mi"},"runId":"run-7","sandboxId":"` + sb.ID() + `"}
+		want := `sandbox.created -1 {"image":"host","resources":{"cpu":"500m","memory":"256Mi"},"runId":"run-7","sandboxId":"` + sb.ID() + `"}
 exec.started 1 {Seq:1 Kind:command Cmd:echo one; sleep 0.3; echo two >&2 Code: Fingerprint:}
 exec.output 1 {"seq":1,"text":"one\n","type":"stdout"}
 exec.output 1 {"seq":1,"text":"two\n","type":"stderr"}

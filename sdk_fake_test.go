@@ -125,7 +125,7 @@ func TestFakeExecLedgerRows(t *testing.T) {
 	if err := sb.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := `sandbox.created -1 {"sandboxId":"` + sb.ID() + `","resources":{"cpu":"1","memory":"1Gi"},"runId":"run-1"}
+	want := `sandbox.created -1 {"sandboxId":"` + sb.ID() + `","resources":{"cpu":"1","memory":"1Gi"},"image":"ubuntu","runId":"run-1"}
 exec.started 1 {Seq:1 Kind:command Cmd:echo hi Code: Fingerprint:}
 exec.output 1 {"seq":1,"type":"stdout","text":"hi\n"}
 exec.completed 1 {"seq":1,"exitCode":0}

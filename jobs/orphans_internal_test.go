@@ -42,15 +42,7 @@ func tagged(t *testing.T, c *alineo.Client, id string) []string {
 // closed in the ledger. Without the sweep the sandbox stays Running.
 func TestTakeoverEndsUnrecordedSandbox(t *testing.T) {
 	ctx := context.Background()
-	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{AckWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, q := testQueue(t, QueueConfig{AckWait: 2 * time.Second})
 	l, err := bus.NewLedger(b, bus.LedgerConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,21 +12,29 @@ import (
 	"github.com/alineo-labs/alineo/testenv"
 )
 
+// testQueue opens a bus on a fresh embedded NATS server (closed with the
+// test) and the job queue on it.
+func testQueue(t *testing.T, cfg QueueConfig) (*bus.Bus, *Queue) {
+	t.Helper()
+	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	q, err := OpenQueue(context.Background(), b.JetStream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, q
+}
+
 // An attempt whose job a later delivery took over is superseded: its failure
 // (its sandbox ended by the new owner) must not become the job's (found by
 // the 30-minute soak: a job recorded failed at step 6 while its next attempt
 // finished it).
 func TestSuperseded(t *testing.T) {
-	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx := context.Background()
-	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, q := testQueue(t, QueueConfig{})
 	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -54,16 +62,8 @@ func TestSuperseded(t *testing.T) {
 // found by the soak, where attempt 1 failed the job and terminated its
 // message while attempt 2 ran it, and the job stayed requeued for good.
 func TestSupersededFinishLeavesTheJob(t *testing.T) {
-	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx := context.Background()
-	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, q := testQueue(t, QueueConfig{})
 	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -110,16 +110,8 @@ func TestSupersededFinishLeavesTheJob(t *testing.T) {
 // 30-minute soak, where attempt 1 then ran beside attempt 2 and recorded a
 // step after attempt 2's checkpoint.
 func TestClaimLeavesALaterAttemptsJob(t *testing.T) {
-	b, err := bus.Open(context.Background(), bus.Config{URL: testenv.NATS(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx := context.Background()
-	q, err := OpenQueue(ctx, b.JetStream(), QueueConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, q := testQueue(t, QueueConfig{})
 	spec := Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}}
 	st, err := q.Submit(ctx, spec)
 	if err != nil {
