@@ -193,18 +193,21 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	from, err := w.takeover(jobCtx, jm.ID, prev)
-	if err != nil {
-		w.Logger.Warn("jobs: take over; handing the job back", "job", jm.ID, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
+	// Claimed before the takeover ends the previous attempt's sandbox: that
+	// attempt then fails, and must find itself superseded rather than fail
+	// the job (found by the 30-minute soak, seed 523792).
 	if later, err := w.claim(jobCtx, jm, attempt); err != nil {
 		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
 	} else if later {
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
+		return
+	}
+	from, err := w.takeover(jobCtx, jm.ID, prev)
+	if err != nil {
+		w.Logger.Warn("jobs: take over; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
 		return
 	}
 	// A previous attempt may have died between creating a sandbox and
