@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/bus"
@@ -60,21 +58,7 @@ func TestTakeoverEndsUnrecordedSandbox(t *testing.T) {
 
 	// Attempt 1: delivered, status claimed, sandbox created as the Runner
 	// creates it (tagged), then the process dies: no ack, no SandboxID.
-	cons, err := q.consumer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for range batch.Messages() {
-		n++
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d messages, want the job", n)
-	}
+	fetchJob(t, q)
 	if _, err := q.update(ctx, st.ID, func(s *Status) { s.State, s.Attempt, s.Worker = StateRunning, 1, "dead" }); err != nil {
 		t.Fatal(err)
 	}

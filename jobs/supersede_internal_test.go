@@ -28,6 +28,28 @@ func testQueue(t *testing.T, cfg QueueConfig) (*bus.Bus, *Queue) {
 	return b, q
 }
 
+// fetchJob takes the next job message from q's consumer, as a worker's
+// delivery, failing the test when none comes within 5 s.
+func fetchJob(t *testing.T, q *Queue) jetstream.Msg {
+	t.Helper()
+	cons, err := q.consumer(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m jetstream.Msg
+	for msg := range batch.Messages() {
+		m = msg
+	}
+	if m == nil {
+		t.Fatal("no job delivered")
+	}
+	return m
+}
+
 // An attempt whose job a later delivery took over is superseded: its failure
 // (its sandbox ended by the new owner) must not become the job's (found by
 // the 30-minute soak: a job recorded failed at step 6 while its next attempt
@@ -68,21 +90,7 @@ func TestSupersededFinishLeavesTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := q.consumer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m jetstream.Msg
-	for msg := range batch.Messages() {
-		m = msg
-	}
-	if m == nil {
-		t.Fatal("no job delivered")
-	}
+	m := fetchJob(t, q)
 	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker, s.State = 2, "w2", StateRunning }); err != nil {
 		t.Fatal(err)
 	}
