@@ -2,13 +2,16 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -143,5 +146,99 @@ func TestClaimLeavesALaterAttemptsJob(t *testing.T) {
 	}
 	if got.Attempt != 2 || got.Worker != "w2" || got.State != StateRunning {
 		t.Errorf("status = %+v, want attempt 2's", got)
+	}
+}
+
+// takeoverWatch is a Fencer that calls before ahead of every Takeover.
+type takeoverWatch struct {
+	Fencer
+	before func(sandboxID string)
+}
+
+func (f takeoverWatch) Takeover(ctx context.Context, sandboxID string) (uint64, error) {
+	f.before(sandboxID)
+	return f.Fencer.Takeover(ctx, sandboxID)
+}
+
+// A job redelivered to the worker that still runs it (its lease lapsed
+// while the heartbeats failed through a NATS outage) is taken over from the
+// attempt running here: that attempt is cancelled and has ended before the
+// takeover fences its sandbox. The fence alone cannot stop it, since both
+// deliveries write through the one Ledger the fence names (found by the
+// soak, seed 662709: attempt 1 recorded its final step after attempt 2's
+// fence, and the job finished in two sandboxes).
+func TestRedeliveryToTheSameWorkerEndsItsEarlierAttempt(t *testing.T) {
+	ctx := context.Background()
+	b, q := testQueue(t, QueueConfig{AckWait: time.Second})
+	l, err := bus.NewLedger(b, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slow = "sleep 5; echo two"
+	spec := Spec{Name: "again", Image: "host", Steps: []Step{
+		{Exec: &ExecStep{Command: "echo one"}},
+		{Checkpoint: &CheckpointStep{Tag: "mid"}},
+		{Exec: &ExecStep{Command: slow}},
+		{Exec: &ExecStep{Command: "echo three"}},
+	}}
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan struct{})
+	w := &Worker{Queue: q, Client: client, ID: "w", Heartbeat: time.Hour, DrainTimeout: 20 * time.Second}
+	w.Ledger = takeoverWatch{Fencer: l, before: func(id string) {
+		select {
+		case <-first:
+		default:
+			t.Errorf("Takeover of %s while this worker's attempt 1 still runs", id)
+		}
+	}}
+	if err := w.init(); err != nil {
+		t.Fatal(err)
+	}
+
+	m1 := fetchJob(t, q)
+	go func() { w.handle(ctx, m1); close(first) }()
+	var one Status
+	testenv.Eventually(t, 30*time.Second, func() error {
+		one, err = q.Status(ctx, st.ID)
+		if err != nil || one.Checkpoint == nil || one.Done < 2 {
+			return fmt.Errorf("attempt 1 not past its checkpoint: %+v, %v", one, err)
+		}
+		return nil
+	})
+	// No heartbeat: the lease lapses and the job comes to this worker again.
+	w.handle(ctx, fetchJob(t, q))
+	select {
+	case <-first:
+	default:
+		t.Fatal("attempt 1 still runs after attempt 2 finished")
+	}
+
+	got, err := q.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateSucceeded || got.Attempt != 2 || got.SandboxID == one.SandboxID {
+		t.Fatalf("status %+v, want succeeded by attempt 2 in a sandbox other than attempt 1's %s", got, one.SandboxID)
+	}
+	es, err := l.ReadAll(ctx, spec.Name, one.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		var p events.ExecStartedPayload
+		if e.Event == events.ExecStarted && e.Decode(&p) == nil && p.Text() == "echo three" {
+			t.Errorf("attempt 1 ran the step after the one it was cancelled in (entry %d)", e.Seq)
+		}
+	}
+	if !closed(es) {
+		t.Errorf("attempt 1's session does not end with sandbox.closed")
 	}
 }

@@ -60,6 +60,16 @@ type Worker struct {
 	Output io.Writer
 	// Logger, default discard.
 	Logger *slog.Logger
+
+	mu    sync.Mutex
+	local map[string]*localAttempt // the deliveries running here, by job id
+}
+
+// localAttempt is a delivery of a job running in this Worker.
+type localAttempt struct {
+	attempt int
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed once the delivery is settled
 }
 
 func (w *Worker) init() error {
@@ -135,8 +145,8 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // handle runs one delivered job. ctx ending means drain.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
-	jobCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
+	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
 	if ctx.Err() != nil { // delivered while draining
 		_ = m.Nak()
 		return
@@ -176,7 +186,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			case <-drain:
 				drain, hard = nil, time.After(w.DrainTimeout)
 			case <-hard:
-				cancel()
+				cancel(nil)
 				return
 			}
 		}
@@ -202,6 +212,16 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	} else if later {
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
+		return
+	}
+	me := &localAttempt{attempt: attempt, cancel: cancel, done: make(chan struct{})}
+	defer w.leaveLocal(jm.ID, me)
+	if err := w.supersedeLocal(jobCtx, jm.ID, me); errors.Is(err, errSuperseded) {
+		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
+		return
+	} else if err != nil {
+		w.Logger.Warn("jobs: end this worker's earlier attempt; handing the job back", "job", jm.ID, "err", err)
+		_ = m.NakWithDelay(time.Second)
 		return
 	}
 	from, err := w.takeover(jobCtx, jm.ID, prev)
@@ -267,6 +287,53 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	w.settle(jobCtx, m, jm.ID, attempt, err)
 }
 
+// supersedeLocal makes me the only delivery of job id running in this
+// worker. An earlier one still running here (the job was redelivered to the
+// worker that holds it: its lease lapsed while a NATS outage failed the
+// heartbeats) is cancelled, and awaited for at most DrainTimeout: the
+// takeover's fence cannot stop it, because both deliveries write through the
+// one Ledger of this process, the writer the fence names (found by the soak:
+// attempt 1 recorded its final step after attempt 2's fence, under attempt
+// 2's epoch, and the job finished in two sandboxes). errSuperseded when a
+// later delivery runs here already.
+func (w *Worker) supersedeLocal(ctx context.Context, id string, me *localAttempt) error {
+	w.mu.Lock()
+	if w.local == nil {
+		w.local = make(map[string]*localAttempt)
+	}
+	prev := w.local[id]
+	if prev != nil && prev.attempt > me.attempt {
+		w.mu.Unlock()
+		return errSuperseded
+	}
+	w.local[id] = me
+	w.mu.Unlock()
+	if prev == nil {
+		return nil
+	}
+	prev.cancel(errSuperseded)
+	t := time.NewTimer(w.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-prev.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("attempt %d still running %v after its cancellation", prev.attempt, w.DrainTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// leaveLocal ends me's registration as a delivery running here.
+func (w *Worker) leaveLocal(id string, me *localAttempt) {
+	w.mu.Lock()
+	if w.local[id] == me {
+		delete(w.local, id)
+	}
+	w.mu.Unlock()
+	close(me.done)
+}
+
 // claim records attempt of jm as the job's owner, running, unless a later
 // delivery already owns it (later). The check is part of the compare-and-set:
 // an attempt whose first status write is retried through a NATS failover must
@@ -285,6 +352,11 @@ func (w *Worker) claim(ctx context.Context, jm Message, attempt int) (later bool
 // settle ends a delivery after its run: succeeded, failed for good, handed
 // back, or left alone when another delivery owns the job.
 func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err error) {
+	if errors.Is(context.Cause(jobCtx), errSuperseded) {
+		// Cancelled by a later delivery to this worker (supersedeLocal).
+		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "err", err)
+		return
+	}
 	if err != nil && w.superseded(jobCtx, id, attempt) {
 		// A later delivery took the job over (this worker stalled past its
 		// lease, and the new owner ended its sandbox, which is why this
@@ -437,6 +509,10 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 	})
 	if err == nil && later {
 		w.Logger.Warn("jobs: attempt superseded by a later delivery; leaving the job to it", "job", id, "attempt", attempt, "state", state)
+		return
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errSuperseded) {
+		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "state", state)
 		return
 	}
 	if err != nil {
