@@ -292,11 +292,19 @@ func TestChecksRefuseAnEmptyRun(t *testing.T) {
 func TestReportPrintsSeedOnFailure(t *testing.T) {
 	o := goodObservation()
 	o.Lag = 1
-	rep := &Report{Seed: 4242, Results: RunChecks(o), Dir: "/tmp/x"}
+	rep := &Report{Seed: 4242, Results: RunChecks(o), Dir: "/tmp/x", Faults: []FaultRecord{{Kind: "kill -9 executor", Target: "executor-1"}}}
 	var b strings.Builder
 	rep.Print(&b)
 	if rep.Passed() || !strings.Contains(b.String(), "-seed 4242") || !strings.Contains(b.String(), "FAIL") {
 		t.Fatalf("report:\n%s", b.String())
+	}
+	// The failed check's problems come again after the faults table, where
+	// the tail of a log (what CI shows) has them.
+	out := b.String()
+	faults := strings.Index(out, "executor-1")
+	failed := strings.LastIndex(out, "failed: "+Checks[7].Name)
+	if faults < 0 || failed < faults || !strings.Contains(out[failed:], "lag") {
+		t.Fatalf("the failed check is not repeated after the faults:\n%s", out)
 	}
 }
 

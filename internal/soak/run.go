@@ -540,7 +540,11 @@ func (r *Report) Print(w io.Writer) {
 	failed := 0
 	for _, c := range r.Results {
 		if !c.Pass {
+			if failed == 0 {
+				fmt.Fprintln(w) // repeated last, where a log's tail shows them
+			}
 			failed++
+			fmt.Fprintf(w, "failed: %s: %s\n", c.Check, clip(c.Detail, 2000))
 		}
 	}
 	if failed > 0 {
@@ -549,4 +553,12 @@ func (r *Report) Print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\nPASS: %d checks\n", len(r.Results))
+}
+
+// clip cuts s to at most n bytes, saying how much it left out.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", s[:n], len(s)-n)
 }
