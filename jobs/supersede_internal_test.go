@@ -242,3 +242,89 @@ func TestRedeliveryToTheSameWorkerEndsItsEarlierAttempt(t *testing.T) {
 		t.Errorf("attempt 1's session does not end with sandbox.closed")
 	}
 }
+
+// readAllWatch is a Fencer that calls before ahead of every ReadAll.
+type readAllWatch struct {
+	Fencer
+	before func()
+}
+
+func (f readAllWatch) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
+	f.before()
+	return f.Fencer.ReadAll(ctx, name, sandboxID)
+}
+
+// A takeover by another worker ends attempt 1's sandbox (fenced, deleted),
+// which fails attempt 1's running step. The new delivery claims the job
+// before that, so attempt 1 finds itself superseded and leaves the job: found
+// by the 30-minute soak (seed 523792), where the takeover came first,
+// attempt 1 found no later attempt and recorded the job failed.
+func TestTakeoverByAnotherWorkerSupersedesTheAttemptItEnds(t *testing.T) {
+	ctx := context.Background()
+	b, q := testQueue(t, QueueConfig{AckWait: time.Second})
+	sandboxd := testenv.Sandboxd(t)
+	worker := func(id string) (*Worker, *bus.Ledger) {
+		l, err := bus.NewLedger(b, bus.LedgerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		client, err := alineo.New(alineo.Options{BaseURL: sandboxd, Adapter: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &Worker{Queue: q, Client: client, Ledger: l, ID: id, Heartbeat: time.Hour}
+		if err := w.init(); err != nil {
+			t.Fatal(err)
+		}
+		return w, l
+	}
+	w1, _ := worker("w1")
+	w2, l2 := worker("w2")
+	spec := Spec{Name: "ended", Image: "host", Steps: []Step{
+		{Exec: &ExecStep{Command: "echo one"}},
+		{Checkpoint: &CheckpointStep{Tag: "mid"}},
+		{Exec: &ExecStep{Command: "sleep 5; echo two"}},
+	}}
+	st, err := q.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan struct{})
+	m1 := fetchJob(t, q)
+	go func() { w1.handle(ctx, m1); close(first) }()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		s, err := q.Status(ctx, st.ID)
+		if err != nil || s.Checkpoint == nil || s.Done < 2 {
+			return fmt.Errorf("attempt 1 not past its checkpoint: %+v, %v", s, err)
+		}
+		return nil
+	})
+	// Once the takeover has deleted attempt 1's sandbox (ReadAll comes
+	// next), let attempt 1 fail and settle, and see what it recorded.
+	var settled Status
+	w2.Ledger = readAllWatch{Fencer: l2, before: func() {
+		if settled.ID != "" {
+			return
+		}
+		select {
+		case <-first:
+		case <-time.After(20 * time.Second):
+			t.Error("attempt 1 did not settle after its sandbox was deleted")
+		}
+		if settled, err = q.Status(ctx, st.ID); err != nil {
+			t.Error(err)
+		}
+	}}
+	w2.handle(ctx, fetchJob(t, q))
+	if settled.State != StateRunning || settled.Attempt != 2 || settled.Worker != "w2" {
+		t.Errorf("status once attempt 1 settled: %+v, want attempt 2's, running", settled)
+	}
+	got, err := q.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateSucceeded || got.Attempt != 2 {
+		t.Errorf("status %+v, want succeeded by attempt 2", got)
+	}
+}
