@@ -192,10 +192,12 @@ func TestRedeliveryToTheSameWorkerEndsItsEarlierAttempt(t *testing.T) {
 	}
 	first := make(chan struct{})
 	w := &Worker{Queue: q, Client: client, ID: "w", Heartbeat: time.Hour, DrainTimeout: 20 * time.Second}
+	// Attempt 1 settled returns from handle at once; one still in its
+	// `sleep 5` would take seconds more.
 	w.Ledger = takeoverWatch{Fencer: l, before: func(id string) {
 		select {
 		case <-first:
-		default:
+		case <-time.After(2 * time.Second):
 			t.Errorf("Takeover of %s while this worker's attempt 1 still runs", id)
 		}
 	}}

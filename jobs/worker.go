@@ -67,6 +67,7 @@ type Worker struct {
 
 // localAttempt is a delivery of a job running in this Worker.
 type localAttempt struct {
+	id      string // the job's
 	attempt int
 	cancel  context.CancelCauseFunc
 	done    chan struct{} // closed once the delivery is settled
@@ -146,7 +147,13 @@ func sleep(ctx context.Context, d time.Duration) {
 // handle runs one delivered job. ctx ending means drain.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancel(nil)
+	var me *localAttempt // this delivery once it runs here; left last, once settled
+	defer func() {
+		cancel(nil)
+		if me != nil {
+			w.leaveLocal(me)
+		}
+	}()
 	if ctx.Err() != nil { // delivered while draining
 		_ = m.Nak()
 		return
@@ -214,9 +221,8 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
 		return
 	}
-	me := &localAttempt{attempt: attempt, cancel: cancel, done: make(chan struct{})}
-	defer w.leaveLocal(jm.ID, me)
-	if err := w.supersedeLocal(jobCtx, jm.ID, me); errors.Is(err, errSuperseded) {
+	me = &localAttempt{id: jm.ID, attempt: attempt, cancel: cancel, done: make(chan struct{})}
+	if err := w.supersedeLocal(jobCtx, me); errors.Is(err, errSuperseded) {
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
 		return
 	} else if err != nil {
@@ -287,7 +293,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	w.settle(jobCtx, m, jm.ID, attempt, err)
 }
 
-// supersedeLocal makes me the only delivery of job id running in this
+// supersedeLocal makes me the only delivery of its job running in this
 // worker. An earlier one still running here (the job was redelivered to the
 // worker that holds it: its lease lapsed while a NATS outage failed the
 // heartbeats) is cancelled, and awaited for at most DrainTimeout: the
@@ -296,17 +302,17 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 // attempt 1 recorded its final step after attempt 2's fence, under attempt
 // 2's epoch, and the job finished in two sandboxes). errSuperseded when a
 // later delivery runs here already.
-func (w *Worker) supersedeLocal(ctx context.Context, id string, me *localAttempt) error {
+func (w *Worker) supersedeLocal(ctx context.Context, me *localAttempt) error {
 	w.mu.Lock()
 	if w.local == nil {
 		w.local = make(map[string]*localAttempt)
 	}
-	prev := w.local[id]
+	prev := w.local[me.id]
 	if prev != nil && prev.attempt > me.attempt {
 		w.mu.Unlock()
 		return errSuperseded
 	}
-	w.local[id] = me
+	w.local[me.id] = me
 	w.mu.Unlock()
 	if prev == nil {
 		return nil
@@ -325,10 +331,10 @@ func (w *Worker) supersedeLocal(ctx context.Context, id string, me *localAttempt
 }
 
 // leaveLocal ends me's registration as a delivery running here.
-func (w *Worker) leaveLocal(id string, me *localAttempt) {
+func (w *Worker) leaveLocal(me *localAttempt) {
 	w.mu.Lock()
-	if w.local[id] == me {
-		delete(w.local, id)
+	if w.local[me.id] == me {
+		delete(w.local, me.id)
 	}
 	w.mu.Unlock()
 	close(me.done)
