@@ -7,12 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // tinyRootfs builds a root filesystem with only sh and sleep from the host and
@@ -20,40 +20,8 @@ import (
 func tinyRootfs(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	copyFile := func(src, dst string) {
-		t.Helper()
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, bin := range []string{"sh", "sleep"} {
-		path, err := exec.LookPath(bin)
-		if err != nil {
-			t.Skipf("no %s on the host: %v", bin, err)
-		}
-		real, _ := filepath.EvalSymlinks(path)
-		copyFile(real, filepath.Join(root, "bin", bin))
-		out, err := exec.Command("ldd", real).Output()
-		if err != nil {
-			continue // static
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			for _, f := range strings.Fields(line) {
-				if strings.HasPrefix(f, "/") {
-					copyFile(f, filepath.Join(root, f))
-				}
-			}
-		}
-	}
-	for _, d := range []string{"tmp", "proc", "dev", "root"} {
-		os.MkdirAll(filepath.Join(root, d), 0o755)
+	if err := testenv.Rootfs(root, "sh", "sleep"); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "marker.txt"), []byte("tiny image\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -165,7 +165,7 @@ func TestRecordedHistory(t *testing.T) {
 	wantCount, wantCodes := map[string]int{}, map[string]map[int]int{}
 	total := 0
 	for _, s := range h.Sandboxes {
-		k := fixture.Image + "/" + s.Name
+		k := s.Image + "/" + s.Name
 		if wantCodes[k] == nil {
 			wantCodes[k] = map[int]int{}
 		}
@@ -189,6 +189,13 @@ func TestRecordedHistory(t *testing.T) {
 	if !reflect.DeepEqual(gotCount, wantCount) || !reflect.DeepEqual(gotCodes, wantCodes) {
 		t.Fatalf("per image and name: counts %v, exit codes %v\nwant counts %v, exit codes %v", gotCount, gotCodes, wantCount, wantCodes)
 	}
+	images := map[string]int{}
+	for _, row := range got {
+		images[row.Image] += row.Count
+	}
+	if len(images) != 2 || images[fixture.Image] == 0 || images[fixture.TinyImage] == 0 {
+		t.Fatalf("execs per image %v, want the fixture's two images, %s and %s", images, fixture.Image, fixture.TinyImage)
+	}
 	for _, name := range fixture.Names {
 		for _, code := range fixture.ExitCodes {
 			if wantCodes[fixture.Image+"/"+name][code] == 0 {
@@ -206,8 +213,8 @@ func TestRecordedHistory(t *testing.T) {
 			days[time.UnixMilli(e.Ts).UTC().Format(time.DateOnly)] = true
 		}
 	}
-	if len(got) != len(fixture.Names)*len(days) {
-		t.Fatalf("%d rows, want %d names × %d days", len(got), len(fixture.Names), len(days))
+	if len(got) != len(images)*len(fixture.Names)*len(days) {
+		t.Fatalf("%d rows, want %d images × %d names × %d days", len(got), len(images), len(fixture.Names), len(days))
 	}
 	// The filter was pushed down: only sandbox.created, exec.started and
 	// exec.completed were delivered.
