@@ -5,7 +5,9 @@ package mountinfo
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,22 +24,32 @@ func Below(dirs ...string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return below(f, dirs)
+}
+
+// below is Below reading mountinfo from r. A line is looked at in place:
+// only the mount points that match become strings (sandboxd reads the
+// table at every delete, and a host running many sandboxes has hundreds of
+// mounts).
+func below(r io.Reader, dirs []string) ([]string, error) {
 	clean := make([]string, len(dirs))
 	for i, d := range dirs {
 		clean[i] = filepath.Clean(d)
 	}
 	var out []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+		p, ok := mountPoint(sc.Bytes())
+		if !ok {
 			continue
 		}
-		p := Unescape(fields[4])
+		if bytes.IndexByte(p, '\\') >= 0 {
+			p = []byte(Unescape(string(p)))
+		}
 		for _, d := range clean {
-			if p == d || strings.HasPrefix(p, d+"/") {
-				out = append(out, p)
+			if bytes.HasPrefix(p, []byte(d)) && (len(p) == len(d) || p[len(d)] == '/') {
+				out = append(out, string(p))
 				break
 			}
 		}
@@ -48,6 +60,23 @@ func Below(dirs ...string) ([]string, error) {
 	// A path below another is longer: longest first is deepest first.
 	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	return slices.Compact(out), nil
+}
+
+// mountPoint returns the fifth field of a mountinfo line (the mount point,
+// escaped; the kernel separates fields with one space); false for a line
+// with fewer than five.
+func mountPoint(line []byte) ([]byte, bool) {
+	for range 4 {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 {
+			return nil, false
+		}
+		line = line[i+1:]
+	}
+	if i := bytes.IndexByte(line, ' '); i >= 0 {
+		line = line[:i]
+	}
+	return line, len(line) > 0
 }
 
 // Unescape decodes mountinfo's octal escapes (\040 for a space, \011 for a
