@@ -108,8 +108,12 @@ func (s *Sandbox) Credentials() *Credentials { return &Credentials{sb: s} }
 // Set stores value under name with the broker, bound by binding (replacing an
 // earlier credential of that name), and records credential.bound {name,
 // binding, source}. From now on the value is redacted from what the handle
-// records. Errors: *OptionError for a bad name, empty value or bad binding,
-// ErrClosed, *SandboxError when the broker or the ledger refused.
+// records. Each of the binding's hosts needs an explicit egress allow rule
+// of the sandbox (SandboxOptions.NetworkPolicy or Egress().Add): an
+// OpenSandbox server refuses a binding for a host that only the policy's
+// default action allows. Errors: *OptionError for a bad name, empty value or
+// bad binding, ErrClosed, *SandboxError when the broker or the ledger
+// refused (a host without its allow rule among them).
 func (c *Credentials) Set(ctx context.Context, name, value string, binding CredentialBinding, source CredentialSource) error {
 	s := c.sb
 	if err := validateCredentialName(name); err != nil {
