@@ -10,7 +10,6 @@ import (
 
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters/memory"
-	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -41,15 +40,7 @@ func tagged(t *testing.T, c *alineo.Client, id string) []string {
 func TestTakeoverEndsUnrecordedSandbox(t *testing.T) {
 	ctx := context.Background()
 	b, q := testQueue(t, QueueConfig{AckWait: 2 * time.Second})
-	l, err := bus.NewLedger(b, bus.LedgerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, client := sdkOn(t, b, "")
 	spec := Spec{Name: "orphan", Image: "host", Steps: []Step{{Exec: &ExecStep{Command: "echo hi"}}}}
 	st, err := q.Submit(ctx, spec)
 	if err != nil {

@@ -53,6 +53,25 @@ func fetchJob(t *testing.T, q *Queue) jetstream.Msg {
 	return m
 }
 
+// sdkOn returns a bus ledger on b and an SDK client writing to it on the
+// sandboxd at url (a fresh one when url is ""), closed with the test.
+func sdkOn(t *testing.T, b *bus.Bus, url string) (*bus.Ledger, *alineo.Client) {
+	t.Helper()
+	l, err := bus.NewLedger(b, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if url == "" {
+		url = testenv.Sandboxd(t)
+	}
+	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, client
+}
+
 // An attempt whose job a later delivery took over is superseded: its failure
 // (its sandbox ended by the new owner) must not become the job's (found by
 // the 30-minute soak: a job recorded failed at step 6 while its next attempt
@@ -170,15 +189,7 @@ func (f takeoverWatch) Takeover(ctx context.Context, sandboxID string) (uint64, 
 func TestRedeliveryToTheSameWorkerEndsItsEarlierAttempt(t *testing.T) {
 	ctx := context.Background()
 	b, q := testQueue(t, QueueConfig{AckWait: time.Second})
-	l, err := bus.NewLedger(b, bus.LedgerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, client := sdkOn(t, b, "")
 	const slow = "sleep 5; echo two"
 	spec := Spec{Name: "again", Image: "host", Steps: []Step{
 		{Exec: &ExecStep{Command: "echo one"}},
@@ -266,15 +277,7 @@ func TestTakeoverByAnotherWorkerSupersedesTheAttemptItEnds(t *testing.T) {
 	b, q := testQueue(t, QueueConfig{AckWait: time.Second})
 	sandboxd := testenv.Sandboxd(t)
 	worker := func(id string) (*Worker, *bus.Ledger) {
-		l, err := bus.NewLedger(b, bus.LedgerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		client, err := alineo.New(alineo.Options{BaseURL: sandboxd, Adapter: l})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, client := sdkOn(t, b, sandboxd)
 		w := &Worker{Queue: q, Client: client, Ledger: l, ID: id, Heartbeat: time.Hour}
 		if err := w.init(); err != nil {
 			t.Fatal(err)
