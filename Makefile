@@ -66,7 +66,9 @@ clean:
 # projector as 2 partitions (-projectors N), the API, 20 SSE auditors) under
 # a job load and a seeded fault schedule, ending in a table of checks;
 # non-zero exit when one fails (the table names the seed: SOAK_FLAGS="-seed
-# N" repeats the schedule). Ctrl-C (or SIGTERM) stops it at once in any
+# N" repeats the schedule; `go run ./cmd/soak recheck DIR` reruns the
+# checks of the stream and the jobs' statuses on the NATS stores a failed run
+# kept, printing every problem). Ctrl-C (or SIGTERM) stops it at once in any
 # phase, kills and reaps the fleet and prints what it had. Runs as root from
 # the module's root. soak submits jobs for SOAK_DURATION; soak-ci
 # (.ci/run) runs 200 jobs spread over 3 minutes, plus the build and the end's

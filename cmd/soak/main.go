@@ -6,12 +6,15 @@
 // repeats the schedule).
 //
 //	soak [-jobs 200] [-duration D] [-seed N] [-dir DIR] [-keep] ...
+//	soak recheck [-timeout D] DIR
 //
 // make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
 // submits jobs for 30 minutes. SIGINT or SIGTERM stops it at once, in any
 // phase: every child is killed and reaped, what sandboxd left mounted is
 // unmounted, and the figures so far are printed; it exits 1. A second
-// signal kills the soak itself (its children die with it). It must run from the module's root (it builds
+// signal kills the soak itself (its children die with it). soak recheck
+// reruns, on the NATS stores a failed run kept in DIR, the checks that read
+// only the stream and the jobs' statuses, and prints every problem found. It must run from the module's root (it builds
 // ./cmd/...) as root (sandboxd, and Postgres as the postgres user).
 package main
 
@@ -22,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/alineo-labs/alineo/internal/soak"
 )
@@ -34,7 +38,50 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == soak.RecheckCommand {
+		os.Exit(recheck(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:]))
+}
+
+// recheck runs soak.Recheck on a kept run's directory and prints every
+// problem each check finds; it exits 1 when one fails.
+func recheck(args []string) int {
+	fs := flag.NewFlagSet("soak recheck", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound of each wait: the cluster's restart, each read")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: soak recheck [-timeout D] DIR\n\nReruns the checks that read only the ledger stream and the jobs' statuses on what a soak kept in DIR.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	ctx, stop := stopOnSignal()
+	defer stop()
+	rs, err := soak.Recheck(ctx, fs.Arg(0), *timeout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 1
+	}
+	code := 0
+	for _, r := range rs {
+		res := "pass"
+		if !r.Pass {
+			res, code = "FAIL", 1
+		}
+		fmt.Printf("%-4s %s: %s\n", res, r.Check, r.Detail)
+		for _, p := range r.Problems {
+			fmt.Printf("       %s\n", p)
+		}
+	}
+	return code
 }
 
 func run(args []string) int {

@@ -52,6 +52,8 @@ type Result struct {
 	Check  string
 	Pass   bool
 	Detail string
+	// Problems are every problem the check found (Detail shows the first).
+	Problems []string
 }
 
 // Check is a named check of an Observation.
@@ -74,11 +76,13 @@ var Checks = []Check{
 }
 
 // RunChecks runs every check on o.
-func RunChecks(o *Observation) []Result {
-	out := make([]Result, 0, len(Checks))
-	for _, c := range Checks {
+func RunChecks(o *Observation) []Result { return runChecks(o, Checks) }
+
+func runChecks(o *Observation, cs []Check) []Result {
+	out := make([]Result, 0, len(cs))
+	for _, c := range cs {
 		detail, problems := c.Run(o)
-		r := Result{Check: c.Name, Pass: len(problems) == 0, Detail: detail}
+		r := Result{Check: c.Name, Pass: len(problems) == 0, Detail: detail, Problems: problems}
 		if !r.Pass {
 			r.Detail = summarize(problems)
 		}

@@ -33,13 +33,7 @@ func RunNATSNode(args []string) error {
 	if *store == "" {
 		return fmt.Errorf("%s: --store is required", NATSNodeCommand)
 	}
-	opts := &server.Options{
-		ServerName: *name, Host: "127.0.0.1", Port: *port,
-		JetStream: true, StoreDir: *store, NoSigs: true, MaxPayload: 8 << 20,
-		Cluster: server.ClusterOpts{Name: "alineo-soak", Host: "127.0.0.1", Port: *cport},
-		Routes:  server.RoutesFromStr(*routes),
-	}
-	s, err := server.NewServer(opts)
+	s, err := server.NewServer(nodeOptions(*name, *port, *cport, *routes, *store))
 	if err != nil {
 		return err
 	}
@@ -56,4 +50,14 @@ func RunNATSNode(args []string) error {
 	s.Shutdown()
 	s.WaitForShutdown()
 	return nil
+}
+
+// nodeOptions are the options of the soak's cluster node name.
+func nodeOptions(name string, port, clusterPort int, routes, store string) *server.Options {
+	return &server.Options{
+		ServerName: name, Host: "127.0.0.1", Port: port,
+		JetStream: true, StoreDir: store, NoSigs: true, MaxPayload: 8 << 20,
+		Cluster: server.ClusterOpts{Name: "alineo-soak", Host: "127.0.0.1", Port: clusterPort},
+		Routes:  server.RoutesFromStr(routes),
+	}
 }

@@ -548,8 +548,8 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	if failed > 0 {
-		fmt.Fprintf(w, "\nFAIL: %d of %d checks failed; the fault schedule's seed is %d (repeat with -seed %d); logs in %s\n",
-			failed, len(r.Results), r.Seed, r.Seed, filepath.Join(r.Dir, "logs"))
+		fmt.Fprintf(w, "\nFAIL: %d of %d checks failed; the fault schedule's seed is %d (repeat with -seed %d); logs in %s; every problem of the stream's checks: go run ./cmd/soak recheck %s\n",
+			failed, len(r.Results), r.Seed, r.Seed, filepath.Join(r.Dir, "logs"), r.Dir)
 		return
 	}
 	fmt.Fprintf(w, "\nPASS: %d checks\n", len(r.Results))
