@@ -115,11 +115,15 @@ func observeStores(ctx context.Context, b *bus.Bus, timeout time.Duration) (*Obs
 	o := &Observation{}
 	var sts []jobs.Status
 	err := poll(ctx, "read the jobs' statuses", timeout, 500*time.Millisecond, func() (bool, error) {
-		q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{Replicas: Replicas})
+		// Each try bounded: a listing started before the bucket's stream
+		// has a leader can wait for good.
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		q, err := jobs.OpenQueue(actx, b.JetStream(), jobs.QueueConfig{Replicas: Replicas})
 		if err != nil {
 			return false, err
 		}
-		sts, err = q.List(ctx, 1_000_000)
+		sts, err = q.List(actx, 1_000_000)
 		return err == nil, err
 	})
 	if err != nil {
