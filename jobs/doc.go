@@ -37,6 +37,14 @@
 // cache without running them, so they ran live exactly once; file writes and
 // checkpoints before it are skipped (the restored snapshot holds their effect).
 //
+// The new delivery first records itself as the job's attempt (a compare-and-set
+// on the status: an earlier attempt that fails or finishes afterwards finds
+// itself superseded and leaves the job alone), then ends the previous
+// attempt's sandbox. The fence stops a writer in another process; a previous
+// attempt still running in this Worker (the job came back to it after its lease
+// lapsed) writes through the same Ledger, so the Worker cancels it and waits
+// for it to settle before the takeover.
+//
 // This package imports the SDK (alineo), events, adapters and nats.go's
 // jetstream; never a database driver, sandboxd or cmd.
 package jobs
