@@ -96,7 +96,7 @@ func TestRecordedHistoryAndPartitions(t *testing.T) {
 	last := projectiontest.LastSeq(t, h.Bus, audit.Filter)
 	single := openDB(t)
 	r := runOver(t, &projections.Runtime{Bus: h.Bus, Consumer: "audit-recorded"}, single)
-	projectiontest.Await(t, r, last, 30*time.Second)
+	projectiontest.Await(t, r, last, 2*time.Minute)
 	ctx := context.Background()
 
 	// When each credential was bound and revoked, from the recorded entries.
@@ -188,7 +188,7 @@ func TestRecordedHistoryAndPartitions(t *testing.T) {
 			Partition: projections.Partitioning{N: 2, Index: i}}, shared))
 	}
 	for _, p := range parts {
-		projectiontest.Await(t, p, last, 30*time.Second)
+		projectiontest.Await(t, p, last, 2*time.Minute)
 	}
 	if err := audit.Verify(ctx, single, shared); err != nil {
 		t.Fatalf("partitioned differs from single: %v", err)

@@ -157,7 +157,7 @@ func TestRecordedHistory(t *testing.T) {
 	db := openDB(t)
 	r := runtime(&projections.Runtime{Bus: h.Bus, BatchSize: 500}, execstats.New(db, projections.SQLite), "execstats-recorded")
 	projectiontest.Start(t, r)
-	projectiontest.Await(t, r, last, 60*time.Second)
+	projectiontest.Await(t, r, last, 2*time.Minute)
 	got := stats(t, db)
 
 	// What the fixture ran, per image (the SDK recorded it in
@@ -277,7 +277,7 @@ func killedMidBatch(t *testing.T, b *bus.Bus, es []events.Entry, consumer string
 
 	r2 := runtime(&projections.Runtime{Bus: b, BatchSize: 100}, execstats.New(db, projections.SQLite), consumer)
 	projectiontest.Start(t, r2)
-	projectiontest.Await(t, r2, last, 30*time.Second)
+	projectiontest.Await(t, r2, last, 2*time.Minute)
 
 	fresh := openDB(t)
 	st, err := projections.RebuildHandler(context.Background(), b, execstats.New(fresh, projections.SQLite),
@@ -334,8 +334,8 @@ func TestRebuildBesideLiveUnderLoad(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 	last := projectiontest.LastSeq(t, b, execstats.Filter)
-	projectiontest.Await(t, rl, last, 60*time.Second)
-	projectiontest.Await(t, rn, last, 60*time.Second)
+	projectiontest.Await(t, rl, last, 2*time.Minute)
+	projectiontest.Await(t, rn, last, 2*time.Minute)
 	want := expected(es)
 	for name, db := range map[string]*sql.DB{"live": live, "rebuilt": fresh} {
 		if got := stats(t, db); !reflect.DeepEqual(got, want) {

@@ -41,7 +41,7 @@ func TestPostgresEqualsSQLite(t *testing.T) {
 	}{{pg, projections.Postgres}, {lite, projections.SQLite}} {
 		r := runtime(&projections.Runtime{Bus: b, BatchSize: 300}, execstats.New(tgt.db, tgt.d), "execstats-"+string(tgt.d))
 		projectiontest.Start(t, r)
-		projectiontest.Await(t, r, last, 60*time.Second)
+		projectiontest.Await(t, r, last, 2*time.Minute)
 	}
 	if err := execstats.Verify(context.Background(), pg, projections.Postgres, lite, projections.SQLite); err != nil {
 		t.Fatalf("Postgres differs from SQLite: %v", err)
