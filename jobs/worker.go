@@ -173,32 +173,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 
-	// The lease: heartbeat until the job is settled; once draining, give the
-	// current step DrainTimeout and then cancel it.
-	done := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		t := time.NewTicker(w.Heartbeat)
-		defer t.Stop()
-		drain := ctx.Done()
-		var hard <-chan time.Time
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := m.InProgress(); err != nil {
-					w.Logger.Warn("jobs: heartbeat", "job", jm.ID, "err", err)
-				}
-			case <-drain:
-				drain, hard = nil, time.After(w.DrainTimeout)
-			case <-hard:
-				cancel(nil)
-				return
-			}
-		}
-	})
-	defer func() { close(done); bg.Wait() }()
+	defer w.lease(ctx, m, jm.ID, cancel)()
 
 	prev, err := w.Queue.Status(jobCtx, jm.ID)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -251,23 +226,60 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	if from != nil {
 		session = from.Name
 	}
-	r := &Runner{
-		Client: w.Client, Resume: w.Resume, Drain: ctx.Done(), Output: w.Output,
-		Metadata: JobMetadata(jm.ID, attempt, session),
+	_, err = w.runner(jobCtx, ctx.Done(), jm.ID, attempt, session).Run(jobCtx, jm.Spec, from)
+	w.settle(jobCtx, m, jm.ID, attempt, err)
+}
+
+// lease heartbeats m until the returned stop is called; once ctx is done
+// (drain), it gives the current step DrainTimeout and then cancels the job.
+func (w *Worker) lease(ctx context.Context, m jetstream.Msg, id string, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Go(func() {
+		t := time.NewTicker(w.Heartbeat)
+		defer t.Stop()
+		drain := ctx.Done()
+		var hard <-chan time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := m.InProgress(); err != nil {
+					w.Logger.Warn("jobs: heartbeat", "job", id, "err", err)
+				}
+			case <-drain:
+				drain, hard = nil, time.After(w.DrainTimeout)
+			case <-hard:
+				cancel(nil)
+				return
+			}
+		}
+	})
+	return func() { close(done); bg.Wait() }
+}
+
+// runner is the Runner of attempt of job id: its progress, sandbox and
+// checkpoints recorded in the job's status unless a later attempt owns it
+// (then the hooks stop the run with errSuperseded).
+func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string, attempt int, session string) *Runner {
+	return &Runner{
+		Client: w.Client, Resume: w.Resume, Drain: drain, Output: w.Output,
+		Metadata: JobMetadata(id, attempt, session),
 		Progress: func(ev Event) {
 			if ev.Index >= 0 && (ev.State == StepDone || ev.State == StepReplayed || ev.State == StepSkipped) {
-				_, _ = w.Queue.update(jobCtx, jm.ID, func(s *Status) {
+				_, _ = w.Queue.update(jobCtx, id, func(s *Status) {
 					if s.Attempt <= attempt { // a later delivery's progress is not this attempt's to write
 						s.Done = ev.Index + 1
 					}
 				})
 			}
 			if w.Progress != nil {
-				w.Progress(jm.ID, ev)
+				w.Progress(id, ev)
 			}
 		},
 		OnSandbox: func(ctx context.Context, sb *alineo.Sandbox) error {
-			st, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
+			st, err := w.Queue.update(ctx, id, func(s *Status) {
 				if s.Attempt <= attempt { // a later delivery's status is not this attempt's to write
 					s.SandboxID, s.SandboxName = sb.ID(), sb.Name()
 				}
@@ -278,7 +290,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			return statusFailure(err)
 		},
 		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
-			st, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
+			st, err := w.Queue.update(ctx, id, func(s *Status) {
 				if s.Attempt <= attempt {
 					s.Checkpoint = &cp
 				}
@@ -289,8 +301,6 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			return statusFailure(err)
 		},
 	}
-	_, err = r.Run(jobCtx, jm.Spec, from)
-	w.settle(jobCtx, m, jm.ID, attempt, err)
 }
 
 // supersedeLocal makes me the only delivery of its job running in this
