@@ -126,12 +126,13 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 	it := &Interactive{Exec: e, cmd: wire, cwd: o.Cwd, ready: make(chan struct{}), firstOut: make(chan struct{})}
 	e.out = newOutput(outputWindow, it.refetch)
 	var span trace.Span // sandbox.exec, once the call is valid
+	armed := false      // the span ends with the output (endSpanOnFinish)
 	fail := func(err error) *Interactive {
 		it.setupErr = err
 		it.ended = true
 		close(it.ready)
 		e.fail(err)
-		if span != nil {
+		if span != nil && !armed {
 			e.endSpan(span, false)
 		}
 		return it
@@ -169,6 +170,8 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 		it.stdinRd = r.NewStream()
 	}
 	payload.Seq = e.step
+	e.endSpanOnFinish(span)
+	armed = true
 	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
 		return fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
@@ -186,7 +189,6 @@ func (s *Sandbox) startInteractive(ctx context.Context, o InteractiveOptions, ba
 			s.running.Done()
 		}()
 		it.run(ectx, started)
-		e.endSpan(span, false)
 	}()
 	return it
 }

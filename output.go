@@ -37,6 +37,10 @@ type output struct {
 	readers map[*outputReader]struct{}
 	done    bool
 	err     error // the exec's terminal error, valid once done
+	// onDone, when set, runs once as the output ends, before any reader
+	// sees the end (the exec's span ends there); ending is set meanwhile.
+	onDone func(err error, stdout, stderr int64)
+	ending bool
 	// stdout and stderr count the bytes published on each stream.
 	stdout, stderr int64
 }
@@ -108,8 +112,8 @@ func (o *output) publishThen(ctx context.Context, c chunk, last bool, err error)
 		o.stdout += int64(len(c.data))
 	}
 	o.dropLocked()
-	if last && !o.done {
-		o.done, o.err = true, err
+	if last {
+		o.endLocked(err)
 	}
 	o.broadcastLocked()
 	o.mu.Unlock()
@@ -120,8 +124,22 @@ func (o *output) publishThen(ctx context.Context, c chunk, last bool, err error)
 func (o *output) finish(err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.done {
+	o.endLocked(err)
+}
+
+// endLocked ends the output with err, unless it is ended or ending: it runs
+// onDone (without the lock), then marks it done and wakes the readers. It is
+// called with o.mu held and returns with it held.
+func (o *output) endLocked(err error) {
+	if o.done || o.ending {
 		return
+	}
+	if f := o.onDone; f != nil {
+		o.ending, o.onDone = true, nil
+		stdout, stderr := o.stdout, o.stderr
+		o.mu.Unlock()
+		f(err, stdout, stderr)
+		o.mu.Lock()
 	}
 	o.done, o.err = true, err
 	o.broadcastLocked()

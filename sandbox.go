@@ -185,12 +185,12 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 		e.endSpan(span, true)
 		return e
 	}
+	e.endSpanOnFinish(span)
 	payload := call.started
 	payload.Seq = e.step
 	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
 		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
-		e.endSpan(span, false)
 		return e
 	}
 	ectx, cancel := context.WithCancelCause(ctx)
@@ -205,7 +205,6 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 			s.running.Done()
 		}()
 		e.run(ectx, started, call.open, call.lines)
-		e.endSpan(span, false)
 	}()
 	return e
 }

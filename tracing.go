@@ -82,6 +82,19 @@ func (s *Sandbox) execSpan(ctx context.Context, e *Exec) (context.Context, trace
 func (e *Exec) endSpan(span trace.Span, replayed bool) {
 	err := e.out.result()
 	stdout, stderr := e.out.bytes()
+	e.finishSpan(span, replayed, err, stdout, stderr)
+}
+
+// endSpanOnFinish arms e's output to end span (as endSpan does, live) as the
+// exec's end is recorded, before any reader sees it: Wait returns with the
+// span ended, and the spans of a handle's execs end in the order the execs
+// do (under load, a goroutine ending it after Wait let a later exec's span
+// end first).
+func (e *Exec) endSpanOnFinish(span trace.Span) {
+	e.out.onDone = func(err error, stdout, stderr int64) { e.finishSpan(span, false, err, stdout, stderr) }
+}
+
+func (e *Exec) finishSpan(span trace.Span, replayed bool, err error, stdout, stderr int64) {
 	span.SetAttributes(attrReplayed.Bool(replayed), attrExitCode.Int(e.exitCode),
 		attrStdout.Int64(stdout), attrStderr.Int64(stderr))
 	if err == nil && e.exitCode != 0 {

@@ -44,12 +44,29 @@ func TestFakeTraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each exec's span is ended by the time Wait returns (found by the race
+	// stress: ended after it, in the exec's goroutine, a later exec's span
+	// could end first).
+	ended := func(n int) {
+		t.Helper()
+		got := 0
+		for _, s := range exp.GetSpans() {
+			if s.Name == "sandbox.exec" {
+				got++
+			}
+		}
+		if got != n {
+			t.Fatalf("%d sandbox.exec spans ended once Wait returned, want %d", got, n)
+		}
+	}
 	if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
 		t.Fatal(err)
 	}
+	ended(1)
 	if _, err := sb.Exec(ctx, "fail 3", ExecOptions{Strict: new(false)}).Wait(); err != nil {
 		t.Fatal(err)
 	}
+	ended(2)
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
