@@ -32,9 +32,9 @@ func Below(dirs ...string) ([]string, error) {
 // table at every delete, and a host running many sandboxes has hundreds of
 // mounts).
 func below(r io.Reader, dirs []string) ([]string, error) {
-	clean := make([]string, len(dirs))
+	clean := make([][]byte, len(dirs)) // converted once, not per line
 	for i, d := range dirs {
-		clean[i] = filepath.Clean(d)
+		clean[i] = []byte(filepath.Clean(d))
 	}
 	var out []string
 	sc := bufio.NewScanner(r)
@@ -48,7 +48,7 @@ func below(r io.Reader, dirs []string) ([]string, error) {
 			p = []byte(Unescape(string(p)))
 		}
 		for _, d := range clean {
-			if bytes.HasPrefix(p, []byte(d)) && (len(p) == len(d) || p[len(d)] == '/') {
+			if bytes.HasPrefix(p, d) && (len(p) == len(d) || p[len(d)] == '/') {
 				out = append(out, string(p))
 				break
 			}
