@@ -15,13 +15,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
+	"github.com/alineo-labs/alineo/sandboxd/internal/oomscore"
 	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 	"golang.org/x/sys/unix"
 )
@@ -214,14 +214,11 @@ func runInit() int {
 	if !cfg.Isolated {
 		entry.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := entry.Start(); err != nil {
+	// The entrypoint is the sandbox's own work: the OOM killer takes it
+	// before the init or execd.
+	if err := oomscore.Start(entry, workAdj(cfg.Isolated)); err != nil {
 		_ = execd.Process.Kill()
 		return fail("start entrypoint %q: %v", cfg.Entrypoint[0], err)
-	}
-	if cfg.Isolated {
-		// The entrypoint is the sandbox's own work: the OOM killer takes it
-		// before the init or execd.
-		_ = setOOMScore(entry.Process.Pid, workOOMScoreAdj)
 	}
 	report(initMsg{Port: port})
 
@@ -446,12 +443,6 @@ func installCA(pemBytes []byte) (string, error) {
 		}
 	}
 	return "/" + egress.BundlePaths[0], nil
-}
-
-// setOOMScore sets the oom_score_adj of process pid (raising it needs no
-// privilege).
-func setOOMScore(pid, adj int) error {
-	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 }
 
 // workAdj is the oom_score_adj of a sandbox's commands: workOOMScoreAdj in

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alineo-labs/alineo/sandboxd/internal/oomscore"
 	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
@@ -126,14 +127,9 @@ func (s *Server) start(c *command, spec procSpec) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	if err := cmd.Start(); err != nil {
+	if err := oomscore.Start(cmd, s.cfg.OOMScoreAdj); err != nil {
 		s.wg.Done()
 		return fmt.Errorf("start %s: %w", spec.argv[0], err)
-	}
-	if adj := s.cfg.OOMScoreAdj; adj != 0 {
-		// Raising the score needs no privilege. A child the command forks in
-		// its first microseconds keeps execd's score; later ones inherit this.
-		_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 	}
 	c.mu.Lock()
 	c.pid = cmd.Process.Pid

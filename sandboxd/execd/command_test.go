@@ -596,3 +596,24 @@ func TestNoGoroutineLeak(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCommandsRunAtTheirOOMScore: a command and a child it forks at once both
+// have the configured oom_score_adj, not execd's.
+func TestCommandsRunAtTheirOOMScore(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Skip(err)
+	}
+	adj := 900
+	if strings.TrimSpace(string(self)) == "900" {
+		adj = 950
+	}
+	e := newEnv(t, execd.Config{OOMScoreAdj: adj})
+	want := strconv.Itoa(adj)
+	for i := range 40 {
+		res := e.run("(cat /proc/self/oom_score_adj); cat /proc/$$/oom_score_adj")
+		if res.exitCode != 0 || len(res.stdout) != 2 || res.stdout[0] != want || res.stdout[1] != want {
+			t.Fatalf("run %d: exit %d, stdout %q, want the child and the shell at %s", i, res.exitCode, res.stdout, want)
+		}
+	}
+}

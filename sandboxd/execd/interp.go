@@ -10,10 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/oomscore"
 )
 
 // A stateful code context without Jupyter: one long-lived interpreter per context runs a small
@@ -135,7 +136,7 @@ func (s *Server) startInterp(language, dir string) (*interp, error) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	err = cmd.Start()
+	err = oomscore.Start(cmd, s.cfg.OOMScoreAdj)
 	for _, f := range []*os.File{reqR, evW, outW, errW} {
 		_ = f.Close()
 	}
@@ -145,9 +146,6 @@ func (s *Server) startInterp(language, dir string) (*interp, error) {
 			_ = f.Close()
 		}
 		return nil, startError(fmt.Errorf("start %s: %w", bin, err))
-	}
-	if adj := s.cfg.OOMScoreAdj; adj != 0 {
-		_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 	}
 	in := &interp{
 		id: newID(), language: language, lock: make(chan struct{}, 1),

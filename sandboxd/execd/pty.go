@@ -16,6 +16,8 @@ import (
 
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/oomscore"
 )
 
 // PTY WebSocket framing, as the real execd's /pty/{id}/ws (components/execd/PTY.md): binary frames
@@ -225,7 +227,7 @@ func (s *Server) startPTY(p *ptySession, pipe bool) error {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	err := cmd.Start()
+	err := oomscore.Start(cmd, s.cfg.OOMScoreAdj)
 	for _, f := range closeAfter {
 		_ = f.Close()
 	}
@@ -236,9 +238,6 @@ func (s *Server) startPTY(p *ptySession, pipe bool) error {
 			_ = f.Close()
 		}
 		return fmt.Errorf("start %s: %w", args[0], err)
-	}
-	if adj := s.cfg.OOMScoreAdj; adj != 0 {
-		_ = os.WriteFile("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 	}
 	done := make(chan struct{})
 	p.mu.Lock()

@@ -49,9 +49,9 @@ type Config struct {
 	Logger       *slog.Logger
 	PingInterval time.Duration // default 3 s (stream keep-alive ping)
 	MaxLine      int           // default 4 MiB: longer output lines are split into several events, never lost; bounds each event's encoded JSON line (min 256)
-	// OOMScoreAdj, when not 0, is set as each command's oom_score_adj once it
-	// started, so that at a memory limit the OOM killer takes a command, not
-	// execd.
+	// OOMScoreAdj, when not 0, is each command's oom_score_adj from its
+	// first instruction (children it forks at once inherit it), so that at a
+	// memory limit the OOM killer takes a command, not execd.
 	OOMScoreAdj int
 	// Cwd is the cwd of commands and sessions that give none (a path under
 	// Root, e.g. an image's WorkingDir); "" is Root itself.
