@@ -339,10 +339,10 @@ func (it *Interactive) record(ctx context.Context) error {
 func (it *Interactive) emitOutput(ctx context.Context, s events.Stream, data []byte, publish bool) error {
 	e := it.Exec
 	done, err := e.sb.ledger.emitChained(ctx, e.chain, events.ExecOutput, e.step, outputPayload(e.step, s, data))
-	if err == nil {
-		err = <-done
+	if err != nil { // ctx ended (a Close, a cancel) before the chunk was queued
+		return it.connErr(ctx, err)
 	}
-	if err != nil {
+	if err := <-done; err != nil {
 		return &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("record exec %d %s", e.step, s), Err: err}
 	}
 	if publish {

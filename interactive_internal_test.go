@@ -1,7 +1,9 @@
 package alineo
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -73,5 +75,35 @@ func TestExportLineAndEnvNames(t *testing.T) {
 		if got := validEnvName(name); got != want {
 			t.Errorf("validEnvName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestEmitOutputAfterTheEndIsAConnectionError: a chunk that could not be
+// queued because the exec's context ended (a Close, a cancel) ends the exec
+// with an *ExecConnectionError wrapping the cause, as every other part of
+// the terminal's recording does, not a failed write.
+func TestEmitOutputAfterTheEndIsAConnectionError(t *testing.T) {
+	sb := &Sandbox{id: "sb-1", ledger: newLedger(&fakeStore{}, "end", "sb-1")}
+	e := &Exec{sb: sb, chain: &chain{}, step: 1, exitCode: -1}
+	e.out = newOutput(outputWindow, e.refetch)
+	it := &Interactive{Exec: e}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrClosed)
+	// The ledger's queue has room: each try races the cancel against it,
+	// and a chunk that wins is recorded and handed on.
+	cut := 0
+	for i := range 64 {
+		err := it.emitOutput(ctx, events.Stdout, []byte("x"), true)
+		if err == nil {
+			continue
+		}
+		cut++
+		var xe *ExecConnectionError
+		if !errors.As(err, &xe) || !errors.Is(err, ErrClosed) {
+			t.Fatalf("try %d: %v, want an *ExecConnectionError wrapping ErrClosed", i, err)
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no try was cut short by the cancel")
 	}
 }

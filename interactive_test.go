@@ -346,6 +346,40 @@ func TestInteractiveBadInputAndClose(t *testing.T) {
 	}
 }
 
+// TestInteractiveCutOffMidOutput: a cancelled context, or a sandbox Close,
+// while a terminal prints without pause ends it with an
+// *ExecConnectionError wrapping the cause, whichever part of recording a
+// chunk the end cuts short.
+func TestInteractiveCutOffMidOutput(t *testing.T) {
+	e := newEnv(t, memory.New())
+	ctx := testCtx(t)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{Name: "flood"})
+	flood := func(ctx context.Context) *alineo.Interactive {
+		it := sb.ExecInteractive(ctx, "bash")
+		o := watch(it)
+		write(t, it, "echo go-$((3+3)); yes flood | head -c 50000000\n")
+		o.until(t, "go-6\r\n")
+		return it
+	}
+	errStop := errors.New("stop")
+	var xe *alineo.ExecConnectionError
+	for i := range 10 {
+		cctx, cancel := context.WithCancelCause(ctx)
+		it := flood(cctx)
+		cancel(errStop)
+		if _, err := it.Wait(); !errors.As(err, &xe) || !errors.Is(err, errStop) {
+			t.Fatalf("run %d: terminal after its context's cancel = %v, want an *ExecConnectionError wrapping the cause", i, err)
+		}
+	}
+	it := flood(ctx)
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := it.Wait(); !errors.As(err, &xe) || !errors.Is(err, alineo.ErrClosed) {
+		t.Fatalf("terminal after sandbox Close = %v, want an *ExecConnectionError wrapping ErrClosed", err)
+	}
+}
+
 func TestInteractiveRedactsBoundValues(t *testing.T) {
 	e := newEgressEnv(t, memory.New())
 	ctx := testCtx(t)
