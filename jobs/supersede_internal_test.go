@@ -149,15 +149,15 @@ func TestClaimLeavesALaterAttemptsJob(t *testing.T) {
 	}
 	w1 := &Worker{Queue: q, ID: "w1"}
 	jm := Message{ID: st.ID, Spec: spec}
-	if later, err := w1.claim(ctx, jm, 1); err != nil || later {
-		t.Fatalf("attempt 1 claims a queued job: later %v, %v", later, err)
+	if outcome, err := w1.claim(ctx, jm, 1); err != nil || outcome != claimed {
+		t.Fatalf("attempt 1 claims a queued job: %v, %v", outcome, err)
 	}
 	w2 := &Worker{Queue: q, ID: "w2"}
-	if later, err := w2.claim(ctx, jm, 2); err != nil || later {
-		t.Fatalf("attempt 2 takes the job over: later %v, %v", later, err)
+	if outcome, err := w2.claim(ctx, jm, 2); err != nil || outcome != claimed {
+		t.Fatalf("attempt 2 takes the job over: %v, %v", outcome, err)
 	}
-	if later, err := w1.claim(ctx, jm, 1); err != nil || !later {
-		t.Fatalf("attempt 1 claims it again after attempt 2: later %v, %v; want later", later, err)
+	if outcome, err := w1.claim(ctx, jm, 1); err != nil || outcome != claimLater {
+		t.Fatalf("attempt 1 claims it again after attempt 2: %v, %v; want claimLater", outcome, err)
 	}
 	got, err := q.Status(ctx, st.ID)
 	if err != nil {
@@ -165,6 +165,41 @@ func TestClaimLeavesALaterAttemptsJob(t *testing.T) {
 	}
 	if got.Attempt != 2 || got.Worker != "w2" || got.State != StateRunning {
 		t.Errorf("status = %+v, want attempt 2's", got)
+	}
+}
+
+// A redelivery does not reopen a job that its previous attempt settled after
+// the redelivery read the status: found by the 30-minute soak (seed 980282),
+// where attempt 2 then marked a succeeded job running, its takeover failed,
+// and its Nak went to a message attempt 1 had acknowledged: the job stayed
+// running for good.
+func TestClaimLeavesASettledJob(t *testing.T) {
+	ctx := context.Background()
+	_, q := testQueue(t, QueueConfig{})
+	spec := Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}}
+	for _, state := range []State{StateSucceeded, StateFailed} {
+		st, err := q.Submit(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w1, w2 := &Worker{Queue: q, ID: "w1"}, &Worker{Queue: q, ID: "w2"}
+		jm := Message{ID: st.ID, Spec: spec}
+		if outcome, err := w1.claim(ctx, jm, 1); err != nil || outcome != claimed {
+			t.Fatalf("attempt 1 claims a queued job: %v, %v", outcome, err)
+		}
+		if _, err := q.update(ctx, st.ID, func(s *Status) { s.State = state }); err != nil {
+			t.Fatal(err)
+		}
+		if outcome, err := w2.claim(ctx, jm, 2); err != nil || outcome != claimSettled {
+			t.Fatalf("attempt 2 claims a job attempt 1 left %s: %v, %v; want claimSettled", state, outcome, err)
+		}
+		got, err := q.Status(ctx, st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != state || got.Attempt != 1 || got.Worker != "w1" {
+			t.Errorf("status = %+v, want attempt 1's, %s", got, state)
+		}
 	}
 }
 

@@ -188,12 +188,16 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	// Claimed before the takeover ends the previous attempt's sandbox: that
 	// attempt then fails, and must find itself superseded rather than fail
 	// the job (found by the 30-minute soak, seed 523792).
-	if later, err := w.claim(jobCtx, jm, attempt); err != nil {
+	switch outcome, err := w.claim(jobCtx, jm, attempt); {
+	case err != nil:
 		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
-	} else if later {
+	case outcome == claimLater:
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
+		return
+	case outcome == claimSettled: // settled since the read above
+		_ = m.Ack()
 		return
 	}
 	me = &localAttempt{id: jm.ID, attempt: attempt, cancel: cancel, done: make(chan struct{})}
@@ -351,19 +355,44 @@ func (w *Worker) leaveLocal(me *localAttempt) {
 }
 
 // claim records attempt of jm as the job's owner, running, unless a later
-// delivery already owns it (later). The check is part of the compare-and-set:
-// an attempt whose first status write is retried through a NATS failover must
+// delivery already owns it (claimLater) or an earlier one settled it
+// meanwhile (claimSettled). Both checks are part of the compare-and-set. An
+// attempt whose first status write is retried through a NATS failover must
 // not write its number over that of a redelivery that took the job over
 // meanwhile (found by the soak: attempt 1 then passed its superseded checks,
 // ran beside attempt 2, and recorded a step after attempt 2's checkpoint).
-func (w *Worker) claim(ctx context.Context, jm Message, attempt int) (later bool, err error) {
-	_, err = w.Queue.update(ctx, jm.ID, func(s *Status) {
-		if later = s.Attempt > attempt; !later {
+// Nor may a redelivery reopen a job its previous attempt finished after
+// handle read the status (found by the 30-minute soak, seed 980282: attempt
+// 1 succeeded and acknowledged the message, attempt 2 then marked the job
+// running, failed its takeover in a NATS outage, and its Nak went to a
+// message that was gone: the job stayed running for good).
+func (w *Worker) claim(ctx context.Context, jm Message, attempt int) (claimOutcome, error) {
+	outcome := claimed
+	_, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
+		switch {
+		case s.State.Terminal():
+			outcome = claimSettled
+		case s.Attempt > attempt:
+			outcome = claimLater
+		default:
+			outcome = claimed
 			s.Name, s.Steps, s.State, s.Attempt, s.Worker, s.Done, s.Error = jm.Spec.Name, len(jm.Spec.Steps), StateRunning, attempt, w.ID, 0, ""
 		}
 	})
-	return later && err == nil, err
+	if err != nil {
+		return claimed, err
+	}
+	return outcome, nil
 }
+
+// claimOutcome is what claim found the job's status to be.
+type claimOutcome int
+
+const (
+	claimed      claimOutcome = iota // the job is this attempt's
+	claimLater                       // a later delivery owns it
+	claimSettled                     // an earlier delivery settled it
+)
 
 // settle ends a delivery after its run: succeeded, failed for good, handed
 // back, or left alone when another delivery owns the job.
