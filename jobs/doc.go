@@ -39,7 +39,8 @@
 //
 // The new delivery first records itself as the job's attempt (a compare-and-set
 // on the status: an earlier attempt that fails or finishes afterwards finds
-// itself superseded and leaves the job alone), then ends the previous
+// itself superseded and leaves the job alone, and a job an earlier attempt
+// settled meanwhile is acknowledged, never reopened), then ends the previous
 // attempt's sandbox. The fence stops a writer in another process; a previous
 // attempt still running in this Worker (the job came back to it after its lease
 // lapsed) writes through the same Ledger, so the Worker cancels it and waits
