@@ -22,6 +22,10 @@ import (
 	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
+// statusDrainTimeout bounds how long a sandbox's end waits, once its init
+// exited, for the init's last status message.
+const statusDrainTimeout = 2 * time.Second
+
 // workOOMScoreAdj is the oom_score_adj of a sandbox's own work (its
 // entrypoint and every command execd starts), while its init and execd keep
 // the default 0: inside a sandbox at its memory limit the kernel kills the
@@ -293,7 +297,9 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 	p, stR := l.p, l.stR
 	l.stR = nil
 	l.msgs = make(chan initMsg, 4)
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		defer close(l.msgs)
 		defer stR.Close()
 		sc := bufio.NewScanner(stR)
@@ -315,6 +321,15 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 	}()
 	go func() {
 		_ = cmd.Wait()
+		// The init's last message (why it ended) may still be in the pipe
+		// when its exit is seen: done waits for it, so that watch reads it
+		// (found by make test-race-stress: an entrypoint's exit reported as
+		// "sandbox init exited"). Bounded, in case a process that escaped the
+		// sandbox's end still holds the write end.
+		select {
+		case <-read:
+		case <-time.After(statusDrainTimeout):
+		}
 		close(p.done)
 	}()
 	return nil
