@@ -367,7 +367,7 @@ func (w *Worker) leaveLocal(me *localAttempt) {
 // running, failed its takeover in a NATS outage, and its Nak went to a
 // message that was gone: the job stayed running for good).
 func (w *Worker) claim(ctx context.Context, jm Message, attempt int) (claimOutcome, error) {
-	outcome := claimed
+	var outcome claimOutcome
 	_, err := w.Queue.update(ctx, jm.ID, func(s *Status) {
 		switch {
 		case s.State.Terminal():

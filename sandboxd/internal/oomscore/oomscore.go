@@ -42,7 +42,7 @@ func Start(cmd *exec.Cmd, adj int) error {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		_ = Set(cmd.Process.Pid, adj)
+		_ = set(cmd.Process.Pid, adj)
 		return nil
 	}
 	// The tracer is the thread that forks: it must also wait for the stop
@@ -58,7 +58,7 @@ func Start(cmd *exec.Cmd, adj int) error {
 	}
 	pid := cmd.Process.Pid
 	if stoppedAtExec(pid) {
-		_ = Set(pid, adj)
+		_ = set(pid, adj)
 		// Detaching clears the stop, so no report of it is left for cmd.Wait.
 		if err := syscall.PtraceDetach(pid); err != nil {
 			// Left stopped, the command would never run: end it.
@@ -90,9 +90,9 @@ const (
 	cldStopped = 5
 )
 
-// Set sets the oom_score_adj of process pid. Raising it needs no privilege;
+// set sets the oom_score_adj of process pid. Raising it needs no privilege;
 // lowering it needs CAP_SYS_RESOURCE.
-func Set(pid, adj int) error {
+func set(pid, adj int) error {
 	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(adj)), 0)
 }
 
