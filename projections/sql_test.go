@@ -13,8 +13,14 @@ import (
 // TestSQLHandlerCancelledNeverCommits: ApplyTx sees Apply's cancellation (a
 // handler waiting on ctx returns when the runtime stops), and a batch whose
 // ctx ends while it is applied is not committed: neither its rows nor its
-// offset, and the next Apply applies it whole.
+// offset, and the next Apply applies it whole. So too when ApplyTx gives its
+// statements context.WithoutCancel(ctx), as ApplyTx's doc suggests.
 func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
+	t.Run("statements given ctx", func(t *testing.T) { cancelledNeverCommits(t, false) })
+	t.Run("statements not cancelled", func(t *testing.T) { cancelledNeverCommits(t, true) })
+}
+
+func cancelledNeverCommits(t *testing.T, uncancelled bool) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "p.db")+"?_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +35,16 @@ func TestSQLHandlerCancelledNeverCommits(t *testing.T) {
 			return err
 		},
 		ApplyTx: func(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
+			sctx := ctx
+			if uncancelled {
+				sctx = context.WithoutCancel(ctx)
+			}
 			for i, e := range es {
 				if i == 1 && cancelMidway != nil {
 					cancelMidway()
 					sawCancel = ctx.Err() != nil
 				}
-				if _, err := tx.ExecContext(ctx, `INSERT INTO rows (seq) VALUES (?)`, int64(e.Seq)); err != nil {
+				if _, err := tx.ExecContext(sctx, `INSERT INTO rows (seq) VALUES (?)`, int64(e.Seq)); err != nil {
 					return err
 				}
 			}
