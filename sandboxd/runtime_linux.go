@@ -172,6 +172,11 @@ func (l *launcher) run(ctx context.Context) (*proc, error) {
 		l.proxyLn = nil
 	}
 	if err := l.configure(); err != nil {
+		if errors.Is(err, syscall.EPIPE) {
+			// The init, or the runtime before it started one, is gone (a
+			// runtime that refused the bundle, say): its exit says why.
+			return nil, l.ended(ctx, err)
+		}
 		return nil, err
 	}
 	if err := l.awaitPort(ctx); err != nil {
@@ -363,6 +368,19 @@ func (l *launcher) configure() error {
 	return nil
 }
 
+// ended explains a start whose init could not be told its configuration
+// (cause) because it was gone: its last status message or its exit.
+func (l *launcher) ended(ctx context.Context, cause error) error {
+	m, err := l.next(ctx)
+	switch {
+	case err != nil:
+		return err
+	case m.Port != 0: // not gone after all: the write failed for another reason
+		return cause
+	}
+	return l.failure(m, true)
+}
+
 // next returns the init's next status message. The runtime exiting first
 // (it died, or refused the bundle, while something it started still holds
 // the status pipe) ends the start too.
@@ -406,7 +424,10 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 	if l.p.rt != nil {
 		// The runtime writes its pid file once the init runs: by now, or
 		// about now.
-		pid, err := awaitPIDFile(ctx, filepath.Join(l.dir, "bundle", "init.pid"))
+		pid, err := awaitPIDFile(ctx, filepath.Join(l.dir, "bundle", "init.pid"), l.p.done)
+		if errors.Is(err, errNoPIDFile) {
+			return l.failure(initMsg{}, false) // the runtime died before it wrote one
+		}
 		if err != nil {
 			return err
 		}
@@ -459,17 +480,30 @@ func (l *launcher) undo() {
 	}
 }
 
-// awaitPIDFile reads the pid the runtime writes for a sandbox's init.
-func awaitPIDFile(ctx context.Context, path string) (int, error) {
+// errNoPIDFile: the runtime exited without writing its pid file.
+var errNoPIDFile = errors.New("the runtime exited before it wrote its pid file")
+
+// awaitPIDFile reads the pid the runtime writes for a sandbox's init, until
+// ctx is done or the runtime has exited (exited closed) without writing it
+// (errNoPIDFile): a runtime killed mid-create never will.
+func awaitPIDFile(ctx context.Context, path string, exited <-chan struct{}) (int, error) {
 	var b []byte
 	var err error
+	gone := false
 	for d := 100 * time.Microsecond; ; d = min(2*d, 10*time.Millisecond) {
 		if b, err = os.ReadFile(path); err == nil && len(b) > 0 {
 			break
 		}
+		if gone {
+			// Read once more after the exit: the runtime writes the file
+			// before it waits for its init, so it never will now.
+			return 0, errNoPIDFile
+		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("the runtime's pid file: %w (%w)", ctx.Err(), err)
+		case <-exited:
+			gone = true
 		case <-time.After(d):
 		}
 	}
