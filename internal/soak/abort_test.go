@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,5 +142,37 @@ func TestInterruptedReportPrints(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// groupAlive sees a group's live member, and neither a zombie nor a reaped
+// process: KillGroup waits on it for a killed group's members to die.
+func TestGroupAlive(t *testing.T) {
+	cmd := exec.Command("sleep", "100")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	if !groupAlive(pgid) {
+		t.Fatal("groupAlive = false for a running group")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped yet: a zombie, which counts as dead.
+	deadline := time.Now().Add(10 * time.Second)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			t.Fatal("groupAlive = true 10 s after SIGKILL, before the reap")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !gone(pgid) {
+		t.Fatal("the killed leader is neither a zombie nor gone")
+	}
+	_ = cmd.Wait()
+	if groupAlive(pgid) {
+		t.Fatal("groupAlive = true after the reap")
 	}
 }

@@ -1,12 +1,15 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -161,18 +164,71 @@ func (p *Proc) Close() {
 
 // KillGroup sends SIGKILL to the process's whole process group (its own:
 // Start sets Setpgid, so runc or Postgres backends under it go too) and
-// waits until the process is reaped. Nothing running is fine.
+// waits until the process is reaped and the rest of its group has died.
+// Nothing running is fine.
 func (p *Proc) KillGroup() {
 	p.mu.Lock()
 	done := p.done
+	pgid := 0
 	if p.cmd != nil {
 		p.expected = true
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		pgid = p.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	p.mu.Unlock()
 	if done != nil {
 		<-done
 	}
+	if pgid > 0 {
+		awaitGroupDead(pgid, groupDeathTimeout)
+	}
+}
+
+// groupDeathTimeout bounds the wait for a killed group's members to die.
+const groupDeathTimeout = 10 * time.Second
+
+// awaitGroupDead waits up to timeout until no process of group pgid is
+// alive. A SIGKILL is delivered when its target next runs: on a busy machine
+// a member other than the reaped leader can still be running after the
+// leader's exit (found by make test-race-stress: sandboxd's child outlived
+// an abort). A zombie counts as dead; no one may ever reap one whose parent
+// died.
+func awaitGroupDead(pgid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for d := time.Millisecond; groupAlive(pgid) && time.Now().Before(deadline); d = min(2*d, 50*time.Millisecond) {
+		time.Sleep(d)
+	}
+}
+
+// groupAlive reports whether a process of group pgid is alive (neither a
+// zombie nor dead), from /proc.
+func groupAlive(pgid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Proc) doneChan() chan struct{} {
@@ -238,6 +294,7 @@ func (p *Proc) StopGroup(sig syscall.Signal, timeout time.Duration) error {
 	}
 	if pgid > 0 {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL) // what it left in its group; ESRCH when none
+		awaitGroupDead(pgid, groupDeathTimeout)
 	}
 	return err
 }
