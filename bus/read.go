@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/alineo-labs/alineo/adapters"
@@ -101,8 +101,9 @@ type readResult struct {
 //
 // The ordered consumer may sit on a replica that is behind the leader, so its
 // own pending count cannot say when the read is complete; the leader's last
-// sequence can. When nothing arrives for a second the leader is asked again,
-// so messages deleted or expired meanwhile do not hold the read up.
+// sequence can. When nothing arrives for a second or two (stallWatch) the
+// leader is asked again, so messages deleted or expired meanwhile do not hold
+// the read up.
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
 	last, found, err := b.lastSeq(ctx, filter)
@@ -138,10 +139,12 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		res.entries = make([]events.Entry, 0, ci.NumPending)
 	}
 	stalls := 0
-	maxWait := jetstream.NextMaxWait(time.Second)
+	w := watchStalls(ctx, time.Second)
+	defer func() { w.stop() }()
 	for {
-		m, err := msgs.Next(maxWait)
-		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+		m, err := msgs.Next(jetstream.NextContext(w.ctx))
+		if err != nil && w.stalled() {
+			w = watchStalls(ctx, time.Second)
 			now, found, lerr := b.lastSeq(ctx, filter)
 			if lerr != nil {
 				return res, lerr
@@ -162,6 +165,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			continue
 		}
 		stalls = 0
+		w.progress()
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
@@ -184,6 +188,60 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		}
 	}
 }
+
+// stallWatch is the deadline of an ordered read's waits for its next
+// message: its ctx ends once a whole period passes in which the read made no
+// progress. One goroutine per read checks it, where a deadline per message
+// (NextMaxWait) made and stopped a timer for each of them, a good part of a
+// replay's cost.
+type stallWatch struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+	n      atomic.Uint64 // messages received
+	quiet  atomic.Bool   // ctx ended for want of progress
+}
+
+// watchStalls returns a watch on a read under parent, which looks for
+// progress every period: the read stalls when nothing arrived for one to two
+// periods, never less than one.
+func watchStalls(parent context.Context, period time.Duration) *stallWatch {
+	ctx, cancel := context.WithCancel(parent)
+	w := &stallWatch{parent: parent, ctx: ctx, cancel: cancel}
+	go func() {
+		last := w.n.Load()
+		t := time.NewTimer(period) // reset after each look: looks are a period apart at least
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n := w.n.Load(); n != last {
+				last = n
+				t.Reset(period)
+				continue
+			}
+			w.quiet.Store(true)
+			cancel()
+			return
+		}
+	}()
+	return w
+}
+
+// progress records a message received.
+func (w *stallWatch) progress() { w.n.Add(1) }
+
+// stalled reports whether the watch ended the read's wait for want of
+// progress (not because its parent context ended); it stops the watch.
+func (w *stallWatch) stalled() bool {
+	w.cancel()
+	return w.quiet.Load() && w.parent.Err() == nil
+}
+
+func (w *stallWatch) stop() { w.cancel() }
 
 // msgSeq returns m's stream sequence.
 func msgSeq(m jetstream.Msg) (uint64, error) {

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -70,5 +71,45 @@ func TestStreamSeqOfServer(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("read %d messages, want 3", n)
+	}
+}
+
+// TestStallWatch checks the deadline of an ordered read's waits: it ends
+// once progress stops, never less than a period after the last message, and
+// it tells its own end (a stall) from its parent's.
+func TestStallWatch(t *testing.T) {
+	const period = 20 * time.Millisecond
+	w := watchStalls(context.Background(), period)
+	var last time.Time
+	for range 30 { // progress for several periods
+		w.progress()
+		last = time.Now()
+		time.Sleep(period / 4)
+	}
+	select {
+	case <-w.ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end once progress stopped")
+	}
+	if quiet := time.Since(last); quiet < period {
+		t.Errorf("the watch ended %v after the last progress, less than its period %v", quiet, period)
+	}
+	if !w.stalled() {
+		t.Error("stalled() = false after a stall")
+	}
+
+	parent, cancel := context.WithCancel(context.Background())
+	w = watchStalls(parent, time.Hour)
+	cancel()
+	<-w.ctx.Done()
+	if w.stalled() {
+		t.Error("stalled() = true when the parent ended")
+	}
+	w = watchStalls(context.Background(), time.Hour)
+	if w.stalled() {
+		t.Error("stalled() = true on a watch stopped before its period")
+	}
+	if w.ctx.Err() == nil {
+		t.Error("stalled() did not stop the watch")
 	}
 }
