@@ -442,7 +442,10 @@ func parseMetadataFilter(s string) (map[string]string, error) {
 	return out, nil
 }
 
-func sandboxTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+// sandboxTime is t as the lifecycle API gives times: UTC, to the microsecond,
+// the precision of the real server's (Python) datetimes. Milliseconds would
+// misstate when a transition of a few milliseconds ended by up to one.
+func sandboxTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // maxHistory bounds the transitions a record keeps for diagnostics.
 const maxHistory = 64

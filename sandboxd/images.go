@@ -361,7 +361,7 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 	if !s.localImage(name) && sb.rec.Status.State == StatePending {
 		if _, err := s.images.Lookup(name); err != nil {
 			sb.rec.setStatus(StatePending, "provisioning", "pulling image "+name)
-			s.persist(&sb.rec)
+			s.persist(sb)
 		}
 	}
 	sb.mu.Unlock()
@@ -394,7 +394,7 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 	}
 	sb.mu.Lock()
 	sb.rec.Entrypoint, sb.rec.ImageDigest = rec.Entrypoint, rec.ImageDigest
-	s.persist(&sb.rec)
+	s.persist(sb)
 	sb.mu.Unlock()
 	return fs, nil
 }

@@ -93,6 +93,20 @@ type sandbox struct {
 	auth *images.Auth
 	// changed is closed and replaced at every state change (setStatus).
 	changed chan struct{}
+	// disk orders the writes of rec's file (persist, persistUnlocked).
+	disk recordDisk
+}
+
+// recordDisk orders the writes of one sandbox's record file: each version
+// is numbered when it is encoded (under sandbox.mu) and written only if it
+// is newer than the last one written, so a write made outside sandbox.mu
+// never replaces a later one. Once the sandbox is forgotten (its directory
+// removed) nothing more is written.
+type recordDisk struct {
+	mu      sync.Mutex
+	encoded uint64 // versions encoded; also guarded by sandbox.mu
+	written uint64 // version of the file on disk
+	gone    bool
 }
 
 // setStatus records a state change and wakes the waiters. sb.mu must be held.
@@ -514,7 +528,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		}
 		sb.setStatus(StateFailed, reason, err.Error())
 		sb.ended = time.Now()
-		s.persist(&sb.rec)
+		s.persist(sb)
 		s.removeVolumes(sb.rec.Volumes)
 		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
 	}
@@ -571,15 +585,54 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	sb.rec.ImageSource = fs.Source
 	sb.setStatus(StateRunning, "running", "")
 	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
-	s.persist(&sb.rec)
+	s.persist(sb)
 	sb.mu.Unlock()
 	s.bg.Add(1)
 	go s.watch(sb, p)
 }
 
-func (s *Server) persist(r *record) {
-	if err := s.saveRecord(r); err != nil {
-		s.log.Error("sandboxd: persist record", "id", r.ID, "err", err)
+// persist writes sb's record as it is now. sb.mu must be held.
+func (s *Server) persist(sb *sandbox) {
+	v, b, err := s.encodeVersion(sb)
+	s.writeVersion(sb, sb.rec.ID, v, b, err)
+}
+
+// persistUnlocked is persist for a caller that does not hold sb.mu: the
+// record is encoded under sb.mu, as it is then, and written after sb.mu is
+// released, so readers of the sandbox do not wait for the disk.
+func (s *Server) persistUnlocked(sb *sandbox) {
+	sb.mu.Lock()
+	id := sb.rec.ID
+	v, b, err := s.encodeVersion(sb)
+	sb.mu.Unlock()
+	s.writeVersion(sb, id, v, b, err)
+}
+
+// encodeVersion encodes sb's record and numbers the version. sb.mu must be
+// held: versions are numbered in the order of the states they hold.
+func (s *Server) encodeVersion(sb *sandbox) (uint64, []byte, error) {
+	b, err := encodeRecord(&sb.rec)
+	sb.disk.mu.Lock()
+	defer sb.disk.mu.Unlock()
+	sb.disk.encoded++
+	return sb.disk.encoded, b, err
+}
+
+// writeVersion writes version v of the record of sb (sandbox id), b, unless
+// a later version is on disk or sb was forgotten; it logs a failure (err is
+// encoding's).
+func (s *Server) writeVersion(sb *sandbox, id string, v uint64, b []byte, err error) {
+	if err == nil {
+		sb.disk.mu.Lock()
+		if !sb.disk.gone && v > sb.disk.written {
+			if err = s.writeRecord(id, b); err == nil {
+				sb.disk.written = v
+			}
+		}
+		sb.disk.mu.Unlock()
+	}
+	if err != nil {
+		s.log.Error("sandboxd: persist record", "id", id, "err", err)
 	}
 }
 
@@ -602,7 +655,7 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 	sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 	sb.ended = time.Now()
 	sb.proc = nil
-	s.persist(&sb.rec)
+	s.persist(sb)
 	sb.mu.Unlock()
 	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
 	s.kill(p)
@@ -621,7 +674,7 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 	}
 	if st != StateStopping {
 		sb.setStatus(StateStopping, reason, msg)
-		s.persist(&sb.rec)
+		s.persist(sb)
 	}
 	if sb.cancel != nil {
 		sb.cancel()
@@ -644,7 +697,7 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 		sb.setStatus(StateTerminated, reason, msg)
 		sb.rec.ExecdPort, sb.rec.EgressAPIPort = 0, 0
 		sb.ended = time.Now()
-		s.persist(&sb.rec)
+		s.persist(sb)
 	}
 	sb.mu.Unlock()
 	return true
@@ -673,8 +726,14 @@ func (s *Server) awaitStart(ctx context.Context, sb *sandbox) Sandbox {
 
 func (s *Server) forget(id string) {
 	s.mu.Lock()
+	sb := s.sandboxes[id]
 	delete(s.sandboxes, id)
 	s.mu.Unlock()
+	if sb != nil { // a write of its record still to come must not bring the directory back
+		sb.disk.mu.Lock()
+		sb.disk.gone = true
+		sb.disk.mu.Unlock()
+	}
 	ctx, cancel := s.untilStop(time.Minute)
 	s.dropLineage(ctx, id)
 	cancel()
@@ -713,8 +772,10 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 		sb.mu.Unlock()
 		return &StateError{SandboxID: id, Op: op, State: st}
 	}
+	// The record is written with the transition's outcome, off the answer's
+	// path (runTransition): a restart ends every live sandbox whatever state
+	// its file holds (Open), so writing via first would only delay f.
 	sb.setStatus(via, op+"_requested", "")
-	s.persist(&sb.rec)
 	sb.mu.Unlock()
 	s.mu.Lock()
 	if s.closed {
@@ -725,7 +786,11 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 	s.mu.Unlock()
 	go func() {
 		defer s.bg.Done()
-		done <- s.runTransition(sb, op, from, via, to, f)
+		changed, err := s.runTransition(sb, op, from, via, to, f)
+		done <- err
+		if changed {
+			s.persistUnlocked(sb)
+		}
 	}()
 	select {
 	case err := <-done:
@@ -738,33 +803,33 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 // runTransition runs f on sb's process with sb.op held and records the state
 // it led to: to, or from again when f failed. It returns the failure as an
 // *OpError, or a *StateError when the sandbox left via meanwhile (a delete).
-func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *proc) error) error {
+// It does not write the record: changed says whether the caller must, once
+// the answer is on its way (persistUnlocked).
+func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *proc) error) (changed bool, err error) {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()
 	p, id := sb.proc, sb.rec.ID
 	if st := sb.rec.Status.State; st != via || p == nil {
 		sb.mu.Unlock()
-		return &StateError{SandboxID: id, Op: op, State: st}
+		return false, &StateError{SandboxID: id, Op: op, State: st}
 	}
 	sb.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := f(ctx, p)
+	err = f(ctx, p)
 	cancel()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if st := sb.rec.Status.State; st != via {
-		return &StateError{SandboxID: id, Op: op, State: st}
+		return false, &StateError{SandboxID: id, Op: op, State: st}
 	}
 	if err != nil {
 		s.log.Error("sandboxd: "+op, "id", id, "err", err)
 		sb.setStatus(from, op+"_failed", err.Error())
-		s.persist(&sb.rec)
-		return &OpError{SandboxID: id, Op: op, Err: err}
+		return true, &OpError{SandboxID: id, Op: op, Err: err}
 	}
 	sb.setStatus(to, "", "")
-	s.persist(&sb.rec)
-	return nil
+	return true, nil
 }
 
 // renew sets a new expiry, which must be in the future and later than the
@@ -787,7 +852,7 @@ func (s *Server) renew(id string, at time.Time) (time.Time, error) {
 		return time.Time{}, invalid("EXPIRATION_NOT_EXTENDED", "expiresAt", "expiresAt %s is not later than the current %s", at.Format(time.RFC3339), sb.rec.ExpiresAt.Format(time.RFC3339))
 	}
 	sb.rec.ExpiresAt = &at
-	s.persist(&sb.rec)
+	s.persist(sb)
 	return at, nil
 }
 
@@ -823,7 +888,7 @@ func (s *Server) patchMetadata(id string, patch map[string]*string) (Sandbox, er
 		if len(sb.rec.Metadata) == 0 {
 			sb.rec.Metadata = nil
 		}
-		s.persist(&sb.rec)
+		s.persist(sb)
 	}
 	return cloneSandbox(sb.rec.Sandbox), nil
 }

@@ -19,20 +19,34 @@ func (s *Server) sandboxDir(id string) string {
 
 // saveRecord writes r atomically (write to a temp file, then rename).
 func (s *Server) saveRecord(r *record) error {
-	dir := s.sandboxDir(r.ID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("save %s: %w", r.ID, err)
+	b, err := encodeRecord(r)
+	if err != nil {
+		return err
 	}
+	return s.writeRecord(r.ID, b)
+}
+
+// encodeRecord returns r as saveRecord writes it.
+func encodeRecord(r *record) ([]byte, error) {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return fmt.Errorf("save %s: %w", r.ID, err)
+		return nil, fmt.Errorf("save %s: %w", r.ID, err)
+	}
+	return b, nil
+}
+
+// writeRecord writes the encoded record b of sandbox id atomically.
+func (s *Server) writeRecord(id string, b []byte) error {
+	dir := s.sandboxDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("save %s: %w", id, err)
 	}
 	tmp := filepath.Join(dir, recordFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save %s: %w", r.ID, err)
+		return fmt.Errorf("save %s: %w", id, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, recordFile)); err != nil {
-		return fmt.Errorf("save %s: %w", r.ID, err)
+		return fmt.Errorf("save %s: %w", id, err)
 	}
 	return nil
 }

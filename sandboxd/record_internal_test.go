@@ -1,0 +1,79 @@
+package sandboxd
+
+import (
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestRecordWritesKeepOrder checks the ordering of a sandbox's record file:
+// a version written after a later one (a write made outside sandbox.mu,
+// persistUnlocked) is skipped, and nothing is written once the sandbox is
+// forgotten (its directory would come back).
+func TestRecordWritesKeepOrder(t *testing.T) {
+	s := &Server{dataDir: t.TempDir(), log: slog.New(slog.DiscardHandler)}
+	sb := &sandbox{rec: record{Sandbox: Sandbox{ID: "sbx-order"}}}
+	onDisk := func() State {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(s.sandboxDir("sbx-order"), recordFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.State
+	}
+
+	sb.mu.Lock()
+	sb.setStatus(StatePausing, "pause_requested", "")
+	v, b, err := s.encodeVersion(sb) // encoded first, written last
+	sb.setStatus(StatePaused, "", "")
+	s.persist(sb)
+	sb.mu.Unlock()
+	if got := onDisk(); got != StatePaused {
+		t.Fatalf("record on disk is %s, want %s", got, StatePaused)
+	}
+	s.writeVersion(sb, "sbx-order", v, b, err)
+	if got := onDisk(); got != StatePaused {
+		t.Errorf("an older version replaced the newer one: record on disk is %s, want %s", got, StatePaused)
+	}
+
+	sb.mu.Lock()
+	sb.setStatus(StateRunning, "", "")
+	sb.mu.Unlock()
+	s.persistUnlocked(sb)
+	if got := onDisk(); got != StateRunning {
+		t.Errorf("after persistUnlocked the record on disk is %s, want %s", got, StateRunning)
+	}
+
+	sb.disk.mu.Lock()
+	sb.disk.gone = true // as forget marks it
+	sb.disk.mu.Unlock()
+	if err := os.RemoveAll(s.sandboxDir("sbx-order")); err != nil {
+		t.Fatal(err)
+	}
+	s.persistUnlocked(sb)
+	if _, err := os.Stat(s.sandboxDir("sbx-order")); !os.IsNotExist(err) {
+		t.Errorf("a write after forget brought the sandbox's directory back (stat: %v)", err)
+	}
+}
+
+// TestSandboxTimeMicroseconds: lifecycle times keep microseconds, as the real
+// server's do; a transition of a few milliseconds is not misdated by one.
+func TestSandboxTimeMicroseconds(t *testing.T) {
+	in := time.Date(2026, 12, 2, 16, 0, 25, 123456789, time.FixedZone("X", 3600))
+	got := sandboxTime(in)
+	want := time.Date(2026, 12, 2, 15, 0, 25, 123456000, time.UTC)
+	if !got.Equal(want) || got.Location() != time.UTC {
+		t.Errorf("sandboxTime(%v) = %v, want %v", in, got, want)
+	}
+	b, _ := json.Marshal(got)
+	if string(b) != `"2026-12-02T15:00:25.123456Z"` {
+		t.Errorf("JSON %s, want \"2026-12-02T15:00:25.123456Z\"", b)
+	}
+}
