@@ -195,19 +195,20 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 // (NextMaxWait) made and stopped a timer for each of them, a good part of a
 // replay's cost.
 type stallWatch struct {
-	parent context.Context
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	n      atomic.Uint64 // messages received
-	quiet  atomic.Bool   // ctx ended for want of progress
 }
+
+// errStalled is the cause of a stallWatch's ctx ended for want of progress.
+var errStalled = errors.New("no message for a whole period")
 
 // watchStalls returns a watch on a read under parent, which looks for
 // progress every period: the read stalls when nothing arrived for one to two
 // periods, never less than one.
 func watchStalls(parent context.Context, period time.Duration) *stallWatch {
-	ctx, cancel := context.WithCancel(parent)
-	w := &stallWatch{parent: parent, ctx: ctx, cancel: cancel}
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &stallWatch{ctx: ctx, cancel: cancel}
 	go func() {
 		last := w.n.Load()
 		t := time.NewTimer(period) // reset after each look: looks are a period apart at least
@@ -223,8 +224,7 @@ func watchStalls(parent context.Context, period time.Duration) *stallWatch {
 				t.Reset(period)
 				continue
 			}
-			w.quiet.Store(true)
-			cancel()
+			cancel(errStalled)
 			return
 		}
 	}()
@@ -237,11 +237,11 @@ func (w *stallWatch) progress() { w.n.Add(1) }
 // stalled reports whether the watch ended the read's wait for want of
 // progress (not because its parent context ended); it stops the watch.
 func (w *stallWatch) stalled() bool {
-	w.cancel()
-	return w.quiet.Load() && w.parent.Err() == nil
+	w.stop()
+	return errors.Is(context.Cause(w.ctx), errStalled)
 }
 
-func (w *stallWatch) stop() { w.cancel() }
+func (w *stallWatch) stop() { w.cancel(nil) }
 
 // msgSeq returns m's stream sequence.
 func msgSeq(m jetstream.Msg) (uint64, error) {

@@ -31,14 +31,14 @@ func TestRecordWritesKeepOrder(t *testing.T) {
 
 	sb.mu.Lock()
 	sb.setStatus(StatePausing, "pause_requested", "")
-	v, b, err := s.encodeVersion(sb) // encoded first, written last
+	v := encodeVersion(sb) // encoded first, written last
 	sb.setStatus(StatePaused, "", "")
 	s.persist(sb)
 	sb.mu.Unlock()
 	if got := onDisk(); got != StatePaused {
 		t.Fatalf("record on disk is %s, want %s", got, StatePaused)
 	}
-	s.writeVersion(sb, "sbx-order", v, b, err)
+	s.writeVersion(sb, v)
 	if got := onDisk(); got != StatePaused {
 		t.Errorf("an older version replaced the newer one: record on disk is %s, want %s", got, StatePaused)
 	}

@@ -103,10 +103,19 @@ type sandbox struct {
 // never replaces a later one. Once the sandbox is forgotten (its directory
 // removed) nothing more is written.
 type recordDisk struct {
-	mu      sync.Mutex
-	encoded uint64 // versions encoded; also guarded by sandbox.mu
-	written uint64 // version of the file on disk
+	encoded uint64 // versions encoded; guarded by sandbox.mu
+
+	mu      sync.Mutex // guards written and gone
+	written uint64     // version of the file on disk
 	gone    bool
+}
+
+// recordVersion is one encoded version of a sandbox's record.
+type recordVersion struct {
+	id  string
+	n   uint64
+	b   []byte
+	err error // encoding's
 }
 
 // setStatus records a state change and wakes the waiters. sb.mu must be held.
@@ -592,47 +601,41 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 }
 
 // persist writes sb's record as it is now. sb.mu must be held.
-func (s *Server) persist(sb *sandbox) {
-	v, b, err := s.encodeVersion(sb)
-	s.writeVersion(sb, sb.rec.ID, v, b, err)
-}
+func (s *Server) persist(sb *sandbox) { s.writeVersion(sb, encodeVersion(sb)) }
 
 // persistUnlocked is persist for a caller that does not hold sb.mu: the
 // record is encoded under sb.mu, as it is then, and written after sb.mu is
 // released, so readers of the sandbox do not wait for the disk.
 func (s *Server) persistUnlocked(sb *sandbox) {
 	sb.mu.Lock()
-	id := sb.rec.ID
-	v, b, err := s.encodeVersion(sb)
+	v := encodeVersion(sb)
 	sb.mu.Unlock()
-	s.writeVersion(sb, id, v, b, err)
+	s.writeVersion(sb, v)
 }
 
 // encodeVersion encodes sb's record and numbers the version. sb.mu must be
 // held: versions are numbered in the order of the states they hold.
-func (s *Server) encodeVersion(sb *sandbox) (uint64, []byte, error) {
+func encodeVersion(sb *sandbox) recordVersion {
 	b, err := encodeRecord(&sb.rec)
-	sb.disk.mu.Lock()
-	defer sb.disk.mu.Unlock()
 	sb.disk.encoded++
-	return sb.disk.encoded, b, err
+	return recordVersion{id: sb.rec.ID, n: sb.disk.encoded, b: b, err: err}
 }
 
-// writeVersion writes version v of the record of sb (sandbox id), b, unless
-// a later version is on disk or sb was forgotten; it logs a failure (err is
-// encoding's).
-func (s *Server) writeVersion(sb *sandbox, id string, v uint64, b []byte, err error) {
+// writeVersion writes version v of sb's record unless a later version is on
+// disk or sb was forgotten; it logs a failure.
+func (s *Server) writeVersion(sb *sandbox, v recordVersion) {
+	err := v.err
 	if err == nil {
 		sb.disk.mu.Lock()
-		if !sb.disk.gone && v > sb.disk.written {
-			if err = s.writeRecord(id, b); err == nil {
-				sb.disk.written = v
+		if !sb.disk.gone && v.n > sb.disk.written {
+			if err = s.writeRecord(v.id, v.b); err == nil {
+				sb.disk.written = v.n
 			}
 		}
 		sb.disk.mu.Unlock()
 	}
 	if err != nil {
-		s.log.Error("sandboxd: persist record", "id", id, "err", err)
+		s.log.Error("sandboxd: persist record", "id", v.id, "err", err)
 	}
 }
 
