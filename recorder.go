@@ -92,18 +92,13 @@ func newRecorder(e *Exec, lines bool) *recorder {
 	}
 }
 
-// run drives the exec: exec.started was queued when it was called (started is
-// the result of its write). ctx is cancelled by Close and Pause.
-func (e *Exec) run(ctx context.Context, started <-chan error, open openFunc, lines bool) {
-	newRecorder(e, lines).run(ctx, started, open)
+// run drives the exec on ex: exec.started was queued when it was called
+// (started is the result of its write). ctx is cancelled by Close and Pause.
+func (e *Exec) run(ctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc, lines bool) {
+	newRecorder(e, lines).run(ctx, ex, started, open)
 }
 
-func (r *recorder) run(ctx context.Context, started <-chan error, open openFunc) {
-	ex, err := r.e.sb.execd()
-	if err != nil {
-		r.e.fail(err)
-		return
-	}
+func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) {
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.cancel = cancel
@@ -134,6 +129,9 @@ func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-c
 		var apiErr *opensandbox.APIError
 		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {
 			return &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("exec %d", e.step), Err: err}
+		}
+		if cause := context.Cause(pctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", cause, err) // Close or Pause stopped the request
 		}
 		return &ExecConnectionError{SandboxID: e.sb.id, Step: e.step, Err: err}
 	}
@@ -474,9 +472,7 @@ func (r *recorder) end(pctx context.Context) {
 	}
 	if r.last == nil {
 		e.out.finish(err)
-		return
-	}
-	if e.out.publishLast(pctx, *r.last, err) != nil {
+	} else if e.out.publishLast(pctx, *r.last, err) != nil {
 		e.fail(&ExecConnectionError{SandboxID: e.sb.id, Step: e.step, Err: context.Cause(pctx)})
 	}
 }

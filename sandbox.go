@@ -66,6 +66,11 @@ func (s *Sandbox) RunID() string { return s.runID }
 func (s *Sandbox) execd() (*opensandbox.Execd, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.execdLocked()
+}
+
+// execdLocked is execd with s.mu held.
+func (s *Sandbox) execdLocked() (*opensandbox.Execd, error) {
 	switch {
 	case s.closed:
 		return nil, ErrClosed
@@ -186,6 +191,14 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 		return e
 	}
 	e.endSpanOnFinish(span)
+	// Resolved here, under s.mu, before anything is recorded, rather than by
+	// the exec's goroutine, which would wait for this call to release s.mu
+	// before sending its request.
+	ex, err := s.execdLocked()
+	if err != nil {
+		e.fail(err)
+		return e
+	}
 	payload := call.started
 	payload.Seq = e.step
 	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
@@ -204,7 +217,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 			cancel(nil)
 			s.running.Done()
 		}()
-		e.run(ectx, started, call.open, call.lines)
+		e.run(ectx, ex, started, call.open, call.lines)
 	}()
 	return e
 }
