@@ -82,7 +82,9 @@ func TestSharedIndexesPlans(t *testing.T) {
 		index   string
 	}{
 		{"pending", pendingExists, nil, "alineo_events_unsummarised"},
-		{"read all", `SELECT ` + entryCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? ORDER BY ts, id`, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
+		{"read all", forwardQuery, []any{"n", "id", 9}, "alineo_events_name_sandbox_ts"},
+		{"read all backward", backwardQuery, []any{"n", "id", 9}, "alineo_events_name_sandbox_ts"},
+		{"session span", spanQuery, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
 		{"checkpoints", `SELECT ` + entryCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND event IN ` + checkpointNames + ` ORDER BY ts, id`, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
 	}
 	for _, tt := range tests {

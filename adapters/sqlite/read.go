@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 
@@ -81,8 +80,7 @@ var checkpointNames = summary.InList(events.CheckpointCreated)
 
 // ReadAll implements adapters.Ledger.
 func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
-	return s.readSession(ctx, "read all", `name = ? AND sandbox_id = ? ORDER BY ts, id`, `name = ? AND sandbox_id = ?`,
-		[]driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: sandboxID}})
+	return s.readSession(ctx, "read all", name, sandboxID)
 }
 
 // LastCheckpoint implements adapters.Ledger.

@@ -2,10 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"sync/atomic"
 
 	"github.com/alineo-labs/alineo/events"
 )
@@ -104,12 +107,31 @@ func text(v driver.Value) (string, error) {
 	return "", fmt.Errorf("value of type %T: want text", v)
 }
 
-// readSession reads the entries of one session in (ts, id) order, on one
-// reader connection and straight from the driver's rows: database/sql's
-// per-column conversions and copies are skipped. count, when set, is the
-// condition of where without its order: the rows are counted first (on the
-// index alone) so that the entries are allocated once.
-func (s *Store) readSession(ctx context.Context, op, where, count string, args []driver.NamedValue) ([]events.Entry, error) {
+// splitAt is the session size from which readSession reads with two
+// connections at once, one from the session's start and one from its end,
+// meeting in its middle.
+const splitAt = 8 << 10
+
+// The queries of readSession: the session's size and last row id, then its
+// rows up to that id, forward and backward, on the composite index.
+const (
+	spanQuery     = `SELECT count(*), COALESCE(max(id), 0) FROM alineo_events WHERE name = ? AND sandbox_id = ?`
+	forwardQuery  = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts, id`
+	backwardQuery = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts DESC, id DESC`
+)
+
+// readSession reads the entries of one session in (ts, id) order, on the
+// driver's connection directly: one row buffer for the whole read, payloads
+// copied once into shared slabs, no per-row Scan.
+//
+// It first takes the session's size n and last id: the rows read are those
+// of that moment (a row appended later has a greater id). A session of
+// splitAt rows or more is read by two connections, when the pool has them:
+// this one from the start and a second from the end, each claiming rows in
+// chunks until the n are claimed. Rows are appended, and a session's rows are
+// deleted together, so two readers that took their n rows between them took
+// each row once; if one found the session gone, it is read again, alone.
+func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.Entry, error) {
 	_, r, err := s.dbs(ctx)
 	if err != nil {
 		return nil, s.translate(op, err)
@@ -119,45 +141,26 @@ func (s *Store) readSession(ctx context.Context, op, where, count string, args [
 		return nil, s.translate(op, err)
 	}
 	defer conn.Close()
-	name, _ := args[0].Value.(string)
-	id, _ := args[1].Value.(string)
-	rd := &sessionReader{name: name, sandboxID: id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
 	var out []events.Entry
 	err = conn.Raw(func(dc any) error {
 		q, ok := dc.(driver.QueryerContext)
 		if !ok {
 			return errors.New("the driver's connection runs no queries")
 		}
-		if count != "" {
-			n, err := countRows(ctx, q, `SELECT count(*) FROM alineo_events WHERE `+count, args)
-			if err != nil {
-				return err
-			}
-			out = make([]events.Entry, 0, n)
-		}
-		rows, err := q.QueryContext(ctx, `SELECT `+sessionCols+` FROM alineo_events WHERE `+where, args)
+		n, last, err := span(ctx, q, name, id)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for i := 1; ; i++ {
-			if i%1024 == 0 {
-				if err := ctx.Err(); err != nil { // the driver's rows do not watch ctx
-					return err
-				}
-			}
-			if err := rows.Next(rd.row); err != nil {
-				if err == io.EOF {
-					return nil
-				}
+		if n >= splitAt && s.path != Memory && s.cfg.MaxReaders > 1 {
+			if out, err = s.readMeeting(ctx, r, q, name, id, n, last); err != nil || len(out) == n {
 				return err
 			}
-			e, err := rd.entry()
-			if err != nil {
+			if n, last, err = span(ctx, q, name, id); err != nil {
 				return err
 			}
-			out = append(out, e)
 		}
+		out, err = readRows(ctx, q, forwardQuery, name, id, last, make([]events.Entry, 0, n), nil)
+		return err
 	})
 	if err != nil {
 		return nil, s.translate(op, err)
@@ -168,20 +171,130 @@ func (s *Store) readSession(ctx context.Context, op, where, count string, args [
 	return out, nil
 }
 
-// countRows runs a SELECT count(*).
-func countRows(ctx context.Context, q driver.QueryerContext, query string, args []driver.NamedValue) (int, error) {
-	rows, err := q.QueryContext(ctx, query, args)
+// readMeeting reads the session's n rows (ids up to last) forward on q while
+// a second connection reads them backward. It returns fewer than n entries
+// when the session was deleted from under one of them.
+func (s *Store) readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, name, id string, n int, last int64) ([]events.Entry, error) {
+	c := &claims{n: int64(n)}
+	// The second reader may wait for a connection; once the first has
+	// claimed every row it stops waiting.
+	wait, stop := context.WithCancel(ctx)
+	defer stop()
+	var back []events.Entry
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		back = s.readBack(ctx, wait, r, name, id, last, c)
+	}()
+	out, err := readRows(ctx, q, forwardQuery, name, id, last, make([]events.Entry, 0, n), c)
+	stop()
+	<-done
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	if len(out)+len(back) < n {
+		return out[:0], nil
+	}
+	for i := len(back) - 1; i >= 0; i-- {
+		out = append(out, back[i])
+	}
+	return out, nil
+}
+
+// readBack reads the session backward on a connection of r taken before wait
+// ends, claiming rows from c; it returns what it read. Its errors are not
+// returned: rows it claimed and did not read make the read fall back.
+func (s *Store) readBack(ctx, wait context.Context, r *sql.DB, name, id string, last int64, c *claims) []events.Entry {
+	conn, err := r.Conn(wait)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	var out []events.Entry
+	_ = conn.Raw(func(dc any) error {
+		q, ok := dc.(driver.QueryerContext)
+		if !ok {
+			return nil
+		}
+		out, _ = readRows(ctx, q, backwardQuery, name, id, last, make([]events.Entry, 0, c.n/2), c)
+		return nil
+	})
+	return out
+}
+
+// claims hands a session's n rows out, in chunks, to the readers that share
+// it.
+type claims struct {
+	n     int64
+	taken atomic.Int64
+}
+
+const claimChunk = 512
+
+// take claims the next chunk: the number of rows the caller may read, 0 when
+// all n are claimed.
+func (c *claims) take() int {
+	hi := c.taken.Add(claimChunk)
+	return int(max(0, min(hi, c.n)-(hi-claimChunk)))
+}
+
+// span returns the session's row count and greatest row id.
+func span(ctx context.Context, q driver.QueryerContext, name, id string) (n int, last int64, err error) {
+	rows, err := q.QueryContext(ctx, spanQuery, []driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}})
+	if err != nil {
+		return 0, 0, err
 	}
 	defer rows.Close()
-	v := make([]driver.Value, 1)
+	v := make([]driver.Value, 2)
 	if err := rows.Next(v); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n, ok := v[0].(int64)
-	if !ok {
-		return 0, fmt.Errorf("count of type %T", v[0])
+	count, ok1 := v[0].(int64)
+	last, ok2 := v[1].(int64)
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("span of %T, %T: want integers", v[0], v[1])
 	}
-	return int(n), nil
+	return int(count), last, nil
+}
+
+// readRows runs query (forwardQuery or backwardQuery) and appends its rows
+// to out, claiming them from c in chunks (nil: all of them), until the rows
+// or the claims end.
+func readRows(ctx context.Context, q driver.QueryerContext, query, name, id string, last int64, out []events.Entry, c *claims) ([]events.Entry, error) {
+	grant := math.MaxInt
+	if c != nil {
+		if grant = c.take(); grant == 0 {
+			return out, nil
+		}
+	}
+	rows, err := q.QueryContext(ctx, query, []driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}, {Ordinal: 3, Value: last}})
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	rd := &sessionReader{name: name, sandboxID: id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
+	for i := 1; ; i++ {
+		if grant == 0 {
+			if grant = c.take(); grant == 0 {
+				return out, nil
+			}
+		}
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil { // the driver's rows do not watch ctx
+				return out, err
+			}
+		}
+		if err := rows.Next(rd.row); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			return out, err
+		}
+		e, err := rd.entry()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, e)
+		grant--
+	}
 }
