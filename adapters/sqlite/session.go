@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"github.com/alineo-labs/alineo/events"
@@ -148,14 +149,14 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 			return errors.New("the driver's connection runs no queries")
 		}
 		n, last, err := span(ctx, q, name, id)
-		if err != nil {
+		if err != nil || n == 0 {
 			return err
 		}
 		if n >= splitAt && s.path != Memory && s.cfg.MaxReaders > 1 {
-			if out, err = s.readMeeting(ctx, r, q, name, id, n, last); err != nil || len(out) == n {
+			if out, err = readMeeting(ctx, r, q, name, id, n, last); err != nil || len(out) == n {
 				return err
 			}
-			if n, last, err = span(ctx, q, name, id); err != nil {
+			if n, last, err = span(ctx, q, name, id); err != nil || n == 0 {
 				return err
 			}
 		}
@@ -174,7 +175,7 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 // readMeeting reads the session's n rows (ids up to last) forward on q while
 // a second connection reads them backward. It returns fewer than n entries
 // when the session was deleted from under one of them.
-func (s *Store) readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, name, id string, n int, last int64) ([]events.Entry, error) {
+func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, name, id string, n int, last int64) ([]events.Entry, error) {
 	c := &claims{n: int64(n)}
 	// The second reader may wait for a connection; once the first has
 	// claimed every row it stops waiting.
@@ -184,7 +185,7 @@ func (s *Store) readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerCont
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		back = s.readBack(ctx, wait, r, name, id, last, c)
+		back = readBack(ctx, wait, r, name, id, last, c)
 	}()
 	out, err := readRows(ctx, q, forwardQuery, name, id, last, make([]events.Entry, 0, n), c)
 	stop()
@@ -195,16 +196,14 @@ func (s *Store) readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerCont
 	if len(out)+len(back) < n {
 		return out[:0], nil
 	}
-	for i := len(back) - 1; i >= 0; i-- {
-		out = append(out, back[i])
-	}
-	return out, nil
+	slices.Reverse(back)
+	return append(out, back...), nil
 }
 
 // readBack reads the session backward on a connection of r taken before wait
 // ends, claiming rows from c; it returns what it read. Its errors are not
 // returned: rows it claimed and did not read make the read fall back.
-func (s *Store) readBack(ctx, wait context.Context, r *sql.DB, name, id string, last int64, c *claims) []events.Entry {
+func readBack(ctx, wait context.Context, r *sql.DB, name, id string, last int64, c *claims) []events.Entry {
 	conn, err := r.Conn(wait)
 	if err != nil {
 		return nil

@@ -122,7 +122,7 @@ func TestReadAllMeetsInTheMiddle(t *testing.T) {
 		_, r, _ := s.dbs(t.Context())
 		c := &claims{n: int64(len(want))}
 		c.taken.Store(int64(len(want) - 700)) // the first reader has claimed all but 700
-		back = s.readBack(t.Context(), t.Context(), r, "n", "S", last, c)
+		back = readBack(t.Context(), t.Context(), r, "n", "S", last, c)
 		return nil
 	})
 	if err != nil {
@@ -182,7 +182,7 @@ func TestReadMeetingSessionGone(t *testing.T) {
 		if err := s.DeleteSandbox(t.Context(), "n", "S"); err != nil {
 			return err
 		}
-		out, err := s.readMeeting(t.Context(), r, q, "n", "S", n, last)
+		out, err := readMeeting(t.Context(), r, q, "n", "S", n, last)
 		if err != nil {
 			return err
 		}
