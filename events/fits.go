@@ -18,14 +18,14 @@ type fieldKind uint8
 const (
 	kindString fieldKind = iota + 1
 	kindInt
+	kindBase64 // []byte: a string of standard, padded base64
 )
 
 // payloadFields lists, for the events with the most common payloads, the
 // fields of the payload type that payloadFits checks. Names are the exact
-// JSON names; a field missing here (a map, base64 bytes) sends the payload to
-// encoding/json.
+// JSON names; a field missing here (a map) sends the payload to encoding/json.
 var payloadFields = map[Event]map[string]fieldKind{
-	ExecOutput:    {"seq": kindInt, "type": kindString, "text": kindString},
+	ExecOutput:    {"seq": kindInt, "type": kindString, "text": kindString, "data": kindBase64},
 	ExecStarted:   {"seq": kindInt, "kind": kindString, "cmd": kindString, "code": kindString, "fingerprint": kindString},
 	ExecCompleted: {"seq": kindInt, "exitCode": kindInt},
 	SandboxCreated: {"sandboxId": kindString, "runId": kindString, "resumedFrom": kindString, "snapshotId": kindString,
@@ -70,6 +70,10 @@ func payloadFits(ev Event, payload []byte) bool {
 			}
 		case kindString:
 			if !s.validString() {
+				return false
+			}
+		case kindBase64:
+			if !s.base64String() {
 				return false
 			}
 		default:
@@ -170,6 +174,34 @@ func (s *scanner) validString() bool {
 		}
 	}
 	return false
+}
+
+// base64String moves past a JSON string that encoding/json surely decodes
+// into a []byte: standard base64 in quanta of four, '=' padding only in the
+// last. A string with an escape or a line break (which base64 skips) is
+// reported false, not known.
+func (s *scanner) base64String() bool {
+	if !s.eat('"') {
+		return false
+	}
+	start := s.i
+	for s.i < len(s.b) && base64Char(s.b[s.i]) {
+		s.i++
+	}
+	n := s.i - start
+	switch {
+	case s.i+2 < len(s.b) && s.b[s.i] == '=' && s.b[s.i+1] == '=' && n%4 == 2:
+		s.i += 2
+	case s.i+1 < len(s.b) && s.b[s.i] == '=' && n%4 == 3:
+		s.i++
+	case n%4 != 0:
+		return false
+	}
+	return s.eat('"')
+}
+
+func base64Char(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/'
 }
 
 // Bytes repeated across a word, for plain.

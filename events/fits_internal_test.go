@@ -21,7 +21,20 @@ func TestPayloadFits(t *testing.T) {
 		{ExecOutput, `{"seq":99999999999999999999}`, false},
 		{ExecOutput, `{"text":1}`, false},
 		{ExecOutput, `{"text":null}`, false},
-		{ExecOutput, `{"data":"aGk="}`, false}, // base64: left to encoding/json
+		{ExecOutput, `{"data":"aGk="}`, true},
+		{ExecOutput, `{"seq":1,"text":"\ufffd","data":"AA=="}`, true},
+		{ExecOutput, `{"data":""}`, true},
+		{ExecOutput, `{"data":"aGlh"}`, true},
+		{ExecOutput, `{"data":"aGk"}`, false},      // unpadded
+		{ExecOutput, `{"data":"a==="}`, false},     // too much padding
+		{ExecOutput, `{"data":"aGk=aGk="}`, false}, // padding inside
+		{ExecOutput, `{"data":"aG=="}`, true},
+		{ExecOutput, `{"data":"aGk=`, false},
+		{ExecOutput, `{"data":"aGk="`, false},
+		{ExecOutput, `{"data":"a\/k="}`, false}, // an escape: left to encoding/json
+		{ExecOutput, `{"data":"-_k="}`, false},  // URL alphabet
+		{ExecOutput, `{"data":null}`, false},
+		{ExecOutput, `{"data":1}`, false},
 		{ExecOutput, `{"seq":01}`, false},
 		{ExecOutput, `{"seq":-}`, false},
 		{ExecOutput, `{"seq":123456789012345678}`, true},
@@ -53,7 +66,8 @@ func TestPayloadFits(t *testing.T) {
 // and encoding/json decodes it into the event's payload type without error.
 func FuzzPayloadFits(f *testing.F) {
 	for _, s := range []string{`{"seq":1,"type":"stdout","text":"hi"}`, `{"seq":1,"exitCode":0}`,
-		`{"sandboxId":"s","runId":"r"}`, `{"seq":-0,"text":"\ud800"}`, `{"seq":1,"seq":"x"}`} {
+		`{"sandboxId":"s","runId":"r"}`, `{"seq":-0,"text":"\ud800"}`, `{"seq":1,"seq":"x"}`,
+		`{"seq":1,"data":"aGk="}`, `{"data":"aG=="}`, `{"data":"a\nGk="}`} {
 		for _, ev := range []Event{ExecOutput, ExecCompleted, ExecStarted,
 			SandboxCreated, CheckpointCreated} {
 			f.Add(string(ev), []byte(s))
