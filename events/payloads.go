@@ -89,9 +89,47 @@ func NewOutput(seq int, s Stream, b []byte) ExecOutputPayload {
 		p.Text = string(b)
 		return p
 	}
-	p.Text = strings.ReplaceAll(strings.ToValidUTF8(string(b), "\uFFFD"), "\x00", "\uFFFD")
+	p.Text = render(b)
 	p.Data = append([]byte(nil), b...)
 	return p
+}
+
+// render returns b as valid UTF-8 without NUL, in one pass: each run of
+// invalid bytes and each NUL becomes U+FFFD (strings.ToValidUTF8, then NUL
+// replaced). Runs of valid bytes are copied whole.
+func render(b []byte) string {
+	const repl = "\uFFFD"
+	var sb strings.Builder
+	sb.Grow(len(b) + 2*len(repl))
+	invalid := false // the last thing written was an invalid run's U+FFFD
+	run := 0         // start of the valid bytes not yet written
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c != 0 && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if c != 0 && (r != utf8.RuneError || n > 1) {
+			i += n // a valid multi-byte rune
+			continue
+		}
+		if run < i {
+			sb.Write(b[run:i])
+			invalid = false
+		}
+		if c == 0 || !invalid {
+			sb.WriteString(repl)
+		}
+		invalid = c != 0
+		i += n
+		run = i
+	}
+	if run == 0 {
+		return string(b) // nothing to replace (not reached from NewOutput)
+	}
+	sb.Write(b[run:])
+	return sb.String()
 }
 
 // Bytes returns the chunk's exact bytes.
