@@ -566,6 +566,7 @@ func (e *Execd) WatchMetrics(ctx context.Context) iter.Seq2[Metrics, error] {
 		}
 		defer resp.Body.Close()
 		fr := newFrameReader(resp.Body)
+		defer fr.free()
 		for n := 0; ; n++ {
 			f, err := fr.next()
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // maxFrame bounds one line and one assembled event (16 MiB; the official SDK stops
@@ -57,8 +58,26 @@ type frameReader struct {
 // the bound keeps the re-validation per line from going quadratic).
 const maxRawLines = 256
 
+// readers are the frame readers' 64 KiB buffers, reused from one stream to
+// the next: a command's stream is short and its buffer would otherwise be most
+// of what a round trip allocates.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{br: bufio.NewReaderSize(r, 64<<10), max: maxFrame}
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &frameReader{br: br, max: maxFrame}
+}
+
+// free returns the reader's buffer for reuse; the reader must not be used
+// after. Every frame it returned stays valid: frames never alias the buffer.
+func (r *frameReader) free() {
+	if r.br == nil {
+		return
+	}
+	r.br.Reset(nil)
+	readers.Put(r.br)
+	r.br = nil
 }
 
 // readLine returns the next line without its line end. At EOF a last unterminated

@@ -223,6 +223,7 @@ func (s *Stream) observe(ev Event) {
 		s.terminal = true
 	}
 	if s.terminal {
+		s.fr.free() // Next reads no further
 		s.release(true)
 	}
 }
@@ -243,6 +244,7 @@ func (s *Stream) fail(err error) {
 		se.Err = fmt.Errorf("%w: %w", ErrStreamTruncated, err)
 	}
 	s.err = se
+	s.fr.free() // Next reads no further
 	s.release(false)
 }
 

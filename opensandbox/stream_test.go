@@ -513,3 +513,52 @@ func TestStreamCloseStopsBufferedEvents(t *testing.T) {
 		t.Errorf("Err = %v, want context.Canceled", err)
 	}
 }
+
+// TestStreamEventsOutliveTheStream: a finished stream's reading buffer is
+// reused by the next ones; the events read from it, kept, stay as they were
+// (in every framing: bare objects, SSE data lines, an object over lines).
+func TestStreamEventsOutliveTheStream(t *testing.T) {
+	bodies := []string{
+		strings.Join(observedSuccess, "\n\n") + "\n\n",
+		"event: stdout\ndata: {\"text\":\"sse one\"}\n\n" +
+			"data: {\"type\":\"execution_complete\"}\n\n",
+		"{\"type\":\"stdout\",\n\"text\":\"over lines\"}\n\n" + `{"type":"execution_complete"}` + "\n\n",
+	}
+	call := 0
+	ex, _ := newExecd(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		startStream(w)
+		_, _ = io.WriteString(w, bodies[call%len(bodies)])
+		call++
+	})
+	type kept struct{ kind, text, raw string }
+	var first [][]opensandbox.Event
+	var want [][]kept
+	for range 2 * len(bodies) {
+		s, err := ex.RunCommand(context.Background(), opensandbox.CommandRequest{Command: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []opensandbox.Event
+		var ks []kept
+		for s.Next() {
+			ev := s.Event()
+			evs = append(evs, ev)
+			ks = append(ks, kept{string(ev.Kind), strings.Clone(ev.Text), string(ev.Raw)})
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		first, want = append(first, evs), append(want, ks)
+	}
+	for i, evs := range first {
+		for j, ev := range evs {
+			if got := (kept{string(ev.Kind), ev.Text, string(ev.Raw)}); got != want[i][j] {
+				t.Errorf("stream %d event %d = %+v after later streams, was %+v", i, j, got, want[i][j])
+			}
+		}
+	}
+	if want[1][0].text != "sse one" || want[2][0].text != "over lines" {
+		t.Errorf("texts = %q, %q", want[1][0].text, want[2][0].text)
+	}
+}
