@@ -85,6 +85,8 @@ func TestSharedIndexesPlans(t *testing.T) {
 		{"read all", forwardQuery, []any{"n", "id", 9}, "alineo_events_name_sandbox_ts"},
 		{"read all backward", backwardQuery, []any{"n", "id", 9}, "alineo_events_name_sandbox_ts"},
 		{"session span", spanQuery, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
+		{"session span exact", exactQuery, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
+		{"read all by id", idForward, []any{1, 9, "n", "id"}, "INTEGER PRIMARY KEY"},
 		{"checkpoints", `SELECT ` + entryCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND event IN ` + checkpointNames + ` ORDER BY ts, id`, []any{"n", "id"}, "alineo_events_name_sandbox_ts"},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -109,29 +110,83 @@ func text(v driver.Value) (string, error) {
 }
 
 // splitAt is the session size from which readSession reads with two
-// connections at once, one from the session's start and one from its end,
-// meeting in its middle.
+// connections at once (readMeeting).
 const splitAt = 8 << 10
 
-// The queries of readSession: the session's size and last row id, then its
-// rows up to that id, forward and backward, on the composite index.
+// The queries of readSession. spanQuery takes the session's size and the
+// ids of its first and last rows in (ts, id) order (two index probes), in one
+// snapshot; exactQuery its size and greatest id, in one snapshot. The rows are
+// read either on the composite index in (ts, id) order, up to the greatest
+// id, or, when the session fills most of the id range between its ends, off
+// the table itself in id order (no index lookup per row) and sorted after.
 const (
-	spanQuery     = `SELECT count(*), COALESCE(max(id), 0) FROM alineo_events WHERE name = ? AND sandbox_id = ?`
+	spanQuery = `SELECT count(*),
+		(SELECT id FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2 ORDER BY ts, id LIMIT 1),
+		(SELECT id FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2 ORDER BY ts DESC, id DESC LIMIT 1)
+		FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2`
+	exactQuery    = `SELECT count(*), COALESCE(max(id), 0) FROM alineo_events WHERE name = ? AND sandbox_id = ?`
 	forwardQuery  = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts, id`
 	backwardQuery = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts DESC, id DESC`
+	idForward     = `SELECT ` + sessionCols + ` FROM alineo_events WHERE id BETWEEN ? AND ? AND +name = ? AND +sandbox_id = ? ORDER BY id`
 )
+
+// sessionSpan is a session at one moment: its size n and either the ids of
+// its first and last rows in (ts, id) order (read by id) or its greatest id
+// (read on the index). Its rows are those of that moment: a row appended later
+// has a greater id than any of them.
+type sessionSpan struct {
+	name, id    string
+	n           int
+	first, last int64
+	onIndex     bool // read on the index, rows up to last
+}
+
+// byID reports whether the session is read by id, between its ends' ids.
+func (sp sessionSpan) byID() bool { return !sp.onIndex }
+
+// dense reports whether the session holds at least half of the rows between
+// its ends' ids, so a scan of that range, skipping the others, reads fewer
+// pages than index lookups would. The rows are usually all in it (ids and
+// timestamps grow together); a read that finds fewer is done again on the
+// index.
+func (sp sessionSpan) dense() bool {
+	width := sp.last - sp.first + 1
+	return width >= int64(sp.n) && width <= 2*int64(sp.n)
+}
+
+// query returns the query reading the session forward, or backward, and its
+// arguments. Only a span read on the index is read backward (readBack): one
+// read by id is read in halves, both forward.
+func (sp sessionSpan) query(backward bool) (string, []driver.NamedValue) {
+	if sp.byID() && !backward {
+		return idForward, []driver.NamedValue{{Ordinal: 1, Value: sp.first}, {Ordinal: 2, Value: sp.last}, {Ordinal: 3, Value: sp.name}, {Ordinal: 4, Value: sp.id}}
+	}
+	q := forwardQuery
+	if backward {
+		q = backwardQuery
+	}
+	return q, []driver.NamedValue{{Ordinal: 1, Value: sp.name}, {Ordinal: 2, Value: sp.id}, {Ordinal: 3, Value: sp.last}}
+}
+
+// order puts entries read forward in the read's order into (ts, id) order: a
+// read by id is in id order, which is that order unless timestamps go back.
+func (sp sessionSpan) order(es []events.Entry) {
+	byTs := func(a, b events.Entry) int { return cmp.Compare(a.Ts, b.Ts) }
+	if sp.byID() && !slices.IsSortedFunc(es, byTs) {
+		slices.SortStableFunc(es, byTs) // stable: ties stay in id order
+	}
+}
 
 // readSession reads the entries of one session in (ts, id) order, on the
 // driver's connection directly: one row buffer for the whole read, payloads
 // copied once into shared slabs, no per-row Scan.
 //
-// It first takes the session's size n and last id: the rows read are those
-// of that moment (a row appended later has a greater id). A session of
-// splitAt rows or more is read by two connections, when the pool has them:
-// this one from the start and a second from the end, each claiming rows in
-// chunks until the n are claimed. Rows are appended, and a session's rows are
-// deleted together, so two readers that took their n rows between them took
-// each row once; if one found the session gone, it is read again, alone.
+// It first takes the session's span. A session of splitAt rows or more is
+// read by two connections when the pool has them (readMeeting). Rows are
+// appended, and a session's rows are deleted together, so reads that found
+// the span's n rows found the session. A read that found fewer (the session
+// was deleted, or, read by id, it has rows beyond its ends' ids) is done
+// again, alone, on the index, in one snapshot.
 func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.Entry, error) {
 	_, r, err := s.dbs(ctx)
 	if err != nil {
@@ -148,19 +203,26 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 		if !ok {
 			return errors.New("the driver's connection runs no queries")
 		}
-		n, last, err := span(ctx, q, name, id)
-		if err != nil || n == 0 {
+		sp, err := span(ctx, q, name, id)
+		if err != nil || sp.n == 0 {
 			return err
 		}
-		if n >= splitAt && s.path != Memory && s.cfg.MaxReaders > 1 {
-			if out, err = readMeeting(ctx, r, q, name, id, n, last); err != nil || len(out) == n {
-				return err
-			}
-			if n, last, err = span(ctx, q, name, id); err != nil || n == 0 {
-				return err
-			}
+		if sp.n >= splitAt && s.path != Memory && s.cfg.MaxReaders > 1 {
+			out, err = readMeeting(ctx, r, q, sp)
+		} else {
+			query, args := sp.query(false)
+			out, err = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), nil)
+			sp.order(out)
 		}
-		out, err = readRows(ctx, q, forwardQuery, name, id, last, make([]events.Entry, 0, n), nil)
+		if err != nil || len(out) == sp.n {
+			return err
+		}
+		if sp, err = exactSpan(ctx, q, name, id); err != nil || sp.n == 0 {
+			out = nil
+			return err
+		}
+		query, args := sp.query(false)
+		out, err = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), nil)
 		return err
 	})
 	if err != nil {
@@ -172,11 +234,16 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 	return out, nil
 }
 
-// readMeeting reads the session's n rows (ids up to last) forward on q while
-// a second connection reads them backward. It returns fewer than n entries
-// when the session was deleted from under one of them.
-func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, name, id string, n int, last int64) ([]events.Entry, error) {
-	c := &claims{n: int64(n)}
+// readMeeting reads the session's rows with two connections and returns them
+// in (ts, id) order: by id, in two halves of its id range (readHalves); on the
+// index, forward on q while a second connection reads backward, claiming rows
+// until the n are claimed. It returns fewer than sp.n entries when the
+// readers did not find them all.
+func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, sp sessionSpan) ([]events.Entry, error) {
+	if sp.byID() {
+		return readHalves(ctx, r, q, sp)
+	}
+	c := &claims{n: int64(sp.n)}
 	// The second reader may wait for a connection; once the first has
 	// claimed every row it stops waiting.
 	wait, stop := context.WithCancel(ctx)
@@ -185,25 +252,81 @@ func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, name, 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		back = readBack(ctx, wait, r, name, id, last, c)
+		back = readBack(ctx, wait, r, sp, c)
 	}()
-	out, err := readRows(ctx, q, forwardQuery, name, id, last, make([]events.Entry, 0, n), c)
+	query, args := sp.query(false)
+	out, err := readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), c)
 	stop()
 	<-done
 	if err != nil {
 		return nil, err
 	}
-	if len(out)+len(back) < n {
+	if len(out)+len(back) < sp.n {
 		return out[:0], nil
 	}
 	slices.Reverse(back)
-	return append(out, back...), nil
+	out = append(out, back...)
+	sp.order(out)
+	return out, nil
+}
+
+// readHalves reads a session by id in two halves of its id range: the first
+// on q, the second on another connection of r if one is free before the first
+// half is read, else on q after it. The halves do not overlap, and each holds
+// at most the session's rows of the span's moment, so n entries in all are
+// the session.
+func readHalves(ctx context.Context, r *sql.DB, q driver.QueryerContext, sp sessionSpan) ([]events.Entry, error) {
+	lo, hi := sp, sp
+	lo.last = sp.first + (sp.last-sp.first)/2
+	hi.first = lo.last + 1
+	var taken atomic.Bool // the second half is being read
+	wait, stop := context.WithCancel(ctx)
+	defer stop()
+	var second []events.Entry
+	var secondErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := r.Conn(wait)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if !taken.CompareAndSwap(false, true) {
+			return
+		}
+		secondErr = conn.Raw(func(dc any) error {
+			q, ok := dc.(driver.QueryerContext)
+			if !ok {
+				return errors.New("the driver's connection runs no queries")
+			}
+			query, args := hi.query(false)
+			second, err = readRows(ctx, q, hi, query, args, make([]events.Entry, 0, sp.n/2), nil)
+			return err
+		})
+	}()
+	query, args := lo.query(false)
+	out, err := readRows(ctx, q, lo, query, args, make([]events.Entry, 0, sp.n), nil)
+	stop()
+	if err == nil && taken.CompareAndSwap(false, true) {
+		query, args = hi.query(false)
+		out, err = readRows(ctx, q, hi, query, args, out, nil)
+	}
+	<-done
+	if err != nil {
+		return nil, err
+	}
+	if out = append(out, second...); secondErr != nil || len(out) != sp.n {
+		return out[:0], nil // read again, on the index
+	}
+	sp.order(out)
+	return out, nil
 }
 
 // readBack reads the session backward on a connection of r taken before wait
 // ends, claiming rows from c; it returns what it read. Its errors are not
 // returned: rows it claimed and did not read make the read fall back.
-func readBack(ctx, wait context.Context, r *sql.DB, name, id string, last int64, c *claims) []events.Entry {
+func readBack(ctx, wait context.Context, r *sql.DB, sp sessionSpan, c *claims) []events.Entry {
 	conn, err := r.Conn(wait)
 	if err != nil {
 		return nil
@@ -215,7 +338,8 @@ func readBack(ctx, wait context.Context, r *sql.DB, name, id string, last int64,
 		if !ok {
 			return nil
 		}
-		out, _ = readRows(ctx, q, backwardQuery, name, id, last, make([]events.Entry, 0, c.n/2), c)
+		query, args := sp.query(true)
+		out, _ = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, c.n/2), c)
 		return nil
 	})
 	return out
@@ -237,41 +361,78 @@ func (c *claims) take() int {
 	return int(max(0, min(hi, c.n)-(hi-claimChunk)))
 }
 
-// span returns the session's row count and greatest row id.
-func span(ctx context.Context, q driver.QueryerContext, name, id string) (n int, last int64, err error) {
-	rows, err := q.QueryContext(ctx, spanQuery, []driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}})
+// span returns the session's span: read by id when dense, else on the index.
+func span(ctx context.Context, q driver.QueryerContext, name, id string) (sessionSpan, error) {
+	sp := sessionSpan{name: name, id: id}
+	v, err := queryRow(ctx, q, spanQuery, 3, name, id)
 	if err != nil {
-		return 0, 0, err
+		return sp, err
 	}
-	defer rows.Close()
-	v := make([]driver.Value, 2)
-	if err := rows.Next(v); err != nil {
-		return 0, 0, err
+	count, ok := v[0].(int64)
+	if !ok {
+		return sp, fmt.Errorf("session count of %T: want an integer", v[0])
+	}
+	if sp.n = int(count); sp.n == 0 {
+		return sp, nil
+	}
+	first, ok1 := v[1].(int64)
+	last, ok2 := v[2].(int64)
+	if !ok1 || !ok2 {
+		return sp, fmt.Errorf("session ends of %T, %T: want integers", v[1], v[2])
+	}
+	sp.first, sp.last = first, last
+	if sp.dense() {
+		return sp, nil
+	}
+	return exactSpan(ctx, q, name, id)
+}
+
+// exactSpan returns the session's span read on the index.
+func exactSpan(ctx context.Context, q driver.QueryerContext, name, id string) (sessionSpan, error) {
+	sp := sessionSpan{name: name, id: id, onIndex: true}
+	v, err := queryRow(ctx, q, exactQuery, 2, name, id)
+	if err != nil {
+		return sp, err
 	}
 	count, ok1 := v[0].(int64)
 	last, ok2 := v[1].(int64)
 	if !ok1 || !ok2 {
-		return 0, 0, fmt.Errorf("span of %T, %T: want integers", v[0], v[1])
+		return sp, fmt.Errorf("session span of %T, %T: want integers", v[0], v[1])
 	}
-	return int(count), last, nil
+	sp.n, sp.last = int(count), last
+	return sp, nil
 }
 
-// readRows runs query (forwardQuery or backwardQuery) and appends its rows
+// queryRow returns the cols values of query's one row.
+func queryRow(ctx context.Context, q driver.QueryerContext, query string, cols int, name, id string) ([]driver.Value, error) {
+	rows, err := q.QueryContext(ctx, query, []driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}})
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	v := make([]driver.Value, cols)
+	if err := rows.Next(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// readRows runs query (with args, one of sp's queries) and appends its rows
 // to out, claiming them from c in chunks (nil: all of them), until the rows
 // or the claims end.
-func readRows(ctx context.Context, q driver.QueryerContext, query, name, id string, last int64, out []events.Entry, c *claims) ([]events.Entry, error) {
+func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, query string, args []driver.NamedValue, out []events.Entry, c *claims) ([]events.Entry, error) {
 	grant := math.MaxInt
 	if c != nil {
 		if grant = c.take(); grant == 0 {
 			return out, nil
 		}
 	}
-	rows, err := q.QueryContext(ctx, query, []driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}, {Ordinal: 3, Value: last}})
+	rows, err := q.QueryContext(ctx, query, args)
 	if err != nil {
 		return out, err
 	}
 	defer rows.Close()
-	rd := &sessionReader{name: name, sandboxID: id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
+	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
 	for i := 1; ; i++ {
 		if grant == 0 {
 			if grant = c.take(); grant == 0 {

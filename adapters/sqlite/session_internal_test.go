@@ -1,9 +1,11 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,22 +15,56 @@ import (
 	"github.com/alineo-labs/alineo/events"
 )
 
-// bigSession appends a session of n entries to s, beside another session,
-// with timestamps that repeat and, from the second half on, go backward in
-// groups: the (ts, id) order is not the order of ids. It returns the
-// session's entries in (ts, id) order.
-func bigSession(t *testing.T, s *Store, name, id string, n int) []events.Entry {
+// layout is how a test session lies in the table: others rows of another
+// session follow each of its rows, and ts gives row i of n its timestamp.
+type layout struct {
+	name   string
+	others int
+	ts     func(i, n int) int64
+	byID   bool // the session is read by id
+	// complete: read by id between its ends' ids, the session is all there.
+	complete bool
+}
+
+var layouts = []layout{
+	// Timestamps that grow with ids (and repeat): the usual session.
+	{"by id", 1, func(i, n int) int64 { return int64(1 + i/5) }, true, true},
+	// Timestamps that go back here and there between the first and the last.
+	{"by id, ts back", 1, func(i, n int) int64 {
+		if i == n-1 {
+			return int64(10 * n)
+		}
+		return int64(1 + i + 3*(i%4))
+	}, true, true},
+	// The last quarter's timestamps go back below the rest: the last row in
+	// (ts, id) order is not the last row, and a read by id misses rows.
+	{"by id, ends inside", 1, func(i, n int) int64 {
+		if i >= 3*n/4 {
+			return int64(1 + i - n/2)
+		}
+		return int64(1 + i)
+	}, true, false},
+	// A fifth of its id range: read on the index.
+	{"on the index", 4, func(i, n int) int64 {
+		if i >= n/2 {
+			return int64(n - i/3)
+		}
+		return int64(1 + i/5)
+	}, false, false},
+}
+
+// bigSession appends a session of n entries to s as l lays it out. It
+// returns the session's entries in (ts, id) order.
+func bigSession(t *testing.T, s *Store, name, id string, n int, l layout) []events.Entry {
 	t.Helper()
 	ctx := t.Context()
 	var batch []events.Entry
 	for i := range n {
-		ts := int64(1 + i/5)
-		if i >= n/2 {
-			ts = int64(n - i/3)
+		ts := l.ts(i, n)
+		batch = append(batch, events.New(ts, name, id, i, events.ExecOutput, events.NewOutput(i, events.Stdout, []byte("line "+strconv.Itoa(i)+"\n"))))
+		for range l.others {
+			batch = append(batch, events.New(ts, name, "other", i, events.ExecStarted, events.ExecStartedPayload{Seq: i, Cmd: "x"}))
 		}
-		batch = append(batch,
-			events.New(ts, name, id, i, events.ExecOutput, events.NewOutput(i, events.Stdout, []byte("line "+strconv.Itoa(i)+"\n"))),
-			events.New(ts, name, "other", i, events.ExecStarted, events.ExecStartedPayload{Seq: i, Cmd: "x"}))
 		if len(batch) >= 2000 {
 			if err := s.AppendBatch(ctx, batch); err != nil {
 				t.Fatal(err)
@@ -46,22 +82,22 @@ func bigSession(t *testing.T, s *Store, name, id string, n int) []events.Entry {
 	if len(es) != n {
 		t.Fatalf("serial read = %d entries, want %d", len(es), n)
 	}
-	if !slices.IsSortedFunc(es, func(a, b events.Entry) int { return int(a.Ts - b.Ts) }) {
+	if !slices.IsSortedFunc(es, func(a, b events.Entry) int { return cmp.Compare(a.Ts, b.Ts) }) {
 		t.Fatal("serial read is not in ts order")
 	}
 	return es
 }
 
-// serialRead reads the session forward on one connection.
+// serialRead reads the session forward on one connection, on the index in
+// (ts, id) order whatever the session's span: the reference read.
 func serialRead(t *testing.T, s *Store, name, id string) ([]events.Entry, error) {
 	t.Helper()
 	var out []events.Entry
 	err := onReader(t, s, func(q driver.QueryerContext) error {
-		n, last, err := span(t.Context(), q, name, id)
-		if err != nil {
-			return err
-		}
-		out, err = readRows(t.Context(), q, forwardQuery, name, id, last, make([]events.Entry, 0, n), nil)
+		sp := sessionSpan{name: name, id: id, last: math.MaxInt64}
+		var err error
+		out, err = readRows(t.Context(), q, sp, forwardQuery,
+			[]driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}, {Ordinal: 3, Value: sp.last}}, nil, nil)
 		return err
 	})
 	return out, err
@@ -95,110 +131,164 @@ func sameEntries(t *testing.T, got, want []events.Entry) {
 	}
 }
 
-// TestReadAllMeetsInTheMiddle reads a session large enough to be read by two
-// connections, one from each end: the entries are those of a serial read,
-// in order, each once.
+// TestReadAllMeetsInTheMiddle reads sessions large enough to be read by two
+// connections, in every layout: the entries are those of a serial read on
+// the index, in order, each once. The two connections' reads are checked
+// apart too.
 func TestReadAllMeetsInTheMiddle(t *testing.T) {
-	s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	want := bigSession(t, s, "n", "S", splitAt+537)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := bigSession(t, s, "n", "S", splitAt+537, l)
 
-	got, err := s.ReadAll(t.Context(), "n", "S")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameEntries(t, got, want)
+			got, err := s.ReadAll(t.Context(), "n", "S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEntries(t, got, want)
 
-	// The second reader read its share, backward: the tail of the session.
-	var back []events.Entry
-	err = onReader(t, s, func(q driver.QueryerContext) error {
-		_, last, err := span(t.Context(), q, "n", "S")
-		if err != nil {
-			return err
+			_, r, _ := s.dbs(t.Context())
+			err = onReader(t, s, func(q driver.QueryerContext) error {
+				sp, err := span(t.Context(), q, "n", "S")
+				if err != nil {
+					return err
+				}
+				if sp.byID() != l.byID || sp.n != len(want) {
+					t.Fatalf("span %+v: byID %v, want %v", sp, sp.byID(), l.byID)
+				}
+				if l.byID {
+					// Two halves, or none when rows lie beyond the ends.
+					out, err := readHalves(t.Context(), r, q, sp)
+					if err != nil {
+						return err
+					}
+					if !l.complete {
+						if len(out) != 0 {
+							t.Errorf("readHalves = %d entries, want none (rows beyond the ends)", len(out))
+						}
+						return nil
+					}
+					sameEntries(t, out, want)
+					return nil
+				}
+				// The second reader reads its share backward: the tail.
+				c := &claims{n: int64(len(want))}
+				c.taken.Store(int64(len(want) - 700)) // the first reader has claimed all but 700
+				back := readBack(t.Context(), t.Context(), r, sp, c)
+				slices.Reverse(back)
+				sameEntries(t, back, want[len(want)-700:])
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReadAllSmallSessions reads sessions below splitAt, in every layout:
+// the entries of the reference read.
+func TestReadAllSmallSessions(t *testing.T) {
+	for _, l := range layouts {
+		for _, n := range []int{1, 2, 3, 100, 1001} {
+			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := bigSession(t, s, "n", "S", n, l)
+			got, err := s.ReadAll(t.Context(), "n", "S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEntries(t, got, want)
+			s.Close()
 		}
-		_, r, _ := s.dbs(t.Context())
-		c := &claims{n: int64(len(want))}
-		c.taken.Store(int64(len(want) - 700)) // the first reader has claimed all but 700
-		back = readBack(t.Context(), t.Context(), r, "n", "S", last, c)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	slices.Reverse(back)
-	sameEntries(t, back, want[len(want)-700:])
 }
 
 // TestReadAllSecondReaderWaits reads a large session while every other
-// connection of the pool is held: the first reader claims every row itself
+// connection of the pool is held: the first reader reads every row itself
 // and the read ends.
 func TestReadAllSecondReaderWaits(t *testing.T) {
-	s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL", MaxReaders: 2})
-	if err != nil {
-		t.Fatal(err)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL", MaxReaders: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := bigSession(t, s, "n", "S", splitAt+1, l)
+			_, r, err := s.dbs(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, err := r.Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			got, err := s.ReadAll(ctx, "n", "S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEntries(t, got, want)
+		})
 	}
-	defer s.Close()
-	want := bigSession(t, s, "n", "S", splitAt+1)
-	_, r, err := s.dbs(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := r.Conn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	got, err := s.ReadAll(ctx, "n", "S")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameEntries(t, got, want)
 }
 
-// TestReadMeetingSessionGone: when the session is deleted after its size was
+// TestReadMeetingSessionGone: when the session is deleted after its span was
 // taken, the readers find fewer rows than counted and say so, and ReadAll
 // (reading again) finds the session empty.
 func TestReadMeetingSessionGone(t *testing.T) {
-	s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	want := bigSession(t, s, "n", "S", splitAt)
-	_, r, err := s.dbs(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = onReader(t, s, func(q driver.QueryerContext) error {
-		n, last, err := span(t.Context(), q, "n", "S")
-		if err != nil || n != len(want) {
-			return errors.Join(err, errors.New("span "+strconv.Itoa(n)))
-		}
-		if err := s.DeleteSandbox(t.Context(), "n", "S"); err != nil {
-			return err
-		}
-		out, err := readMeeting(t.Context(), r, q, "n", "S", n, last)
-		if err != nil {
-			return err
-		}
-		if len(out) != 0 {
-			t.Errorf("readMeeting after the delete = %d entries, want none", len(out))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.ReadAll(t.Context(), "n", "S"); err != nil || got != nil {
-		t.Fatalf("ReadAll after the delete = %d entries, %v", len(got), err)
-	}
-	if got, err := s.ReadAll(t.Context(), "n", "other"); err != nil || len(got) != len(want) {
-		t.Fatalf("ReadAll(other) = %d entries, %v; want %d", len(got), err, len(want))
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := bigSession(t, s, "n", "S", splitAt, l)
+			others, err := s.ReadAll(t.Context(), "n", "other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, r, err := s.dbs(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = onReader(t, s, func(q driver.QueryerContext) error {
+				sp, err := span(t.Context(), q, "n", "S")
+				if err != nil || sp.n != len(want) {
+					return errors.Join(err, errors.New("span "+strconv.Itoa(sp.n)))
+				}
+				if err := s.DeleteSandbox(t.Context(), "n", "S"); err != nil {
+					return err
+				}
+				out, err := readMeeting(t.Context(), r, q, sp)
+				if err != nil {
+					return err
+				}
+				if len(out) != 0 {
+					t.Errorf("readMeeting after the delete = %d entries, want none", len(out))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.ReadAll(t.Context(), "n", "S"); err != nil || got != nil {
+				t.Fatalf("ReadAll after the delete = %d entries, %v", len(got), err)
+			}
+			if got, err := s.ReadAll(t.Context(), "n", "other"); err != nil || len(got) != len(others) {
+				t.Fatalf("ReadAll(other) = %d entries, %v; want %d", len(got), err, len(others))
+			}
+		})
 	}
 }
 
