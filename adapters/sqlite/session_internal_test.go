@@ -88,6 +88,18 @@ func bigSession(t *testing.T, s *Store, name, id string, n int, l layout) []even
 	return es
 }
 
+// sessionStore opens a store with cfg holding one session "n"/"S" of n
+// entries laid out by l; it returns the store and the session's entries.
+func sessionStore(t *testing.T, cfg Config, n int, l layout) (*Store, []events.Entry) {
+	t.Helper()
+	s, err := Open(t.TempDir()+"/l.db", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, bigSession(t, s, "n", "S", n, l)
+}
+
 // serialRead reads the session forward on one connection, on the index in
 // (ts, id) order whatever the session's span: the reference read.
 func serialRead(t *testing.T, s *Store, name, id string) ([]events.Entry, error) {
@@ -138,12 +150,7 @@ func sameEntries(t *testing.T, got, want []events.Entry) {
 func TestReadAllMeetsInTheMiddle(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
-			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			want := bigSession(t, s, "n", "S", splitAt+537, l)
+			s, want := sessionStore(t, Config{Synchronous: "NORMAL"}, splitAt+537, l)
 
 			got, err := s.ReadAll(t.Context(), "n", "S")
 			if err != nil {
@@ -195,17 +202,12 @@ func TestReadAllMeetsInTheMiddle(t *testing.T) {
 func TestReadAllSmallSessions(t *testing.T) {
 	for _, l := range layouts {
 		for _, n := range []int{1, 2, 3, 100, 1001} {
-			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := bigSession(t, s, "n", "S", n, l)
+			s, want := sessionStore(t, Config{Synchronous: "NORMAL"}, n, l)
 			got, err := s.ReadAll(t.Context(), "n", "S")
 			if err != nil {
 				t.Fatal(err)
 			}
 			sameEntries(t, got, want)
-			s.Close()
 		}
 	}
 }
@@ -216,12 +218,7 @@ func TestReadAllSmallSessions(t *testing.T) {
 func TestReadAllSecondReaderWaits(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
-			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL", MaxReaders: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			want := bigSession(t, s, "n", "S", splitAt+1, l)
+			s, want := sessionStore(t, Config{Synchronous: "NORMAL", MaxReaders: 2}, splitAt+1, l)
 			_, r, err := s.dbs(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -248,12 +245,7 @@ func TestReadAllSecondReaderWaits(t *testing.T) {
 func TestReadMeetingSessionGone(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
-			s, err := Open(t.TempDir()+"/l.db", Config{Synchronous: "NORMAL"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			want := bigSession(t, s, "n", "S", splitAt, l)
+			s, want := sessionStore(t, Config{Synchronous: "NORMAL"}, splitAt, l)
 			others, err := s.ReadAll(t.Context(), "n", "other")
 			if err != nil {
 				t.Fatal(err)
