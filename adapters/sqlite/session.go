@@ -17,8 +17,17 @@ import (
 
 // sessionCols are the columns readSession reads: name and sandbox_id are the
 // query's own arguments (TEXT = compares bytes), so they are not read back.
-// The payload is read as a BLOB: its bytes, without a string in between.
-const sessionCols = `COALESCE(ledger_seq, id), ts, step_idx, branch, event, CAST(payload AS BLOB), error`
+// The event names of nearly every row, sessionEvents, are read as their
+// index there (an integer costs the driver no string per row), any other as
+// text. The payload is read as a BLOB: its bytes, without a string in between.
+const sessionCols = `COALESCE(ledger_seq, id), ts, step_idx, branch,
+	CASE event WHEN 'exec.output' THEN 0 WHEN 'exec.started' THEN 1 WHEN 'exec.completed' THEN 2
+		WHEN 'exec_event' THEN 3 WHEN 'exec_start' THEN 4 WHEN 'exec_complete' THEN 5 ELSE event END,
+	CAST(payload AS BLOB), error`
+
+// sessionEvents are the event names sessionCols reads as integers, in order.
+var sessionEvents = [...]events.Event{events.ExecOutput, events.ExecStarted, events.ExecCompleted,
+	events.TSExecEvent, events.TSExecStart, events.TSExecComplete}
 
 // arenaSize is the slab the payloads of one read are copied into: one
 // allocation per 64 KiB of payloads instead of one per row.
@@ -53,11 +62,19 @@ func (r *sessionReader) entry() (events.Entry, error) {
 	default:
 		return e, fmt.Errorf("branch of type %T: want an integer", b)
 	}
-	ev, err := text(r.row[4])
-	if err != nil {
-		return e, fmt.Errorf("event: %w", err)
+	if k, ok := r.row[4].(int64); ok {
+		if k < 0 || k >= int64(len(sessionEvents)) {
+			return e, fmt.Errorf("event %d: not a name of sessionEvents", k)
+		}
+		e.Event = sessionEvents[k]
+	} else {
+		ev, err := text(r.row[4])
+		if err != nil {
+			return e, fmt.Errorf("event: %w", err)
+		}
+		e.Event = r.event(ev)
 	}
-	e.Event = r.event(ev)
+	var err error
 	if e.Error, err = text(r.row[6]); err != nil {
 		return e, fmt.Errorf("error: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,6 +312,59 @@ func TestClaimsHandOutEachRowOnce(t *testing.T) {
 		wg.Wait()
 		if total != n {
 			t.Errorf("n=%d: granted %d", n, total)
+		}
+	}
+}
+
+// TestSessionEventNames: the names sessionCols reads as integers are those
+// of sessionEvents at those integers, and every name, of either vocabulary
+// or of neither, reads back as written.
+func TestSessionEventNames(t *testing.T) {
+	cols := strings.Join(strings.Fields(sessionCols), " ")
+	for k, ev := range sessionEvents {
+		if want := "WHEN '" + string(ev) + "' THEN " + strconv.Itoa(k) + " "; !strings.Contains(cols, want) {
+			t.Errorf("sessionCols has no %q", want)
+		}
+	}
+	if got, want := strings.Count(cols, " WHEN "), len(sessionEvents); got != want {
+		t.Errorf("sessionCols maps %d names, sessionEvents holds %d", got, want)
+	}
+	s, err := Open(t.TempDir()+"/l.db", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	names := slices.Concat(sessionEvents[:], []events.Event{events.SandboxCreated, events.TSSandboxCreated,
+		events.CheckpointCreated, events.SandboxClosed})
+	var batch []events.Entry
+	for i, ev := range names {
+		batch = append(batch, events.Entry{Ts: int64(i + 1), Name: "n", SandboxID: "S", StepIndex: 1, Event: ev})
+	}
+	if err := s.AppendBatch(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	// Names no writer of this module stores, written by another.
+	w, _, err := s.dbs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []events.Event{"exec.output2", "0", "custom.event"} {
+		if _, err := w.ExecContext(t.Context(), `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, ts) VALUES ('S', 'n', 1, ?, ?)`,
+			string(ev), len(names)+1); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, ev)
+	}
+	got, err := s.ReadAll(t.Context(), "n", "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(names) {
+		t.Fatalf("ReadAll = %d entries, want %d", len(got), len(names))
+	}
+	for i, e := range got {
+		if e.Event != names[i] {
+			t.Errorf("entry %d: event %q, want %q", i, e.Event, names[i])
 		}
 	}
 }
