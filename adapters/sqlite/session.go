@@ -155,11 +155,8 @@ type sessionSpan struct {
 	name, id    string
 	n           int
 	first, last int64
-	onIndex     bool // read on the index, rows up to last
+	byID        bool // read by id, from first to last; else on the index, up to last
 }
-
-// byID reports whether the session is read by id, between its ends' ids.
-func (sp sessionSpan) byID() bool { return !sp.onIndex }
 
 // dense reports whether the session holds at least half of the rows between
 // its ends' ids, so a scan of that range, skipping the others, reads fewer
@@ -175,7 +172,7 @@ func (sp sessionSpan) dense() bool {
 // arguments. Only a span read on the index is read backward (readBack): one
 // read by id is read in halves, both forward.
 func (sp sessionSpan) query(backward bool) (string, []driver.NamedValue) {
-	if sp.byID() && !backward {
+	if sp.byID && !backward {
 		return idForward, []driver.NamedValue{{Ordinal: 1, Value: sp.first}, {Ordinal: 2, Value: sp.last}, {Ordinal: 3, Value: sp.name}, {Ordinal: 4, Value: sp.id}}
 	}
 	q := forwardQuery
@@ -189,7 +186,7 @@ func (sp sessionSpan) query(backward bool) (string, []driver.NamedValue) {
 // read by id is in id order, which is that order unless timestamps go back.
 func (sp sessionSpan) order(es []events.Entry) {
 	byTs := func(a, b events.Entry) int { return cmp.Compare(a.Ts, b.Ts) }
-	if sp.byID() && !slices.IsSortedFunc(es, byTs) {
+	if sp.byID && !slices.IsSortedFunc(es, byTs) {
 		slices.SortStableFunc(es, byTs) // stable: ties stay in id order
 	}
 }
@@ -227,8 +224,7 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 		if sp.n >= splitAt && s.path != Memory && s.cfg.MaxReaders > 1 {
 			out, err = readMeeting(ctx, r, q, sp)
 		} else {
-			query, args := sp.query(false)
-			out, err = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), nil)
+			out, err = readRows(ctx, q, sp, false, make([]events.Entry, 0, sp.n), nil)
 			sp.order(out)
 		}
 		if err != nil || len(out) == sp.n {
@@ -238,8 +234,7 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 			out = nil
 			return err
 		}
-		query, args := sp.query(false)
-		out, err = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), nil)
+		out, err = readRows(ctx, q, sp, false, make([]events.Entry, 0, sp.n), nil)
 		return err
 	})
 	if err != nil {
@@ -257,7 +252,7 @@ func (s *Store) readSession(ctx context.Context, op, name, id string) ([]events.
 // until the n are claimed. It returns fewer than sp.n entries when the
 // readers did not find them all.
 func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, sp sessionSpan) ([]events.Entry, error) {
-	if sp.byID() {
+	if sp.byID {
 		return readHalves(ctx, r, q, sp)
 	}
 	c := &claims{n: int64(sp.n)}
@@ -271,8 +266,7 @@ func readMeeting(ctx context.Context, r *sql.DB, q driver.QueryerContext, sp ses
 		defer close(done)
 		back = readBack(ctx, wait, r, sp, c)
 	}()
-	query, args := sp.query(false)
-	out, err := readRows(ctx, q, sp, query, args, make([]events.Entry, 0, sp.n), c)
+	out, err := readRows(ctx, q, sp, false, make([]events.Entry, 0, sp.n), c)
 	stop()
 	<-done
 	if err != nil {
@@ -317,17 +311,14 @@ func readHalves(ctx context.Context, r *sql.DB, q driver.QueryerContext, sp sess
 			if !ok {
 				return errors.New("the driver's connection runs no queries")
 			}
-			query, args := hi.query(false)
-			second, err = readRows(ctx, q, hi, query, args, make([]events.Entry, 0, sp.n/2), nil)
+			second, err = readRows(ctx, q, hi, false, make([]events.Entry, 0, sp.n/2), nil)
 			return err
 		})
 	}()
-	query, args := lo.query(false)
-	out, err := readRows(ctx, q, lo, query, args, make([]events.Entry, 0, sp.n), nil)
+	out, err := readRows(ctx, q, lo, false, make([]events.Entry, 0, sp.n), nil)
 	stop()
 	if err == nil && taken.CompareAndSwap(false, true) {
-		query, args = hi.query(false)
-		out, err = readRows(ctx, q, hi, query, args, out, nil)
+		out, err = readRows(ctx, q, hi, false, out, nil)
 	}
 	<-done
 	if err != nil {
@@ -355,8 +346,7 @@ func readBack(ctx, wait context.Context, r *sql.DB, sp sessionSpan, c *claims) [
 		if !ok {
 			return nil
 		}
-		query, args := sp.query(true)
-		out, _ = readRows(ctx, q, sp, query, args, make([]events.Entry, 0, c.n/2), c)
+		out, _ = readRows(ctx, q, sp, true, make([]events.Entry, 0, c.n/2), c)
 		return nil
 	})
 	return out
@@ -398,7 +388,7 @@ func span(ctx context.Context, q driver.QueryerContext, name, id string) (sessio
 		return sp, fmt.Errorf("session ends of %T, %T: want integers", v[1], v[2])
 	}
 	sp.first, sp.last = first, last
-	if sp.dense() {
+	if sp.byID = sp.dense(); sp.byID {
 		return sp, nil
 	}
 	return exactSpan(ctx, q, name, id)
@@ -406,7 +396,7 @@ func span(ctx context.Context, q driver.QueryerContext, name, id string) (sessio
 
 // exactSpan returns the session's span read on the index.
 func exactSpan(ctx context.Context, q driver.QueryerContext, name, id string) (sessionSpan, error) {
-	sp := sessionSpan{name: name, id: id, onIndex: true}
+	sp := sessionSpan{name: name, id: id}
 	v, err := queryRow(ctx, q, exactQuery, 2, name, id)
 	if err != nil {
 		return sp, err
@@ -434,16 +424,17 @@ func queryRow(ctx context.Context, q driver.QueryerContext, query string, cols i
 	return v, nil
 }
 
-// readRows runs query (with args, one of sp's queries) and appends its rows
-// to out, claiming them from c in chunks (nil: all of them), until the rows
-// or the claims end.
-func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, query string, args []driver.NamedValue, out []events.Entry, c *claims) ([]events.Entry, error) {
+// readRows reads sp forward (or backward: sp.query) and appends its rows to
+// out, claiming them from c in chunks (nil: all of them), until the rows or
+// the claims end.
+func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, backward bool, out []events.Entry, c *claims) ([]events.Entry, error) {
 	grant := math.MaxInt
 	if c != nil {
 		if grant = c.take(); grant == 0 {
 			return out, nil
 		}
 	}
+	query, args := sp.query(backward)
 	rows, err := q.QueryContext(ctx, query, args)
 	if err != nil {
 		return out, err

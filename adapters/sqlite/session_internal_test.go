@@ -107,10 +107,8 @@ func serialRead(t *testing.T, s *Store, name, id string) ([]events.Entry, error)
 	t.Helper()
 	var out []events.Entry
 	err := onReader(t, s, func(q driver.QueryerContext) error {
-		sp := sessionSpan{name: name, id: id, last: math.MaxInt64}
 		var err error
-		out, err = readRows(t.Context(), q, sp, forwardQuery,
-			[]driver.NamedValue{{Ordinal: 1, Value: name}, {Ordinal: 2, Value: id}, {Ordinal: 3, Value: sp.last}}, nil, nil)
+		out, err = readRows(t.Context(), q, sessionSpan{name: name, id: id, last: math.MaxInt64}, false, nil, nil)
 		return err
 	})
 	return out, err
@@ -165,8 +163,8 @@ func TestReadAllMeetsInTheMiddle(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if sp.byID() != l.byID || sp.n != len(want) {
-					t.Fatalf("span %+v: byID %v, want %v", sp, sp.byID(), l.byID)
+				if sp.byID != l.byID || sp.n != len(want) {
+					t.Fatalf("span %+v: byID %v, want %v", sp, sp.byID, l.byID)
 				}
 				if l.byID {
 					// Two halves, or none when rows lie beyond the ends.
