@@ -5,11 +5,13 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/alineo-labs/alineo/events"
@@ -17,17 +19,43 @@ import (
 
 // sessionCols are the columns readSession reads: name and sandbox_id are the
 // query's own arguments (TEXT = compares bytes), so they are not read back.
-// The event names of nearly every row, sessionEvents, are read as their
-// index there (an integer costs the driver no string per row), any other as
-// text. The payload is read as a BLOB: its bytes, without a string in between.
-const sessionCols = `COALESCE(ledger_seq, id), ts, step_idx, branch,
-	CASE event WHEN 'exec.output' THEN 0 WHEN 'exec.started' THEN 1 WHEN 'exec.completed' THEN 2
-		WHEN 'exec_event' THEN 3 WHEN 'exec_start' THEN 4 WHEN 'exec_complete' THEN 5 ELSE event END,
-	CAST(payload AS BLOB), error`
+// Each column the driver hands over costs about as much as a row's step, so
+// step_idx, branch, event and error come in one: kind (see kindCol). The
+// payload is read as a BLOB: its bytes, without a string in between.
+var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB)`
 
-// sessionEvents are the event names sessionCols reads as integers, in order.
-var sessionEvents = [...]events.Event{events.ExecOutput, events.ExecStarted, events.ExecCompleted,
-	events.TSExecEvent, events.TSExecStart, events.TSExecComplete}
+// sessionEvents are the event names kindCol packs, by their index there: the
+// exec events first (most rows, and a CASE compares in order), then every
+// other name of either vocabulary.
+var sessionEvents = [...]events.Event{
+	events.ExecOutput, events.ExecStarted, events.ExecCompleted,
+	events.TSExecEvent, events.TSExecStart, events.TSExecComplete,
+	events.SandboxCreated, events.CheckpointCreated, events.SandboxPaused, events.SandboxResumed,
+	events.EgressRuleAdded, events.EgressRuleRemoved, events.CredentialBound, events.CredentialRevoked,
+	events.SandboxClosed, events.TSSandboxCreated, events.TSCheckpointCreated, events.TSSandboxPaused,
+	events.TSSandboxResumed, events.TSSandboxClosed,
+}
+
+// eventBits is the width of the event's index in a packed kind; maxPackedStep
+// the greatest step_idx one holds.
+const (
+	eventBits     = 5
+	maxPackedStep = math.MaxInt64>>eventBits - 1
+)
+
+// kindCol is the kind column: for a row with no branch and no error, an
+// integer step_idx in [-1, maxPackedStep] and a name of sessionEvents (nearly
+// every row), the integer (step_idx+1)<<eventBits | index; for any other, the
+// JSON array [step_idx, branch, event, error] (event and error as text).
+func kindCol() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "COALESCE(CASE WHEN branch IS NULL AND error IS NULL AND typeof(step_idx) = 'integer' AND step_idx BETWEEN -1 AND %d THEN (step_idx + 1) * %d + CASE event", maxPackedStep, 1<<eventBits)
+	for i, ev := range sessionEvents {
+		fmt.Fprintf(&b, " WHEN '%s' THEN %d", ev, i)
+	}
+	b.WriteString(" END END, json_array(step_idx, branch, CAST(event AS TEXT), CAST(error AS TEXT)))")
+	return b.String()
+}
 
 // arenaSize is the slab the payloads of one read are copied into: one
 // allocation per 64 KiB of payloads instead of one per row.
@@ -49,36 +77,25 @@ func (r *sessionReader) entry() (events.Entry, error) {
 	e := events.Entry{Name: r.name, SandboxID: r.sandboxID}
 	seq, ok1 := r.row[0].(int64)
 	ts, ok2 := r.row[1].(int64)
-	step, ok3 := r.row[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return e, fmt.Errorf("row of %T, %T, %T: want integers for seq, ts and step_idx", r.row[0], r.row[1], r.row[2])
+	if !ok1 || !ok2 {
+		return e, fmt.Errorf("row of %T, %T: want integers for seq and ts", r.row[0], r.row[1])
 	}
-	e.Seq, e.Ts, e.StepIndex = uint64(seq), ts, int(step)
-	switch b := r.row[3].(type) {
-	case nil:
+	e.Seq, e.Ts = uint64(seq), ts
+	switch k := r.row[2].(type) {
 	case int64:
-		n := int(b)
-		e.Branch = &n
+		i := k & (1<<eventBits - 1)
+		if i >= int64(len(sessionEvents)) {
+			return e, fmt.Errorf("event %d: not a name of sessionEvents", i)
+		}
+		e.StepIndex, e.Event = int(k>>eventBits-1), sessionEvents[i]
+	case string:
+		if err := r.unpacked(&e, k); err != nil {
+			return e, err
+		}
 	default:
-		return e, fmt.Errorf("branch of type %T: want an integer", b)
+		return e, fmt.Errorf("row kind of type %T", k)
 	}
-	if k, ok := r.row[4].(int64); ok {
-		if k < 0 || k >= int64(len(sessionEvents)) {
-			return e, fmt.Errorf("event %d: not a name of sessionEvents", k)
-		}
-		e.Event = sessionEvents[k]
-	} else {
-		ev, err := text(r.row[4])
-		if err != nil {
-			return e, fmt.Errorf("event: %w", err)
-		}
-		e.Event = r.event(ev)
-	}
-	var err error
-	if e.Error, err = text(r.row[6]); err != nil {
-		return e, fmt.Errorf("error: %w", err)
-	}
-	switch p := r.row[5].(type) {
+	switch p := r.row[3].(type) {
 	case nil:
 	case []byte:
 		// A payload stored as a JSON string holding JSON reads as that JSON.
@@ -87,6 +104,36 @@ func (r *sessionReader) entry() (events.Entry, error) {
 		return e, fmt.Errorf("payload of type %T", p)
 	}
 	return e, nil
+}
+
+// unpacked sets e's step, branch, event and error from a kind kindCol did
+// not pack: the JSON array [step_idx, branch, event, error].
+func (r *sessionReader) unpacked(e *events.Entry, kind string) error {
+	var cols [4]json.RawMessage
+	if err := json.Unmarshal([]byte(kind), &cols); err != nil {
+		return fmt.Errorf("row kind %q: %w", kind, err)
+	}
+	var step, branch *int64
+	var ev, errText *string
+	for i, v := range []any{&step, &branch, &ev, &errText} {
+		if err := json.Unmarshal(cols[i], v); err != nil {
+			return fmt.Errorf("%s %s: want %s", [...]string{"step_idx", "branch", "event", "error"}[i], cols[i],
+				[...]string{"an integer", "an integer", "text", "text"}[i])
+		}
+	}
+	if step == nil || ev == nil {
+		return fmt.Errorf("row kind %s: step_idx and event must not be NULL", kind)
+	}
+	e.StepIndex = int(*step)
+	if branch != nil {
+		n := int(*branch)
+		e.Branch = &n
+	}
+	e.Event = r.event(*ev)
+	if errText != nil {
+		e.Error = *errText
+	}
+	return nil
 }
 
 func (r *sessionReader) event(name string) events.Event {
@@ -111,21 +158,6 @@ func (r *sessionReader) copy(p []byte) []byte {
 	return r.arena[n : n+len(p) : n+len(p)]
 }
 
-// text is a TEXT value (or NULL, as "").
-func text(v driver.Value) (string, error) {
-	switch t := v.(type) {
-	case nil:
-		return "", nil
-	case string:
-		return t, nil
-	case []byte:
-		return string(t), nil
-	case int64, float64:
-		return fmt.Sprint(t), nil // as database/sql's Scan into a string
-	}
-	return "", fmt.Errorf("value of type %T: want text", v)
-}
-
 // splitAt is the session size from which readSession reads with two
 // connections at once (readMeeting).
 const splitAt = 8 << 10
@@ -141,7 +173,10 @@ const (
 		(SELECT id FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2 ORDER BY ts, id LIMIT 1),
 		(SELECT id FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2 ORDER BY ts DESC, id DESC LIMIT 1)
 		FROM alineo_events WHERE name = ?1 AND sandbox_id = ?2`
-	exactQuery    = `SELECT count(*), COALESCE(max(id), 0) FROM alineo_events WHERE name = ? AND sandbox_id = ?`
+	exactQuery = `SELECT count(*), COALESCE(max(id), 0) FROM alineo_events WHERE name = ? AND sandbox_id = ?`
+)
+
+var (
 	forwardQuery  = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts, id`
 	backwardQuery = `SELECT ` + sessionCols + ` FROM alineo_events WHERE name = ? AND sandbox_id = ? AND +id <= ? ORDER BY ts DESC, id DESC`
 	idForward     = `SELECT ` + sessionCols + ` FROM alineo_events WHERE id BETWEEN ? AND ? AND +name = ? AND +sandbox_id = ? ORDER BY id`
@@ -440,7 +475,7 @@ func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, back
 		return out, err
 	}
 	defer rows.Close()
-	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
+	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 4), events: map[string]events.Event{}}
 	for i := 1; ; i++ {
 		if grant == 0 {
 			if grant = c.take(); grant == 0 {

@@ -314,55 +314,88 @@ func TestClaimsHandOutEachRowOnce(t *testing.T) {
 	}
 }
 
-// TestSessionEventNames: the names sessionCols reads as integers are those
-// of sessionEvents at those integers, and every name, of either vocabulary
-// or of neither, reads back as written.
-func TestSessionEventNames(t *testing.T) {
-	cols := strings.Join(strings.Fields(sessionCols), " ")
-	for k, ev := range sessionEvents {
-		if want := "WHEN '" + string(ev) + "' THEN " + strconv.Itoa(k) + " "; !strings.Contains(cols, want) {
-			t.Errorf("sessionCols has no %q", want)
-		}
-	}
-	if got, want := strings.Count(cols, " WHEN "), len(sessionEvents); got != want {
-		t.Errorf("sessionCols maps %d names, sessionEvents holds %d", got, want)
-	}
+// TestSessionRowKinds: kindCol packs every name of sessionEvents, at its
+// index, with the steps of its range, and leaves any other row (a branch, an
+// error, a step beyond the range, a name of neither vocabulary) to its JSON
+// array; every one reads back as written.
+func TestSessionRowKinds(t *testing.T) {
 	s, err := Open(t.TempDir()+"/l.db", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	names := slices.Concat(sessionEvents[:], []events.Event{events.SandboxCreated, events.TSSandboxCreated,
-		events.CheckpointCreated, events.SandboxClosed})
-	var batch []events.Entry
-	for i, ev := range names {
-		batch = append(batch, events.Entry{Ts: int64(i + 1), Name: "n", SandboxID: "S", StepIndex: 1, Event: ev})
+	one := 1
+	var want []events.Entry
+	add := func(e events.Entry) {
+		e.Ts, e.Name, e.SandboxID = int64(len(want)+1), "n", "S"
+		want = append(want, e)
 	}
-	if err := s.AppendBatch(t.Context(), batch); err != nil {
+	for i, ev := range sessionEvents {
+		add(events.Entry{StepIndex: i, Event: ev})
+	}
+	packed := len(want)
+	add(events.Entry{StepIndex: events.SandboxLevel, Event: events.SandboxCreated})
+	add(events.Entry{StepIndex: maxPackedStep, Event: events.ExecStarted})
+	packed += 2
+	add(events.Entry{StepIndex: maxPackedStep + 1, Event: events.ExecStarted})
+	add(events.Entry{StepIndex: 3, Branch: &one, Event: events.ExecOutput})
+	add(events.Entry{StepIndex: 3, Event: events.ExecCompleted, Error: `exit "7"`})
+	if err := s.AppendBatch(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
-	// Names no writer of this module stores, written by another.
+	// Names no writer of this module stores, and a step it refuses, written
+	// by another.
 	w, _, err := s.dbs(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range []events.Event{"exec.output2", "0", "custom.event"} {
-		if _, err := w.ExecContext(t.Context(), `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, ts) VALUES ('S', 'n', 1, ?, ?)`,
-			string(ev), len(names)+1); err != nil {
+	for _, e := range []events.Entry{{StepIndex: 1, Event: "exec.output2"}, {StepIndex: 1, Event: "0"}, {StepIndex: 3, Event: "custom.event"},
+		{StepIndex: 1, Event: "exec.output'"}, {StepIndex: -2, Event: events.ExecStarted}} {
+		if _, err := w.ExecContext(t.Context(), `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, ts) VALUES ('S', 'n', ?, ?, ?)`,
+			e.StepIndex, string(e.Event), len(want)+1); err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, ev)
+		add(e)
+	}
+	rows, err := w.QueryContext(t.Context(), `SELECT `+kindCol()+` FROM alineo_events WHERE name = 'n' ORDER BY ts, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; rows.Next(); i++ {
+		var k any
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		if _, isInt := k.(int64); isInt != (i < packed) {
+			t.Errorf("row %d (%+v): kind %v, packed %v", i, want[i], k, isInt)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
 	}
 	got, err := s.ReadAll(t.Context(), "n", "S")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(names) {
-		t.Fatalf("ReadAll = %d entries, want %d", len(got), len(names))
+	if len(got) != len(want) {
+		t.Fatalf("ReadAll = %d entries, want %d", len(got), len(want))
 	}
 	for i, e := range got {
-		if e.Event != names[i] {
-			t.Errorf("entry %d: event %q, want %q", i, e.Event, names[i])
+		w := want[i]
+		if e.Event != w.Event || e.StepIndex != w.StepIndex || e.Error != w.Error || (e.Branch == nil) != (w.Branch == nil) ||
+			e.Branch != nil && *e.Branch != *w.Branch || e.Ts != w.Ts {
+			t.Errorf("entry %d = %+v, want %+v", i, e, w)
+		}
+	}
+	// A row it cannot read fails the read, with no panic.
+	for _, bad := range []string{`'S', 'u', 'one', NULL`, `'S', 'v', 1, 'two'`} {
+		if _, err := w.ExecContext(t.Context(), `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, ts) VALUES (`+bad+`, 'exec.started', 1)`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"u", "v"} {
+		if _, err := s.ReadAll(t.Context(), name, "S"); err == nil || !strings.Contains(err.Error(), "want an integer") {
+			t.Errorf("ReadAll of %s = %v, want an error saying an integer is wanted", name, err)
 		}
 	}
 }
