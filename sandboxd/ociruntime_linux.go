@@ -19,12 +19,29 @@ import (
 type ociRuntime struct {
 	path string // the runtime binary
 	root string // its state directory (--root)
+	// cgroupParent is the parent group of the containers' cgroups; with it,
+	// a runtime that pauses through the cgroup freezer (runc, crun) is
+	// paused and resumed by writing the freezer directly (see freezer).
+	cgroupParent string
+}
+
+// freezer returns container id's cgroup freezer when r pauses through it.
+func (r *ociRuntime) freezer(id string) (freezer, bool) {
+	switch filepath.Base(r.path) {
+	case "runc", "crun":
+	default:
+		return freezer{}, false // gVisor's runsc, say, pauses its own kernel
+	}
+	if r.cgroupParent == "" {
+		return freezer{}, false
+	}
+	return findFreezer(r.cgroupParent, id)
 }
 
 // lookRuntime resolves the runtime binary name (a path, or a name looked up
 // in PATH) and checks that it answers --version. The error wraps
 // ErrIsolationUnavailable and names the package to install.
-func lookRuntime(ctx context.Context, name, root string) (*ociRuntime, error) {
+func lookRuntime(ctx context.Context, name, root, cgroupParent string) (*ociRuntime, error) {
 	if name == "" {
 		name = "runc"
 	}
@@ -38,7 +55,7 @@ func lookRuntime(ctx context.Context, name, root string) (*ociRuntime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: OCI runtime %s --version: %w: %s", ErrIsolationUnavailable, p, err, strings.TrimSpace(string(out)))
 	}
-	return &ociRuntime{path: p, root: root}, nil
+	return &ociRuntime{path: p, root: root, cgroupParent: cgroupParent}, nil
 }
 
 // runCmd returns the command that creates and starts container id from
@@ -65,8 +82,20 @@ func (r *ociRuntime) do(ctx context.Context, args ...string) error {
 	return nil
 }
 
-func (r *ociRuntime) pause(ctx context.Context, id string) error  { return r.do(ctx, "pause", id) }
-func (r *ociRuntime) resume(ctx context.Context, id string) error { return r.do(ctx, "resume", id) }
+// pause freezes every process of container id; resume thaws them.
+func (r *ociRuntime) pause(ctx context.Context, id string) error {
+	if f, ok := r.freezer(id); ok {
+		return f.set(ctx, true)
+	}
+	return r.do(ctx, "pause", id)
+}
+
+func (r *ociRuntime) resume(ctx context.Context, id string) error {
+	if f, ok := r.freezer(id); ok {
+		return f.set(ctx, false)
+	}
+	return r.do(ctx, "resume", id)
+}
 
 // kill sends SIGKILL to every process of container id.
 func (r *ociRuntime) kill(ctx context.Context, id string) error {
@@ -96,11 +125,10 @@ func killCgroup(parent, id string) {
 	if parent == "" || id == "" || strings.ContainsAny(parent+id, ".") {
 		return // never a group above a sandbox's own
 	}
-	const root = "/sys/fs/cgroup"
-	dirs := []string{filepath.Join(root, parent, id)} // cgroup v2
-	if ents, err := os.ReadDir(root); err == nil {
+	dirs := []string{filepath.Join(cgroupRoot, parent, id)} // cgroup v2
+	if ents, err := os.ReadDir(cgroupRoot); err == nil {
 		for _, e := range ents {
-			dirs = append(dirs, filepath.Join(root, e.Name(), parent, id)) // v1 controllers
+			dirs = append(dirs, filepath.Join(cgroupRoot, e.Name(), parent, id)) // v1 controllers
 		}
 	}
 	for _, d := range dirs {

@@ -619,15 +619,16 @@ func (s *Server) killPlain(p *proc) {
 }
 
 // freeze pauses every process of the sandbox: the runtime's pause (the
-// cgroup freezer) or, without isolation, SIGSTOP of the process tree.
+// cgroup freezer, written directly for runc and crun) or, without isolation,
+// SIGSTOP of the process tree.
 func (s *Server) freeze(ctx context.Context, p *proc) error {
 	p.mu.Lock()
 	p.frozen = true
 	p.mu.Unlock()
 	if p.rt != nil {
-		// runc gives up ("unable to freeze") when the cgroup freezer does not
-		// settle in time, which a loaded machine makes happen; it thaws back
-		// then, so trying again is safe.
+		// A freeze gives up (runc's "unable to freeze", or errFreezeTimeout)
+		// when the cgroup freezer does not settle in time, which a loaded
+		// machine makes happen; it thaws back then, so trying again is safe.
 		var err error
 		for wait := 20 * time.Millisecond; ; wait *= 2 {
 			if err = p.rt.pause(ctx, p.id); err == nil {
@@ -684,7 +685,7 @@ func (s *Server) cleanLeftovers(id string) {
 	if !s.cfg.NoIsolation {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot()); err == nil && !rt.gone(ctx, id) {
+		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent); err == nil && !rt.gone(ctx, id) {
 			_ = rt.resume(ctx, id)
 			if err := rt.delete(ctx, id); err != nil {
 				s.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)

@@ -3,6 +3,7 @@ package sandboxd_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -165,12 +166,23 @@ func counter(t testing.TB, dataDir, id string) int {
 }
 
 func TestPauseFreezes(t *testing.T) {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// runc under a name sandboxd does not know pauses through its command.
+	other := filepath.Join(t.TempDir(), "oci-runtime")
+	if err := os.Symlink(runc, other); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		cfg  sandboxd.Config
 	}{
-		// The runtime's pause: the cgroup freezer.
+		// runc's pause: its cgroup freezer, written by sandboxd.
 		{"freezer", sandboxd.Config{}},
+		// The runtime's pause and resume commands.
+		{"runtime", sandboxd.Config{Runtime: other}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			testPauseFreezes(t, c.cfg)
@@ -191,6 +203,9 @@ func testPauseFreezes(t *testing.T, cfg sandboxd.Config) {
 	})
 	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/pause", nil), http.StatusAccepted)
 	waitState(t, base, id, sandboxd.StatePaused)
+	if got := runtimeStatus(t, s.DataDir(), id); got != "paused" {
+		t.Errorf("runc state of the paused sandbox = %q, want paused", got)
+	}
 	frozen := counter(t, s.DataDir(), id)
 	// Asserting that nothing happens takes waiting: the loop ticks every 10 ms.
 	time.Sleep(300 * time.Millisecond)
@@ -199,6 +214,9 @@ func testPauseFreezes(t *testing.T, cfg sandboxd.Config) {
 	}
 	wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
 	waitState(t, base, id, sandboxd.StateRunning)
+	if got := runtimeStatus(t, s.DataDir(), id); got != "running" {
+		t.Errorf("runc state of the resumed sandbox = %q, want running", got)
+	}
 	testenv.Eventually(t, 5*time.Second, func() error {
 		if n := counter(t, s.DataDir(), id); n <= frozen+2 {
 			return fmt.Errorf("counter = %d, want it past %d after resume", n, frozen)
@@ -211,6 +229,20 @@ func testPauseFreezes(t *testing.T, cfg sandboxd.Config) {
 	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
 	wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id, nil), http.StatusNotFound)
 	assertNoProcesses(t, id)
+}
+
+// runtimeStatus is runc's own view of sandbox id: its state command's status.
+func runtimeStatus(t testing.TB, dataDir, id string) string {
+	t.Helper()
+	out, err := exec.Command("runc", "--root", filepath.Join(dataDir, "run", "runtime"), "state", id).Output()
+	if err != nil {
+		t.Fatalf("runc state %s: %v", id, err)
+	}
+	var st struct{ Status string }
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("runc state %s: %v: %s", id, err, out)
+	}
+	return st.Status
 }
 
 // assertNoProcesses fails t if any process of sandbox id is left on the host.

@@ -305,7 +305,7 @@ func (s *Server) checkIsolation(ctx context.Context) error {
 		return nil
 	}
 	s.probeOnce.Do(func() {
-		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot())
+		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent)
 		if s.probeErr == nil {
 			if err := s.prepareRuntime(); err != nil {
 				s.rt, s.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
