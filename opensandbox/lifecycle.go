@@ -477,15 +477,18 @@ func (c *Client) absolute(ep string) string {
 }
 
 // Poll schedule of the wait loops: the first poll pollFirst after the first
-// look, then each one a pollFraction of the time waited so far later, at least
-// pollFirst and at most the loop's maximum (pollMax for WaitRunning,
-// WaitPaused, WaitSnapshotReady). Most transitions of sandboxd take a few to a
-// few hundred milliseconds: a flat 100 ms first poll saw a 36 ms create at
-// 111 ms and a 4 ms snapshot at 103 ms. This schedule sees a transition at
-// most about 1/pollFraction of its duration late (or pollFirst, or the
-// maximum), for about 30 polls in the first second.
+// look, the next ones as far apart as the time waited so far (doubling) up to
+// pollMin, then each one a pollFraction of the time waited so far later, at
+// least pollMin and at most the loop's maximum (pollMax for WaitRunning,
+// WaitPaused, WaitSnapshotReady). Transitions of sandboxd take from a fraction
+// of a millisecond (pause, resume, a small snapshot) to a few hundred: a flat
+// 100 ms first poll saw a 36 ms create at 111 ms and a 4 ms snapshot at
+// 103 ms. This schedule sees a transition at most about its own duration late
+// below pollMin, and 1/pollFraction of it above (or the maximum), for about 50
+// polls in the first second.
 const (
-	pollFirst    = 2 * time.Millisecond
+	pollFirst    = 250 * time.Microsecond
+	pollMin      = 2 * time.Millisecond
 	pollFraction = 10
 	pollMax      = 100 * time.Millisecond
 )
@@ -505,12 +508,13 @@ func pollBackOff(maxInterval time.Duration) *pollSchedule {
 
 // NextBackOff returns how long to wait before the next poll.
 func (p *pollSchedule) NextBackOff() time.Duration {
-	d := p.now().Sub(p.start) / pollFraction
-	return min(max(d, pollFirst), p.max)
+	waited := p.now().Sub(p.start)
+	least := min(max(waited, pollFirst), pollMin) // doubling up to pollMin
+	return min(max(waited/pollFraction, least), p.max)
 }
 
-// WaitRunning polls the sandbox (2 ms after the first look, then a tenth of the time
-// waited so far later, at most 100 ms apart) until it is Running, and returns it. Failed or Terminated end the wait with a *StateError
+// WaitRunning polls the sandbox (250 µs after the first look, doubling to 2 ms apart,
+// then a tenth of the time waited so far later, at most 100 ms apart) until it is Running, and returns it. Failed or Terminated end the wait with a *StateError
 // wrapping ErrSandboxFailed; ErrNotFound and other non-retryable API errors end it
 // too. Bounded only by ctx: give it a deadline.
 func (c *Client) WaitRunning(ctx context.Context, id string) (*Sandbox, error) {
