@@ -476,19 +476,18 @@ func (c *Client) absolute(ep string) string {
 	return u.String()
 }
 
-// Poll schedule of the wait loops: the first poll pollFirst after the first
-// look, the next ones as far apart as the time waited so far (doubling) up to
-// pollMin, then each one a pollFraction of the time waited so far later, at
-// least pollMin and at most the loop's maximum (pollMax for WaitRunning,
-// WaitPaused, WaitSnapshotReady). Transitions of sandboxd take from a fraction
-// of a millisecond (pause, resume, a small snapshot) to a few hundred: a flat
-// 100 ms first poll saw a 36 ms create at 111 ms and a 4 ms snapshot at
-// 103 ms. This schedule sees a transition at most about its own duration late
-// below pollMin, and 1/pollFraction of it above (or the maximum), for about 50
-// polls in the first second.
+// Poll schedule of the wait loops: each poll a pollFraction of the time
+// waited so far after the one before, at least pollFirst and at most the
+// loop's maximum (pollMax for WaitRunning, WaitPaused, WaitSnapshotReady).
+// Transitions of sandboxd take from a fraction of a millisecond (pause,
+// resume, a small snapshot) to a few hundred: a flat 100 ms first poll saw a
+// 36 ms create at 111 ms and a 4 ms snapshot at 103 ms, and a 2 ms floor a
+// 2.6 ms snapshot at 4 ms. This schedule sees a transition at most pollFirst
+// or 1/pollFraction of its duration late (or the maximum), for about 75
+// polls in the first second (sequential: a remote server's round trip
+// spaces them further).
 const (
 	pollFirst    = 250 * time.Microsecond
-	pollMin      = 2 * time.Millisecond
 	pollFraction = 10
 	pollMax      = 100 * time.Millisecond
 )
@@ -508,13 +507,12 @@ func pollBackOff(maxInterval time.Duration) *pollSchedule {
 
 // NextBackOff returns how long to wait before the next poll.
 func (p *pollSchedule) NextBackOff() time.Duration {
-	waited := p.now().Sub(p.start)
-	least := min(max(waited, pollFirst), pollMin) // doubling up to pollMin
-	return min(max(waited/pollFraction, least), p.max)
+	d := p.now().Sub(p.start) / pollFraction
+	return min(max(d, pollFirst), p.max)
 }
 
-// WaitRunning polls the sandbox (250 µs after the first look, doubling to 2 ms apart,
-// then a tenth of the time waited so far later, at most 100 ms apart) until it is Running, and returns it. Failed or Terminated end the wait with a *StateError
+// WaitRunning polls the sandbox (each poll a tenth of the time waited so far after the
+// one before, at least 250 µs and at most 100 ms apart) until it is Running, and returns it. Failed or Terminated end the wait with a *StateError
 // wrapping ErrSandboxFailed; ErrNotFound and other non-retryable API errors end it
 // too. Bounded only by ctx: give it a deadline.
 func (c *Client) WaitRunning(ctx context.Context, id string) (*Sandbox, error) {

@@ -5,20 +5,17 @@ import (
 	"time"
 )
 
-// TestPollScheduleFollowsTheWait: the wait loops poll 250 µs after the first
-// look, doubling to 2 ms apart, then a tenth of the time waited so far later,
-// at most 100 ms apart: a transition is seen at most about its duration late
-// below 2 ms and 10% of it above, not a flat 100 ms (which made a 4 ms
-// snapshot cost 103 ms).
+// TestPollScheduleFollowsTheWait: the wait loops poll a tenth of the time
+// waited so far after the last poll, at least 250 µs and at most 100 ms
+// apart: a transition is seen at most 250 µs or 10% of its duration late,
+// not a flat 100 ms (which made a 4 ms snapshot cost 103 ms).
 func TestPollScheduleFollowsTheWait(t *testing.T) {
 	var clock time.Time
 	p := &pollSchedule{start: clock, max: pollMax, now: func() time.Time { return clock }}
 	for _, tt := range []struct{ waited, want time.Duration }{
 		{0, 250 * time.Microsecond},
-		{500 * time.Microsecond, 500 * time.Microsecond},
-		{time.Millisecond, time.Millisecond},
-		{2 * time.Millisecond, 2 * time.Millisecond},
-		{10 * time.Millisecond, 2 * time.Millisecond},
+		{2 * time.Millisecond, 250 * time.Microsecond},
+		{10 * time.Millisecond, time.Millisecond},
 		{40 * time.Millisecond, 4 * time.Millisecond},
 		{300 * time.Millisecond, 30 * time.Millisecond},
 		{time.Second, 100 * time.Millisecond},
@@ -29,9 +26,10 @@ func TestPollScheduleFollowsTheWait(t *testing.T) {
 			t.Errorf("after %v: next poll in %v, want %v", tt.waited, got, tt.want)
 		}
 	}
-	// Walked through: a 400 µs transition is seen by 800 µs, a 36 ms one by
-	// 40 ms, a 250 ms one by 275 ms, in a bounded number of polls.
-	for _, took := range []time.Duration{400 * time.Microsecond, time.Millisecond, 4 * time.Millisecond, 36 * time.Millisecond,
+	// Walked through: a 400 µs transition is seen by 650 µs, a 2.6 ms one by
+	// 2.9 ms, a 36 ms one by 40 ms, a 250 ms one by 275 ms, in a bounded
+	// number of polls.
+	for _, took := range []time.Duration{400 * time.Microsecond, 2600 * time.Microsecond, 4 * time.Millisecond, 36 * time.Millisecond,
 		250 * time.Millisecond, 2 * time.Second} {
 		clock = time.Time{}
 		p := &pollSchedule{start: clock, max: pollMax, now: func() time.Time { return clock }}
@@ -41,7 +39,7 @@ func TestPollScheduleFollowsTheWait(t *testing.T) {
 			polls++
 		}
 		late := clock.Sub(p.start) - took
-		if late > max(min(took, pollMin), took/pollFraction) || polls > 50+int(took/pollMax) {
+		if late > max(pollFirst, took/pollFraction) || polls > 75+int(took/pollMax) {
 			t.Errorf("a %v transition: seen %v late, after %d polls", took, late, polls)
 		}
 	}
