@@ -83,6 +83,10 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// ratioOf is a / b held in a Duration (scaled by 1e6), so that percentile
+// takes ratios too.
+func ratioOf(a, b time.Duration) time.Duration { return time.Duration(float64(a) / float64(b) * 1e6) }
+
 // BenchmarkExecRoundTrip compares `echo hi` through the SDK (recorded in the
 // ledger: exec.started in one commit, the output and exec.completed in a
 // second) with the same command through the raw opensandbox client,
@@ -165,7 +169,7 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	// back, under the same load, which this shared machine varies a lot.
 	ratios := make([]time.Duration, len(sdk))
 	for i := range sdk {
-		ratios[i] = time.Duration(float64(sdk[i]) / float64(base[i]) * 1e6)
+		ratios[i] = ratioOf(sdk[i], base[i])
 	}
 	b.ReportMetric(float64(percentile(ratios, 0.5))/1e6, "ratio")
 	b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(base, 0.5)), "p50-ratio")
@@ -278,7 +282,7 @@ func BenchmarkStateWait(b *testing.B) {
 		if at == nil || !at.After(start) {
 			b.Fatalf("%s: sandboxd recorded the transition at %v, before the call started at %v", op, at, start)
 		}
-		ratios[op] = append(ratios[op], time.Duration(float64(took)/float64(at.Sub(start))*1e6))
+		ratios[op] = append(ratios[op], ratioOf(took, at.Sub(start)))
 		server[op] = append(server[op], at.Sub(start))
 	}
 	sandboxAt := func(id string) *time.Time {
@@ -318,7 +322,7 @@ func BenchmarkStateWait(b *testing.B) {
 			if _, err := osc.WaitSnapshotReady(ctx, rs.ID); err != nil {
 				b.Fatal(err)
 			}
-			vsRaw["checkpoint"] = append(vsRaw["checkpoint"], time.Duration(float64(took)/float64(time.Since(start))*1e6))
+			vsRaw["checkpoint"] = append(vsRaw["checkpoint"], ratioOf(took, time.Since(start)))
 
 			start = time.Now()
 			if err := sb.Pause(ctx); err != nil {
@@ -342,7 +346,7 @@ func BenchmarkStateWait(b *testing.B) {
 			if _, err := osc.WaitPaused(ctx, sb.ID()); err != nil {
 				b.Fatal(err)
 			}
-			vsRaw["pause"] = append(vsRaw["pause"], time.Duration(float64(sdkPause)/float64(time.Since(start))*1e6))
+			vsRaw["pause"] = append(vsRaw["pause"], ratioOf(sdkPause, time.Since(start)))
 			start = time.Now()
 			if err := osc.ResumeSandbox(ctx, sb.ID()); err != nil {
 				b.Fatal(err)
@@ -350,7 +354,7 @@ func BenchmarkStateWait(b *testing.B) {
 			if _, err := osc.WaitRunning(ctx, sb.ID()); err != nil {
 				b.Fatal(err)
 			}
-			vsRaw["resume"] = append(vsRaw["resume"], time.Duration(float64(sdkResume)/float64(time.Since(start))*1e6))
+			vsRaw["resume"] = append(vsRaw["resume"], ratioOf(sdkResume, time.Since(start)))
 
 			start = time.Now()
 			r, err := client.RestoreSnapshot(ctx, snap, "", alineo.Resources{})

@@ -50,16 +50,7 @@ const freezeSettle = 500 * time.Millisecond
 // it so. A freeze that does not settle is undone before the error returns,
 // as runc does, so trying again is safe.
 func (f freezer) set(ctx context.Context, frozen bool) error {
-	want, write := "THAWED", "THAWED"
-	if frozen {
-		want, write = "FROZEN", "FROZEN"
-	}
-	if !f.v1 {
-		want, write = "frozen 0", "0"
-		if frozen {
-			want, write = "frozen 1", "1"
-		}
-	}
+	write, want := f.states(frozen)
 	deadline := time.Now().Add(freezeSettle)
 	wait := 50 * time.Microsecond
 	for i := 0; ; i++ {
@@ -89,6 +80,20 @@ func (f freezer) set(ctx context.Context, frozen bool) error {
 		time.Sleep(wait)
 		wait = min(2*wait, 5*time.Millisecond)
 	}
+}
+
+// states returns what set writes to freeze (frozen) or thaw the group, and
+// the state it then waits for: v1 reads back what it was written.
+func (f freezer) states(frozen bool) (write, want string) {
+	switch {
+	case f.v1 && frozen:
+		return "FROZEN", "FROZEN"
+	case f.v1:
+		return "THAWED", "THAWED"
+	case frozen:
+		return "1", "frozen 1"
+	}
+	return "0", "frozen 0"
 }
 
 // is reports whether the group's state reads want: freezer.state's whole

@@ -19,23 +19,20 @@ import (
 type ociRuntime struct {
 	path string // the runtime binary
 	root string // its state directory (--root)
-	// cgroupParent is the parent group of the containers' cgroups; with it,
-	// a runtime that pauses through the cgroup freezer (runc, crun) is
-	// paused and resumed by writing the freezer directly (see freezer).
-	cgroupParent string
+	// freezerParent is, for a runtime that pauses through the cgroup
+	// freezer (runc, crun), the parent group of the containers' cgroups:
+	// such a runtime is paused and resumed by writing the freezer directly
+	// (see freezer). Empty for any other (gVisor's runsc pauses its own
+	// kernel).
+	freezerParent string
 }
 
 // freezer returns container id's cgroup freezer when r pauses through it.
 func (r *ociRuntime) freezer(id string) (freezer, bool) {
-	switch filepath.Base(r.path) {
-	case "runc", "crun":
-	default:
-		return freezer{}, false // gVisor's runsc, say, pauses its own kernel
-	}
-	if r.cgroupParent == "" {
+	if r.freezerParent == "" {
 		return freezer{}, false
 	}
-	return findFreezer(r.cgroupParent, id)
+	return findFreezer(r.freezerParent, id)
 }
 
 // lookRuntime resolves the runtime binary name (a path, or a name looked up
@@ -55,7 +52,11 @@ func lookRuntime(ctx context.Context, name, root, cgroupParent string) (*ociRunt
 	if err != nil {
 		return nil, fmt.Errorf("%w: OCI runtime %s --version: %w: %s", ErrIsolationUnavailable, p, err, strings.TrimSpace(string(out)))
 	}
-	return &ociRuntime{path: p, root: root, cgroupParent: cgroupParent}, nil
+	rt := &ociRuntime{path: p, root: root}
+	if b := filepath.Base(p); b == "runc" || b == "crun" {
+		rt.freezerParent = cgroupParent
+	}
+	return rt, nil
 }
 
 // runCmd returns the command that creates and starts container id from

@@ -115,10 +115,12 @@ func (r *sessionReader) unpacked(e *events.Entry, kind string) error {
 	}
 	var step, branch *int64
 	var ev, errText *string
-	for i, v := range []any{&step, &branch, &ev, &errText} {
-		if err := json.Unmarshal(cols[i], v); err != nil {
-			return fmt.Errorf("%s %s: want %s", [...]string{"step_idx", "branch", "event", "error"}[i], cols[i],
-				[...]string{"an integer", "an integer", "text", "text"}[i])
+	for i, c := range []struct {
+		name, want string
+		v          any
+	}{{"step_idx", "an integer", &step}, {"branch", "an integer", &branch}, {"event", "text", &ev}, {"error", "text", &errText}} {
+		if err := json.Unmarshal(cols[i], c.v); err != nil {
+			return fmt.Errorf("%s %s: want %s", c.name, cols[i], c.want)
 		}
 	}
 	if step == nil || ev == nil {
