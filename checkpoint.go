@@ -60,14 +60,12 @@ func (s *Sandbox) ListCheckpoints(ctx context.Context) ([]CheckpointInfo, error)
 
 // snapshot creates a snapshot of sandbox id and waits until it is Ready.
 func (c *Client) snapshot(ctx context.Context, id, name string) (string, error) {
-	snap, err := c.os.CreateSnapshot(ctx, id, name)
-	if err != nil {
-		return "", &SandboxError{SandboxID: id, Op: "create snapshot", Err: err}
-	}
 	wctx, cancel := context.WithTimeoutCause(ctx, snapshotTimeout, errSnapshotTimeout)
 	defer cancel()
-	_, err = c.os.WaitSnapshotReady(wctx, snap.ID)
+	snap, err := c.os.CreateSnapshotAndWait(wctx, id, name)
 	switch {
+	case snap == nil:
+		return "", &SandboxError{SandboxID: id, Op: "create snapshot", Err: err}
 	case err == nil:
 		return snap.ID, nil
 	case errors.Is(err, opensandbox.ErrSnapshotFailed):

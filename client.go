@@ -231,9 +231,21 @@ func (c *Client) handle(id, name, runID string, res Resources, shell string, ex 
 
 // waitRunning waits until the sandbox is Running, for at most runningTimeout.
 func (c *Client) waitRunning(ctx context.Context, id string) error {
+	return c.untilRunning(ctx, id, "wait running", c.os.WaitRunning)
+}
+
+// resumeRunning resumes sandbox id and waits until it is Running, for at most
+// runningTimeout.
+func (c *Client) resumeRunning(ctx context.Context, id string) error {
+	return c.untilRunning(ctx, id, "resume", c.os.ResumeAndWait)
+}
+
+// untilRunning runs wait, which returns once sandbox id is Running, for at
+// most runningTimeout, and maps its error (op names it).
+func (c *Client) untilRunning(ctx context.Context, id, op string, wait func(context.Context, string) (*opensandbox.Sandbox, error)) error {
 	wctx, cancel := context.WithTimeoutCause(ctx, runningTimeout, errRunningTimeout)
 	defer cancel()
-	_, err := c.os.WaitRunning(wctx, id)
+	_, err := wait(wctx, id)
 	switch {
 	case err == nil:
 		return nil
@@ -244,23 +256,24 @@ func (c *Client) waitRunning(ctx context.Context, id string) error {
 	case errors.Is(err, opensandbox.ErrNotFound):
 		return &ClientError{Status: http.StatusNotFound, SandboxID: id, Message: "sandbox not found", Err: err}
 	}
-	return &SandboxError{SandboxID: id, Op: "wait running", Err: err}
+	return &SandboxError{SandboxID: id, Op: op, Err: err}
 }
 
 var errRunningTimeout = errors.New("sandbox not running in time")
 
-// waitPaused waits until the sandbox is Paused, for at most runningTimeout.
-func (c *Client) waitPaused(ctx context.Context, id string) error {
+// pause pauses the sandbox and waits until it is Paused, for at most
+// runningTimeout.
+func (c *Client) pause(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, runningTimeout)
 	defer cancel()
-	_, err := c.os.WaitPaused(wctx, id)
+	_, err := c.os.PauseAndWait(wctx, id)
 	if err != nil && errors.Is(err, opensandbox.ErrSandboxFailed) {
 		var se *opensandbox.StateError
 		errors.As(err, &se)
 		return &ClientError{Status: http.StatusInternalServerError, SandboxID: id, Message: "sandbox is " + se.State, Err: err}
 	}
 	if err != nil {
-		return &SandboxError{SandboxID: id, Op: "wait paused", Err: err}
+		return &SandboxError{SandboxID: id, Op: "pause", Err: err}
 	}
 	return nil
 }

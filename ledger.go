@@ -167,11 +167,11 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, inline bool, done []<-
 // write emits an event and waits for it to be written. The write itself does not
 // stop when ctx ends once the entry is queued: the result is always known.
 func (l *ledger) write(ctx context.Context, ev events.Event, step int, payload any) error {
-	done, err := l.emit(ctx, ev, step, payload)
-	if err != nil {
+	var done [1]<-chan error
+	if err := l.writeMany(ctx, nil, done[:], emission{ev: ev, step: step, payload: payload}); err != nil {
 		return err
 	}
-	return <-done
+	return <-done[0]
 }
 
 // drain writes the queue, batch by batch, until it is empty.

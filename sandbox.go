@@ -231,10 +231,7 @@ func (s *Sandbox) Pause(ctx context.Context) (err error) {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	if err := s.c.os.PauseSandbox(ctx, s.id); err != nil {
-		return &SandboxError{SandboxID: s.id, Op: "pause", Err: err}
-	}
-	if err := s.c.waitPaused(ctx, s.id); err != nil {
+	if err := s.c.pause(ctx, s.id); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -265,10 +262,7 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	if err := s.c.os.ResumeSandbox(ctx, s.id); err != nil {
-		return &SandboxError{SandboxID: s.id, Op: "resume", Err: err}
-	}
-	ex, err := s.reconnect(ctx)
+	ex, err := s.resume(ctx)
 	if err != nil {
 		return err
 	}
@@ -290,16 +284,17 @@ func (s *Sandbox) Resume(ctx context.Context) (err error) {
 	return nil
 }
 
-// reconnect waits until the resumed sandbox is Running and execd answers, and
-// returns a new execd client. On the endpoint of the client Pause closed, the
-// two waits run at once (a thawing execd answers once it runs); without one,
-// the endpoint is resolved once the sandbox is Running.
-func (s *Sandbox) reconnect(ctx context.Context) (*opensandbox.Execd, error) {
+// resume resumes the sandbox, waits until it is Running and execd answers,
+// and returns a new execd client. On the endpoint of the client Pause closed,
+// execd is probed while the sandbox resumes (a frozen execd answers once it
+// is thawed); without one, the endpoint is resolved once the sandbox is
+// Running.
+func (s *Sandbox) resume(ctx context.Context) (*opensandbox.Execd, error) {
 	s.mu.Lock()
 	prev := s.pausedEx
 	s.mu.Unlock()
 	if prev == nil {
-		if err := s.c.waitRunning(ctx, s.id); err != nil {
+		if err := s.c.resumeRunning(ctx, s.id); err != nil {
 			return nil, err
 		}
 		ex, err := s.c.os.Execd(ctx, s.id)
@@ -316,7 +311,7 @@ func (s *Sandbox) reconnect(ctx context.Context) (*opensandbox.Execd, error) {
 	defer cancel()
 	ready := make(chan error, 1)
 	go func() { ready <- ex.WaitReady(rctx) }()
-	werr := s.c.waitRunning(ctx, s.id)
+	werr := s.c.resumeRunning(ctx, s.id)
 	if werr != nil {
 		cancel() // not Running: stop probing execd
 	}

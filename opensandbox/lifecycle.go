@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -355,6 +356,63 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
+// PauseAndWait pauses the sandbox and returns it once it is Paused. It asks
+// the server to answer once the transition is done, with the sandbox
+// (Prefer: return=representation, RFC 7240; sandboxd does): then the answer
+// is the wait. A server that answers 202 without the sandbox in its new state
+// (OpenSandbox's) is polled as WaitPaused polls. Errors are those of
+// PauseSandbox and WaitPaused.
+func (c *Client) PauseAndWait(ctx context.Context, id string) (*Sandbox, error) {
+	return c.transitionAndWait(ctx, id, "pause", StatePaused, "wait paused")
+}
+
+// ResumeAndWait is PauseAndWait for resume: it returns the sandbox once it is
+// Running.
+func (c *Client) ResumeAndWait(ctx context.Context, id string) (*Sandbox, error) {
+	return c.transitionAndWait(ctx, id, "resume", StateRunning, "wait running")
+}
+
+func (c *Client) transitionAndWait(ctx context.Context, id, action string, want SandboxState, op string) (*Sandbox, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty sandbox id", ErrInvalidRequest)
+	}
+	var sb Sandbox
+	req := request{method: "POST", path: "/sandboxes/" + pathEscape(id) + "/" + action,
+		header: http.Header{"Prefer": {c.t.prefer()}}}
+	if err := c.t.do(ctx, req, &sb); err != nil {
+		return nil, fmt.Errorf("%s sandbox %s: %w", action, id, err)
+	}
+	if sb.ID == id {
+		switch sb.Status.State {
+		case want:
+			return &sb, nil
+		case StateFailed, StateTerminated:
+			return nil, fmt.Errorf("%s: %w", op, sandboxFailed(id, &sb))
+		}
+	}
+	return c.waitState(ctx, id, want, op)
+}
+
+// preferWait is the longest a request asks the server to hold its answer
+// until a transition is done (Prefer: wait): long enough for a pause, a resume
+// or a snapshot of a few hundred megabytes, short enough for the proxies on
+// the way; a longer transition is then polled, at most pollMax apart.
+const preferWait = 10 * time.Second
+
+// prefer is the Prefer header of the calls that wait for a transition: the
+// resource in its state once the transition is done (or wait has passed),
+// wait at most half the request timeout.
+func (t *transport) prefer() string {
+	wait := preferWait
+	if t.timeout > 0 {
+		wait = min(wait, t.timeout/2)
+	}
+	if secs := int(wait / time.Second); secs > 0 {
+		return "return=representation, wait=" + strconv.Itoa(secs)
+	}
+	return "return=representation"
+}
+
 // RenewExpiration sets the sandbox's expiry to expiresAt (which must be in the
 // future and later than the current one) and returns the new expiry. Retried
 // (absolute value, idempotent).
@@ -535,13 +593,17 @@ func (c *Client) waitState(ctx context.Context, id string, want SandboxState, op
 		case want:
 			return sb, nil
 		case StateFailed, StateTerminated:
-			return nil, &StateError{Kind: "sandbox", ID: id, State: string(sb.Status.State),
-				Reason: sb.Status.Reason, Message: sb.Status.Message, Err: ErrSandboxFailed}
+			return nil, sandboxFailed(id, sb)
 		}
 		if err := sleepCtx(ctx, bo.NextBackOff()); err != nil {
 			return nil, fmt.Errorf("%s %s (last state %s): %w", op, id, sb.Status.State, err)
 		}
 	}
+}
+
+func sandboxFailed(id string, sb *Sandbox) *StateError {
+	return &StateError{Kind: "sandbox", ID: id, State: string(sb.Status.State),
+		Reason: sb.Status.Reason, Message: sb.Status.Message, Err: ErrSandboxFailed}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -559,6 +621,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // /sandboxes/{id}/snapshots, 202, state Creating). name may be empty. Never
 // retried. Use WaitSnapshotReady.
 func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+	return c.createSnapshot(ctx, sandboxID, name, nil)
+}
+
+func (c *Client) createSnapshot(ctx context.Context, sandboxID, name string, header http.Header) (*Snapshot, error) {
 	if sandboxID == "" {
 		return nil, fmt.Errorf("%w: empty sandbox id", ErrInvalidRequest)
 	}
@@ -569,13 +635,39 @@ func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (*S
 		body = struct{}{}
 	}
 	var s Snapshot
-	if err := c.t.do(ctx, request{method: "POST", path: "/sandboxes/" + pathEscape(sandboxID) + "/snapshots", json: body}, &s); err != nil {
+	if err := c.t.do(ctx, request{method: "POST", path: "/sandboxes/" + pathEscape(sandboxID) + "/snapshots", json: body, header: header}, &s); err != nil {
 		return nil, fmt.Errorf("create snapshot of %s: %w", sandboxID, err)
 	}
 	if s.ID == "" {
 		return nil, fmt.Errorf("create snapshot of %s: response has no id", sandboxID)
 	}
 	return &s, nil
+}
+
+// CreateSnapshotAndWait creates a snapshot of a Running sandbox and returns
+// it once it is Ready. It asks the server to answer once the snapshot is done
+// (Prefer: return=representation, wait=N, RFC 7240; sandboxd does, for at
+// most N seconds); a snapshot still Creating in the answer is then polled as
+// WaitSnapshotReady polls. Failed ends the wait with a *StateError wrapping
+// ErrSnapshotFailed. Never retried. When the snapshot was created but the
+// wait failed, it returns the snapshot as created with the error (nil when
+// the creation failed).
+func (c *Client) CreateSnapshotAndWait(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+	s, err := c.createSnapshot(ctx, sandboxID, name, http.Header{"Prefer": {c.t.prefer()}})
+	if err != nil {
+		return nil, err
+	}
+	switch s.Status.State {
+	case SnapshotReady:
+		return s, nil
+	case SnapshotFailed:
+		return s, fmt.Errorf("wait snapshot ready: %w", snapshotFailed(s.ID, s))
+	}
+	ready, err := c.WaitSnapshotReady(ctx, s.ID)
+	if err != nil {
+		return s, err
+	}
+	return ready, nil
 }
 
 // GetSnapshot returns the snapshot (GET /snapshots/{id}). ErrNotFound if unknown.
@@ -632,11 +724,15 @@ func (c *Client) WaitSnapshotReady(ctx context.Context, id string) (*Snapshot, e
 		case SnapshotReady:
 			return s, nil
 		case SnapshotFailed:
-			return nil, &StateError{Kind: "snapshot", ID: id, State: string(s.Status.State),
-				Reason: s.Status.Reason, Message: s.Status.Message, Err: ErrSnapshotFailed}
+			return nil, snapshotFailed(id, s)
 		}
 		if err := sleepCtx(ctx, bo.NextBackOff()); err != nil {
 			return nil, fmt.Errorf("wait snapshot %s ready (last state %s): %w", id, s.Status.State, err)
 		}
 	}
+}
+
+func snapshotFailed(id string, s *Snapshot) *StateError {
+	return &StateError{Kind: "snapshot", ID: id, State: string(s.Status.State),
+		Reason: s.Status.Reason, Message: s.Status.Message, Err: ErrSnapshotFailed}
 }

@@ -271,18 +271,29 @@ func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sb)
 }
 
+// handlePause and handleResume answer once the transition is done: 202 with
+// no body (OpenSandbox's answer), or, for a client that prefers it (Prefer:
+// return=representation, RFC 7240), 200 with the sandbox in its new state, so
+// that it need not ask for it.
 func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	if err := s.pause(r.Context(), r.PathValue("id")); err != nil {
-		s.writeErr(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusAccepted)
+	s.answerTransition(w, r, s.pause(r.Context(), r.PathValue("id")))
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	if err := s.resume(r.Context(), r.PathValue("id")); err != nil {
+	s.answerTransition(w, r, s.resume(r.Context(), r.PathValue("id")))
+}
+
+func (s *Server) answerTransition(w http.ResponseWriter, r *http.Request, err error) {
+	if err != nil {
 		s.writeErr(w, err)
 		return
+	}
+	if prefersRepresentation(r) {
+		if sb, err := s.get(r.PathValue("id")); err == nil {
+			w.Header().Set("Preference-Applied", "return=representation")
+			writeJSON(w, http.StatusOK, sb.snapshot())
+			return
+		}
 	}
 	w.WriteHeader(http.StatusAccepted)
 }

@@ -145,10 +145,30 @@ func TestLifecycle(t *testing.T) {
 		wantStatus(t, r, http.StatusConflict)
 		wantCode(t, r, "INVALID_STATE")
 		wantStatus(t, call(t, "GET", base+"/v1/sandboxes/"+id+"/proxy/44772/ping", nil), http.StatusConflict)
-		wantStatus(t, call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil), http.StatusAccepted)
+		r = call(t, "POST", base+"/v1/sandboxes/"+id+"/resume", nil)
+		wantStatus(t, r, http.StatusAccepted)
+		if len(r.Body) != 0 || r.Header.Get("Preference-Applied") != "" {
+			t.Errorf("resume without Prefer: body %q, Preference-Applied %q; want neither", r.Body, r.Header.Get("Preference-Applied"))
+		}
 		waitState(t, base, id, sandboxd.StateRunning)
 		if lines, code := run(t, u, tok, "echo back"); code != 0 || strings.Join(lines, "") != "back" {
 			t.Errorf("after resume: %q exit %d", lines, code)
+		}
+		// A client that prefers it gets the sandbox in its new state (RFC 7240).
+		for _, c := range []struct {
+			op, prefer string
+			want       sandboxd.State
+		}{{"pause", "return=representation, wait=10", sandboxd.StatePaused}, {"resume", `wait=5; x=1, RETURN="representation"`, sandboxd.StateRunning}} {
+			r := call(t, "POST", base+"/v1/sandboxes/"+id+"/"+c.op, nil, "Prefer", c.prefer)
+			wantStatus(t, r, http.StatusOK)
+			var sb sandboxd.Sandbox
+			r.decode(t, &sb)
+			if sb.ID != id || sb.Status.State != c.want || r.Header.Get("Preference-Applied") != "return=representation" {
+				t.Errorf("%s with Prefer %q = %+v, Preference-Applied %q; want %s, return=representation", c.op, c.prefer, sb, r.Header.Get("Preference-Applied"), c.want)
+			}
+		}
+		if lines, code := run(t, u, tok, "echo again"); code != 0 || strings.Join(lines, "") != "again" {
+			t.Errorf("after the second resume: %q exit %d", lines, code)
 		}
 	})
 

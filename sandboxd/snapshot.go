@@ -67,6 +67,9 @@ type snapRecord struct {
 	Layout      string `json:"layout"`
 	// Seq orders snapshots created in the same millisecond.
 	Seq int64 `json:"seq"`
+	// done is closed once a capture started by this server has ended (nil
+	// for a record loaded from disk).
+	done chan struct{}
 }
 
 func (r *snapRecord) setStatus(st SnapshotState, reason, msg string) {
@@ -184,16 +187,16 @@ func (s *Server) captureRoot(id string) (string, string) {
 
 // createSnapshot records a Creating snapshot of a Running sandbox and captures
 // it in the background.
-func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
+func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct{}, error) {
 	sb, err := s.get(sandboxID)
 	if err != nil {
-		return Snapshot{}, err
+		return Snapshot{}, nil, err
 	}
 	sb.mu.Lock()
 	st, img, digest := sb.rec.Status.State, sb.rec.imageURI(), sb.rec.ImageDigest
 	sb.mu.Unlock()
 	if st != StateRunning {
-		return Snapshot{}, &StateError{SandboxID: sandboxID, Op: "snapshot", State: st}
+		return Snapshot{}, nil, &StateError{SandboxID: sandboxID, Op: "snapshot", State: st}
 	}
 	_, layout := s.captureRoot(sandboxID)
 	r := &snapRecord{
@@ -201,13 +204,14 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
 		Image:       img,
 		ImageDigest: digest,
 		Layout:      layout,
+		done:        make(chan struct{}),
 	}
 	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Snapshot{}, ErrClosed
+		return Snapshot{}, nil, ErrClosed
 	}
 	s.snapMu.Lock()
 	creating := 0
@@ -218,13 +222,13 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
 	}
 	if creating >= maxCreatingSnaps {
 		s.snapMu.Unlock()
-		return Snapshot{}, fmt.Errorf("%w: %d snapshots are being created, the maximum", ErrConflict, creating)
+		return Snapshot{}, nil, fmt.Errorf("%w: %d snapshots are being created, the maximum", ErrConflict, creating)
 	}
 	s.snapSeq++
 	r.Seq = s.snapSeq
 	if err := s.saveSnapshot(r); err != nil {
 		s.snapMu.Unlock()
-		return Snapshot{}, err
+		return Snapshot{}, nil, err
 	}
 	s.snaps[r.ID] = r
 	out := r.Snapshot
@@ -232,9 +236,10 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, error) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
+		defer close(r.done)
 		s.capture(sb, r.ID)
 	}()
-	return out, nil
+	return out, r.done, nil
 }
 
 // capture takes snapshot id of sb and records the outcome.

@@ -191,6 +191,45 @@ func TestSnapshotRestore(t *testing.T) {
 
 // TestSnapshotAPIErrors covers the error statuses, the list filters and
 // pagination, and delete while Creating.
+// TestSnapshotPreferWait: a client that asks for it (Prefer: wait=N) gets its
+// answer once the snapshot is done, Ready, or after N seconds, still Creating;
+// a client that does not gets it at once.
+func TestSnapshotPreferWait(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+
+	post := func(prefer string) (sandboxd.Snapshot, resp) {
+		t.Helper()
+		r := call(t, "POST", base+"/v1/sandboxes/"+id+"/snapshots", map[string]any{}, "Prefer", prefer)
+		wantStatus(t, r, http.StatusAccepted)
+		var snap sandboxd.Snapshot
+		r.decode(t, &snap)
+		return snap, r
+	}
+	if snap, r := post("return=representation, wait=30"); snap.Status.State != sandboxd.SnapshotReady || r.Header.Get("Preference-Applied") != "wait" {
+		t.Errorf("with wait=30: %+v, Preference-Applied %q; want Ready, wait", snap, r.Header.Get("Preference-Applied"))
+	}
+
+	// A capture held up: wait=1 answers after a second, Creating; no wait
+	// answers at once, Creating too.
+	release := make(chan struct{})
+	s.SetSnapshotHook(func(string) { <-release })
+	held := []string{}
+	for _, prefer := range []string{"wait=1", "", "wait=abc", "wait=-3"} {
+		snap, r := post(prefer)
+		if snap.Status.State != sandboxd.SnapshotCreating || r.Header.Get("Preference-Applied") != "" {
+			t.Errorf("Prefer %q with the capture held: %+v, Preference-Applied %q; want Creating, none", prefer, snap, r.Header.Get("Preference-Applied"))
+		}
+		held = append(held, snap.ID)
+	}
+	close(release)
+	s.SetSnapshotHook(nil)
+	for _, snap := range held {
+		waitSnapshot(t, base, snap, sandboxd.SnapshotReady)
+	}
+}
+
 func TestSnapshotAPIErrors(t *testing.T) {
 	s, base := startServer(t, sandboxd.Config{})
 	id := create(t, base, nil)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -69,10 +70,23 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, err)
 		return
 	}
-	snap, err := s.createSnapshot(id, name)
+	snap, done, err := s.createSnapshot(id, name)
 	if err != nil {
 		s.writeErr(w, err)
 		return
+	}
+	if wait := preferredWait(r); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-done:
+			w.Header().Set("Preference-Applied", "wait")
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+		if now, err := s.getSnapshot(snap.ID); err == nil {
+			snap = now
+		}
 	}
 	loc := "/snapshots/" + snap.ID
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
