@@ -146,16 +146,30 @@ func TestConcurrentPullsOnce(t *testing.T) {
 	}
 }
 
+// TestPullRefusesBadDigest: a blob that is not the one the manifest names is
+// refused, whether it is damaged (a flipped byte, which its gzip checksum
+// catches too) or another well-formed blob of the same size and contents
+// (which only its digest tells apart).
 func TestPullRefusesBadDigest(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		alter func(*registrytest.Registry, string)
+	}{{"corrupted", (*registrytest.Registry).Corrupt}, {"substituted", (*registrytest.Registry).Substitute}} {
+		t.Run(c.name, func(t *testing.T) { testPullRefusesBadDigest(t, c.alter) })
+	}
+}
+
+func testPullRefusesBadDigest(t *testing.T, alter func(*registrytest.Registry, string)) {
 	reg := registrytest.New(t)
 	base, top := twoLayers(t)
 	ref := reg.Push(t, "test/bad:1", registrytest.Image(t, v1.Config{}, base, top))
-	reg.Corrupt(registrytest.Digest(t, top))
+	alter(reg, registrytest.Digest(t, top))
 	st := openStore(t, reg)
 	_, err := st.Pull(context.Background(), ref, nil)
 	if !errors.Is(err, images.ErrPullFailed) || !strings.Contains(err.Error(), registrytest.Digest(t, top)) {
-		t.Fatalf("Pull of a corrupted blob: %v, want ErrPullFailed naming the blob", err)
+		t.Fatalf("Pull of a bad blob: %v, want ErrPullFailed naming the blob", err)
 	}
+	t.Log(err)
 	if _, err := st.Lookup(ref); !errors.Is(err, images.ErrNotFound) {
 		t.Errorf("Lookup after a refused pull: %v, want ErrNotFound", err)
 	}

@@ -1,7 +1,7 @@
 // Package registrytest is the tests' in-process OCI registry
 // (go-containerregistry's) on loopback, with images the tests build: a
 // statically linked program, files, whiteouts and an image config. It counts
-// the blobs it serves, can require basic auth and can corrupt a blob.
+// the blobs it serves, can require basic auth and can corrupt or substitute a blob.
 package registrytest
 
 import (
@@ -40,13 +40,13 @@ type Registry struct {
 	blobGets map[string]int
 	user     string
 	pass     string
-	corrupt  map[string]bool
+	corrupt  map[string]func([]byte) // alters a blob as it is served
 }
 
 // New starts a registry, closed when t ends.
 func New(t testing.TB) *Registry {
 	t.Helper()
-	r := &Registry{blobGets: map[string]int{}, corrupt: map[string]bool{}}
+	r := &Registry{blobGets: map[string]int{}, corrupt: map[string]func([]byte){}}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.serve(h, w, req)
@@ -74,14 +74,14 @@ func (r *Registry) serve(h http.Handler, w http.ResponseWriter, req *http.Reques
 		d := req.URL.Path[i+len("/blobs/"):]
 		r.mu.Lock()
 		r.blobGets[d]++
-		bad := r.corrupt[d]
+		alter := r.corrupt[d]
 		r.mu.Unlock()
-		if bad {
+		if alter != nil {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			b := rec.Body.Bytes()
 			if len(b) > 0 {
-				b[len(b)/2] ^= 0xff
+				alter(b)
 			}
 			for k, v := range rec.Header() {
 				w.Header()[k] = v
@@ -106,9 +106,24 @@ func (r *Registry) RequireAuth(user, pass string) {
 
 // Corrupt makes the registry flip a byte of blob digest when serving it.
 func (r *Registry) Corrupt(digest string) {
+	r.alter(digest, func(b []byte) { b[len(b)/2] ^= 0xff })
+}
+
+// Substitute makes the registry serve another blob for digest, a gzip one of
+// the same size and contents once decompressed: its header's OS byte differs
+// (which decompressors ignore), so only the blob's digest tells it apart.
+func (r *Registry) Substitute(digest string) {
+	r.alter(digest, func(b []byte) {
+		if len(b) > 9 && b[0] == 0x1f && b[1] == 0x8b {
+			b[9] ^= 0x01
+		}
+	})
+}
+
+func (r *Registry) alter(digest string, f func([]byte)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.corrupt[digest] = true
+	r.corrupt[digest] = f
 }
 
 // BlobGets returns how often blob digest was fetched.
