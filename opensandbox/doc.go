@@ -17,6 +17,11 @@
 //     waiting for the server to close the response; the exit code comes from the error
 //     event's evalue; a stream that ends without a terminal event is an error wrapping
 //     ErrStreamTruncated, never exit 0.
+//   - Waits for a state poll a tenth of the time waited, at least 250 µs apart; the
+//     ...AndWait calls (PauseAndWait, ResumeAndWait, CreateSnapshotAndWait) ask the
+//     server to answer once the transition is done, with the resource (Prefer:
+//     return=representation, wait=N, RFC 7240): one call on sandboxd, the call and
+//     the poll on a server that ignores the preference.
 //   - Uploads are streamed multipart bodies; downloads are streamed and support ranges.
 //   - The PTY terminal, which the official SDK does not wrap: CreatePTY, PTYStatus,
 //     DeletePTY, and AttachPTY, a WebSocket client of execd's framing (stdin, resize,
