@@ -23,6 +23,9 @@ type fakeServer struct {
 	failCreate int
 	// failReason, when set, makes every new sandbox Failed with this reason.
 	failReason string
+	// snapState is the state of every snapshot (Creating, Ready, Failed);
+	// "" refuses snapshots with 409.
+	snapState string
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
@@ -31,6 +34,7 @@ type fakeServer struct {
 	images    []string // the image of each create
 	next      int
 	commands  []string
+	prefer    []string // the Prefer header of each snapshot create
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -42,6 +46,8 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", f.setState("Paused"))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", f.setState("Running"))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/endpoints/{port}", f.endpoint)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", f.snapshot(http.StatusAccepted))
+	mux.HandleFunc("GET /v1/snapshots/{snap}", f.snapshot(http.StatusOK))
 	mux.HandleFunc("GET /execd/{id}/ping", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /execd/{id}/command", f.command)
 	f.Server = httptest.NewServer(mux)
@@ -117,6 +123,25 @@ func (f *fakeServer) setState(state string) http.HandlerFunc {
 		f.sandboxes[r.PathValue("id")] = state
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// snapshot answers a create (ignoring Prefer, as the real server) or a get of
+// snapshot snap-1, in state snapState; prefer records each create's Prefer.
+func (f *fakeServer) snapshot(status int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		state := f.snapState
+		if r.Method == "POST" {
+			f.prefer = append(f.prefer, r.Header.Get("Prefer"))
+		}
+		f.mu.Unlock()
+		if state == "" {
+			writeJSON(w, http.StatusConflict, map[string]string{"code": "SANDBOX::INVALID_STATE", "message": "no snapshots here"})
+			return
+		}
+		writeJSON(w, status, map[string]any{"id": "snap-1", "sandboxId": r.PathValue("id"),
+			"status": map[string]string{"state": state, "reason": "disk_full"}, "createdAt": "2026-12-04T00:00:00Z"})
 	}
 }
 

@@ -1,6 +1,7 @@
 package alineo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -510,6 +511,72 @@ func TestFakePauseCancelsStreams(t *testing.T) {
 	}
 	if _, err := sb.ReadFile(ctx, "/x"); !errors.Is(err, ErrPaused) {
 		t.Fatalf("ReadFile while paused = %v, want ErrPaused", err)
+	}
+}
+
+// TestFakeCheckpointFailures: a checkpoint on a server that ignores Prefer
+// (it answers 202 Creating) polls; a snapshot that fails is a *ClientError
+// 500, one never Ready by the caller's deadline a *SandboxError naming it,
+// a refused one a *SandboxError of create snapshot; none is recorded.
+func TestFakeCheckpointFailures(t *testing.T) {
+	for _, tt := range []struct {
+		state    string
+		deadline time.Duration
+		check    func(t *testing.T, err error)
+	}{
+		{"Failed", time.Minute, func(t *testing.T, err error) {
+			var ce *ClientError
+			if !errors.As(err, &ce) || ce.Status != http.StatusInternalServerError || !strings.Contains(ce.Message, "snap-1") || !errors.Is(err, opensandbox.ErrSnapshotFailed) {
+				t.Errorf("err = %v, want a *ClientError 500 naming snap-1", err)
+			}
+		}},
+		{"Creating", 1500 * time.Millisecond, func(t *testing.T, err error) {
+			var se *SandboxError
+			if !errors.As(err, &se) || se.Op != "wait snapshot snap-1" || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want a *SandboxError of wait snapshot snap-1 wrapping DeadlineExceeded", err)
+			}
+		}},
+		{"", time.Minute, func(t *testing.T, err error) {
+			var se *SandboxError
+			if !errors.As(err, &se) || se.Op != "create snapshot" || !errors.Is(err, opensandbox.ErrConflict) {
+				t.Errorf("err = %v, want a *SandboxError of create snapshot wrapping ErrConflict", err)
+			}
+		}},
+	} {
+		t.Run(cmp.Or(tt.state, "refused"), func(t *testing.T) {
+			f := newFakeServer(t)
+			f.snapState = tt.state
+			c := newFakeClient(t, f, nil)
+			sb, err := c.Sandbox(context.Background(), SandboxOptions{Image: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
+			defer cancel()
+			snap, err := sb.Checkpoint(ctx, "tag")
+			if snap != "" {
+				t.Errorf("Checkpoint = %q, want none", snap)
+			}
+			tt.check(t, err)
+			// The wait asked for leaves time for the polls: none under a
+			// 1.5 s deadline.
+			f.mu.Lock()
+			prefer := f.prefer
+			f.mu.Unlock()
+			want := "return=representation, wait=10"
+			if tt.deadline < 2*time.Second {
+				want = "return=representation"
+			}
+			if len(prefer) != 1 || prefer[0] != want {
+				t.Errorf("Prefer of the creates = %q, want [%q]", prefer, want)
+			}
+			for _, e := range rows(t, c, sb) {
+				if e.Event.Is(events.CheckpointCreated) {
+					t.Errorf("a failed checkpoint was recorded: %+v", e)
+				}
+			}
+		})
 	}
 }
 

@@ -378,7 +378,7 @@ func (c *Client) transitionAndWait(ctx context.Context, id, action string, want 
 	}
 	var sb Sandbox
 	req := request{method: "POST", path: "/sandboxes/" + pathEscape(id) + "/" + action,
-		header: http.Header{"Prefer": {c.t.prefer()}}}
+		header: http.Header{"Prefer": {c.t.prefer(ctx)}}}
 	if err := c.t.do(ctx, req, &sb); err != nil {
 		return nil, fmt.Errorf("%s sandbox %s: %w", action, id, err)
 	}
@@ -401,11 +401,15 @@ const preferWait = 10 * time.Second
 
 // prefer is the Prefer header of the calls that wait for a transition: the
 // resource in its state once the transition is done (or wait has passed),
-// wait at most half the request timeout.
-func (t *transport) prefer() string {
+// wait at most half the request timeout and half of what is left of ctx, so
+// that the answer, naming the resource, comes before the caller gives up.
+func (t *transport) prefer(ctx context.Context) string {
 	wait := preferWait
 	if t.timeout > 0 {
 		wait = min(wait, t.timeout/2)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
 	}
 	if secs := int(wait / time.Second); secs > 0 {
 		return "return=representation, wait=" + strconv.Itoa(secs)
@@ -653,7 +657,7 @@ func (c *Client) createSnapshot(ctx context.Context, sandboxID, name string, hea
 // wait failed, it returns the snapshot as created with the error (nil when
 // the creation failed).
 func (c *Client) CreateSnapshotAndWait(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
-	s, err := c.createSnapshot(ctx, sandboxID, name, http.Header{"Prefer": {c.t.prefer()}})
+	s, err := c.createSnapshot(ctx, sandboxID, name, http.Header{"Prefer": {c.t.prefer(ctx)}})
 	if err != nil {
 		return nil, err
 	}

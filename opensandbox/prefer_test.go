@@ -80,26 +80,37 @@ func TestTransitionAndWait(t *testing.T) {
 }
 
 // TestPreferWaitFollowsTheRequestTimeout: the wait asked for is at most half
-// the request timeout, so that the server answers before the client gives up;
-// under two seconds, none is asked for.
+// the request timeout and half of what is left of the context, so that the
+// server answers before the client gives up; under a second, none is asked
+// for.
 func TestPreferWaitFollowsTheRequestTimeout(t *testing.T) {
 	for _, tt := range []struct {
-		timeout time.Duration
-		want    string
+		timeout, deadline time.Duration
+		want              string
 	}{
-		{0, "return=representation, wait=10"}, // the default timeout, 60 s
-		{8 * time.Second, "return=representation, wait=4"},
-		{1500 * time.Millisecond, "return=representation"},
+		{0, 0, "return=representation, wait=10"}, // the default timeout, 60 s
+		{8 * time.Second, 0, "return=representation, wait=4"},
+		{1500 * time.Millisecond, 0, "return=representation"},
+		{0, 7 * time.Second, "return=representation, wait=3"},
+		{8 * time.Second, time.Hour, "return=representation, wait=4"},
+		{0, 3 * time.Second, "return=representation, wait=1"},
+		{0, 1500 * time.Millisecond, "return=representation"},
 	} {
 		rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
 			writeJSON(w, 202, `{"id":"snap-1","sandboxId":"sbx-1","status":{"state":"Ready"},"createdAt":"2026-11-29T09:00:00Z"}`)
 		})
 		c := newClient(t, rec.URL, func(cfg *opensandbox.Config) { cfg.RequestTimeout = tt.timeout })
-		if _, err := c.CreateSnapshotAndWait(context.Background(), "sbx-1", ""); err != nil {
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if tt.deadline > 0 {
+			ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+		}
+		_, err := c.CreateSnapshotAndWait(ctx, "sbx-1", "")
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		if got := rec.last(t).Header.Get("Prefer"); got != tt.want {
-			t.Errorf("timeout %v: Prefer = %q, want %q", tt.timeout, got, tt.want)
+			t.Errorf("timeout %v, deadline %v: Prefer = %q, want %q", tt.timeout, tt.deadline, got, tt.want)
 		}
 	}
 }
