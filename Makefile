@@ -45,9 +45,15 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # -p 1: one package's benchmarks at a time, so no baseline is measured while
-# another package's benchmark holds the cores.
+# another package's benchmark holds the cores. The run is kept in .bench.out;
+# its targets (testenv.Target's lines) are summed up at the end.
+BENCHCMD = $(GO) test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
 bench: deps
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
+	@echo "$(BENCHCMD)"
+	@{ $(BENCHCMD) 2>&1; echo $$? > .bench.rc; } | tee .bench.out
+	@echo; echo "Targets: $$(grep -c ': MET$$' .bench.out) met, $$(grep -c ': NOT MET$$' .bench.out) not met ($$(uptime | sed 's/.*load/load/'))"
+	@grep -h 'target: .*MET$$' .bench.out | sed 's/^.*target: /  /'
+	@exit $$(cat .bench.rc)
 
 # The SDK tour (a sandbox, a streamed command, a file, the ledger), then the fleet:
 # a job with a checkpoint, its executor killed mid-job, a second one taking over.

@@ -98,8 +98,8 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	for _, st := range benchStores {
 		b.Run(st.name, func(b *testing.B) {
 			ctx, sb, raw := benchEnv(b, st.open(b))
-			rawP50 := execRoundTrip(b, ctx, sb, raw)
-			b.ReportMetric(targets[st.name], "target-ratio")
+			rawP50, ratio := execRoundTrip(b, ctx, sb, raw)
+			testenv.Target(b, "ratio", ratio, targets[st.name], true)
 			if st.name == "sqlite-full" {
 				// The floor: the completion's commit follows the command's
 				// end (the intent's overlaps the request), so the SDK takes
@@ -132,8 +132,8 @@ func commitP50(b *testing.B, ctx context.Context, store adapters.Store, idle tim
 }
 
 // execRoundTrip runs the pairs and reports their metrics; it returns the raw
-// client's p50.
-func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd) time.Duration {
+// client's p50 and the ratio.
+func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd) (time.Duration, float64) {
 	const rounds = 100
 	var sdk, base []time.Duration
 	for b.Loop() {
@@ -188,9 +188,10 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	for i := range sdk {
 		ratios[i] = ratioOf(sdk[i], base[i])
 	}
-	b.ReportMetric(float64(percentile(ratios, 0.5))/1e6, "ratio")
+	ratio := float64(percentile(ratios, 0.5)) / 1e6
+	b.ReportMetric(ratio, "ratio")
 	b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(base, 0.5)), "p50-ratio")
-	return percentile(base, 0.5)
+	return percentile(base, 0.5), ratio
 }
 
 // BenchmarkOutputThroughput compares a command printing 200 MB (1000-byte
@@ -235,7 +236,7 @@ func BenchmarkOutputThroughput(b *testing.B) {
 	b.ReportMetric(mb/rawTook.Seconds(), "raw-MB/s")
 	b.ReportMetric(mb/sdkTook.Seconds(), "sdk-MB/s")
 	b.ReportMetric(rawTook.Seconds()/sdkTook.Seconds(), "ratio")
-	b.ReportMetric(0.8, "target-ratio")
+	testenv.Target(b, "ratio", rawTook.Seconds()/sdkTook.Seconds(), 0.8, false)
 }
 
 type countWriter struct{ n int }
@@ -274,6 +275,7 @@ func BenchmarkExactOutput(b *testing.B) {
 	b.ReportMetric(mb/exact.Seconds(), "exact-MB/s")
 	b.ReportMetric(mb/line.Seconds(), "line-MB/s")
 	b.ReportMetric(line.Seconds()/exact.Seconds(), "ratio")
+	testenv.Target(b, "ratio", line.Seconds()/exact.Seconds(), 0.9, false)
 }
 
 // BenchmarkStateWait times the SDK's calls that wait for a state (create
@@ -392,8 +394,10 @@ func BenchmarkStateWait(b *testing.B) {
 		}
 	}
 	for _, op := range ops {
-		b.ReportMetric(float64(percentile(ratios[op], 0.5))/1e6, op+"-ratio")
+		r := float64(percentile(ratios[op], 0.5)) / 1e6
+		b.ReportMetric(r, op+"-ratio")
 		b.ReportMetric(ms(percentile(server[op], 0.5)), op+"-sandboxd-ms")
+		testenv.Verdict(b, op+"-ratio", r, 1.2, true)
 	}
 	b.ReportMetric(1.2, "target-ratio")
 	// SDK time / the raw client's (Resume also reconnects execd).
@@ -405,6 +409,7 @@ func BenchmarkStateWait(b *testing.B) {
 	}
 	b.ReportMetric(ms(percentile(creates, 0.5)), "create-ms")
 	b.ReportMetric(ms(percentile(forks, 0.5)), "fork-ms")
-	b.ReportMetric(float64(percentile(forks, 0.5))/float64(percentile(creates, 0.5)), "fork-vs-new")
-	b.ReportMetric(1.3, "target-fork-vs-new")
+	forkVsNew := float64(percentile(forks, 0.5)) / float64(percentile(creates, 0.5))
+	b.ReportMetric(forkVsNew, "fork-vs-new")
+	testenv.Target(b, "fork-vs-new", forkVsNew, 1.3, true)
 }

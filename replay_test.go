@@ -549,9 +549,9 @@ func BenchmarkResumeCache(b *testing.B) {
 			}
 			per := float64(retained)/float64(b.N)/float64(n) - float64(len("hi\n"))
 			b.ReportMetric(float64(took)/float64(b.N)/1e6, "ms")
-			b.ReportMetric(250, "target-ms")
+			testenv.Target(b, "ms", float64(took)/float64(b.N)/1e6, 250, true)
 			b.ReportMetric(per, "cache-B/exec")
-			b.ReportMetric(1024, "target-B/exec")
+			testenv.Target(b, "cache-B/exec", per, 1024, true)
 		})
 	}
 }

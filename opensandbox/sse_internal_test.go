@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 func readFrames(r io.Reader) ([]frame, error) {
@@ -380,7 +382,7 @@ func BenchmarkFrameDecode(b *testing.B) {
 			b.ReportMetric(mb/cur.Seconds(), "MB/s")
 			b.ReportMetric(mb/old.Seconds(), "previous-MB/s")
 			b.ReportMetric(old.Seconds()/cur.Seconds(), "ratio")
-			b.ReportMetric(1.1, "target-ratio")
+			testenv.Target(b, "ratio", old.Seconds()/cur.Seconds(), 1.1, false)
 		})
 	}
 }

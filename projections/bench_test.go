@@ -31,26 +31,6 @@ import (
 // a shared machine than one long run of each.
 const rounds = 5
 
-// target reports a ratio next to its target: a metric <name>-target and a
-// log line saying whether it is met (higher is better unless lowerBetter).
-func target(b *testing.B, name string, got, want float64, lowerBetter bool) {
-	b.Helper()
-	b.ReportMetric(want, name+"-target")
-	met := got >= want
-	if lowerBetter {
-		met = got <= want
-	}
-	verdict := "MET"
-	if !met {
-		verdict = "NOT MET"
-	}
-	op := "≥"
-	if lowerBetter {
-		op = "≤"
-	}
-	b.Logf("%s %.3g (target %s %g): %s", name, got, op, want, verdict)
-}
-
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -285,7 +265,7 @@ func BenchmarkProjectorSQLite(b *testing.B) {
 	b.ReportMetric(float64(n)/projD.Seconds(), "proj-ev/s")
 	b.ReportMetric(float64(n)/rawD.Seconds(), "raw-ev/s")
 	b.ReportMetric(median(ratios), "ratio")
-	target(b, "projector-sqlite-ratio", median(ratios), 0.7, false)
+	testenv.Target(b, "projector-sqlite-ratio", median(ratios), 0.7, false)
 }
 
 // BenchmarkProjectorPostgres: projector throughput into Postgres vs COPY of
@@ -315,7 +295,7 @@ func BenchmarkProjectorPostgres(b *testing.B) {
 	b.ReportMetric(float64(n)/projD.Seconds(), "proj-ev/s")
 	b.ReportMetric(float64(n)/rawD.Seconds(), "raw-ev/s")
 	b.ReportMetric(median(ratios), "ratio")
-	target(b, "projector-postgres-ratio", median(ratios), 0.7, false)
+	testenv.Target(b, "projector-postgres-ratio", median(ratios), 0.7, false)
 }
 
 // lagStore records, for every applied entry, the time from its append (Ts is
@@ -418,5 +398,5 @@ func BenchmarkProjectorLag(b *testing.B) {
 	b.ReportMetric(float64(sent)/float64(secs*b.N), "ev/s")
 	b.ReportMetric(float64(lag[len(lag)/2].Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(lag[len(lag)*99/100].Milliseconds()), "p99-ms")
-	target(b, "projector-lag-p99-ms", float64(lag[len(lag)*99/100].Milliseconds()), 100, true)
+	testenv.Target(b, "projector-lag-p99-ms", float64(lag[len(lag)*99/100].Milliseconds()), 100, true)
 }

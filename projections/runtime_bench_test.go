@@ -21,6 +21,7 @@ import (
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/projections"
 	"github.com/alineo-labs/alineo/projections/projectiontest"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 const countUpsert = `INSERT INTO bench_counts (event, n) VALUES (?, 1) ON CONFLICT (event) DO UPDATE SET n = n + 1`
@@ -160,7 +161,7 @@ func BenchmarkCountProjectionSQLite(b *testing.B) {
 	b.ReportMetric(median(floor), "cpu-floor-ratio")
 	b.ReportMetric(median(cpu), "cpu-ratio")
 	b.ReportMetric(median(ratios), "ratio")
-	target(b, "count-projection-ratio", median(ratios), 0.7, false)
+	testenv.Target(b, "count-projection-ratio", median(ratios), 0.7, false)
 }
 
 // BenchmarkRebuild1M: rebuild throughput of 1M events (100k with -short)
@@ -306,8 +307,8 @@ func BenchmarkPartitionScaling(b *testing.B) {
 	b.ReportMetric(float64(len(es))/d1.Seconds(), "1worker-ev/s")
 	b.ReportMetric(median(x2), "x2-ratio")
 	b.ReportMetric(median(x4), "x4-ratio")
-	target(b, "x2-ratio", median(x2), 1.7, false)
-	target(b, "x4-ratio", median(x4), 3, false)
+	testenv.Target(b, "x2-ratio", median(x2), 1.7, false)
+	testenv.Target(b, "x4-ratio", median(x4), 3, false)
 }
 
 // lagHandler records, for every committed entry, the time from its append
@@ -379,7 +380,7 @@ func BenchmarkCountProjectionLag(b *testing.B) {
 	b.ReportMetric(float64(sent)/float64(secs*b.N), "ev/s")
 	b.ReportMetric(float64(p50.Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(p99.Milliseconds()), "p99-ms")
-	target(b, "count-lag-p99-ms", float64(p99.Milliseconds()), 100, true)
+	testenv.Target(b, "count-lag-p99-ms", float64(p99.Milliseconds()), 100, true)
 }
 
 // paced appends exec.output entries of five sandboxes at rate per second

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // percentile returns the p-th percentile (0..100) of ds.
@@ -186,7 +187,7 @@ func BenchmarkCreateFirstExec(b *testing.B) {
 		b.ReportMetric(ms(percentile(got, 99)), "p99-ms")
 		b.ReportMetric(ms(percentile(ref, 50)), "bare-runc-p50-ms")
 		b.ReportMetric(float64(percentile(got, 50))/float64(percentile(ref, 50)), "ratio-p50")
-		b.ReportMetric(150, "target-p50-ms")
+		testenv.Target(b, "p50-ms", ms(percentile(got, 50)), 150, true)
 	}
 }
 
@@ -210,7 +211,7 @@ func BenchmarkEchoRoundTrip(b *testing.B) {
 			}
 		}
 		report(b, got, baseline(b, n))
-		b.ReportMetric(3, "target-p50-ms")
+		testenv.Target(b, "p50-ms", ms(percentile(got, 50)), 3, true)
 	}
 }
 

@@ -352,5 +352,5 @@ func BenchmarkApplyBatch(b *testing.B) {
 	b.ReportMetric(float64(len(ratios)*len(es))/applyDur.Seconds(), "events/s")
 	b.ReportMetric(float64(len(ratios)*len(es))/rawDur.Seconds(), "raw-events/s")
 	b.ReportMetric(ratios[len(ratios)/2], "ratio")
-	b.ReportMetric(0.7, "target-ratio")
+	testenv.Target(b, "ratio", ratios[len(ratios)/2], 0.7, false)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // Benchmarks run a fixed workload per iteration (meaningful with -benchtime 1x)
@@ -458,5 +459,5 @@ func BenchmarkApplyBatch(b *testing.B) {
 	b.ReportMetric(float64(len(ratios)*len(es))/applyDur.Seconds(), "events/s")
 	b.ReportMetric(float64(len(ratios)*len(es))/rawDur.Seconds(), "raw-events/s")
 	b.ReportMetric(ratios[len(ratios)/2], "ratio")
-	b.ReportMetric(0.7, "target-ratio")
+	testenv.Target(b, "ratio", ratios[len(ratios)/2], 0.7, false)
 }
