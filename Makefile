@@ -52,7 +52,8 @@ bench: deps
 	@echo "$(BENCHCMD)"
 	@{ $(BENCHCMD) 2>&1; echo $$? > .bench.rc; } | tee .bench.out
 	@echo; echo "Targets: $$(grep -c ': MET$$' .bench.out) met, $$(grep -c ': NOT MET$$' .bench.out) not met ($$(uptime | sed 's/.*load/load/'))"
-	@grep -h 'target: .*MET$$' .bench.out | sed 's/^.*target: /  /'
+	@awk '/^pkg: /{ p = $$2; sub(/^github.com\/alineo-labs\/alineo\/?/, "", p); if (p == "") p = "alineo" } \
+	  /target: .*MET$$/{ sub(/^.*target: /, ""); print "  " p ": " $$0 }' .bench.out
 	@exit $$(cat .bench.rc)
 
 # The SDK tour (a sandbox, a streamed command, a file, the ledger), then the fleet:
