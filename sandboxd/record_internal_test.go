@@ -1,7 +1,9 @@
 package sandboxd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -76,4 +78,61 @@ func TestSandboxTimeMicroseconds(t *testing.T) {
 	if string(b) != `"2026-12-02T15:00:25.123456Z"` {
 		t.Errorf("JSON %s, want \"2026-12-02T15:00:25.123456Z\"", b)
 	}
+}
+
+// TestTransitionWritesTheRecordOnceAnswered: a pause or resume writes the
+// record only once the caller's ctx ends (a handler's, once it has answered),
+// not on the way of the answer; with a ctx that never ends, within a second.
+func TestTransitionWritesTheRecordOnceAnswered(t *testing.T) {
+	s := &Server{dataDir: t.TempDir(), log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), sandboxes: map[string]*sandbox{}}
+	sb := &sandbox{rec: record{Sandbox: Sandbox{ID: "sbx-t"}}, proc: &proc{}}
+	sb.setStatus(StateRunning, "", "")
+	s.sandboxes["sbx-t"] = sb
+	path := filepath.Join(s.sandboxDir("sbx-t"), recordFile)
+	onDisk := func() (State, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return "", err
+		}
+		return r.Status.State, nil
+	}
+	waitDisk := func(want State) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err := onDisk()
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("record on disk: %s, %v; want %s", got, err, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	freeze := func(context.Context, *proc) error { return nil }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.transition(ctx, "sbx-t", "pause", StateRunning, StatePausing, StatePaused, freeze); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := onDisk(); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the record was written before the caller was done: %v", err)
+	}
+	cancel()
+	waitDisk(StatePaused)
+
+	start := time.Now()
+	if err := s.transition(context.Background(), "sbx-t", "resume", StatePaused, StateResuming, StateRunning, freeze); err != nil {
+		t.Fatal(err)
+	}
+	waitDisk(StateRunning)
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("with a ctx that never ends, the record was written after %v, want about a second", took)
+	}
+	s.bg.Wait()
 }

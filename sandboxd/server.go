@@ -776,8 +776,9 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 		return &StateError{SandboxID: id, Op: op, State: st}
 	}
 	// The record is written with the transition's outcome, off the answer's
-	// path (runTransition): a restart ends every live sandbox whatever state
-	// its file holds (Open), so writing via first would only delay f.
+	// path (runTransition, then once ctx ends): a restart ends every live
+	// sandbox whatever state its file holds (Open), so writing via first
+	// would only delay f.
 	sb.setStatus(via, op+"_requested", "")
 	sb.mu.Unlock()
 	s.mu.Lock()
@@ -792,6 +793,17 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 		changed, err := s.runTransition(sb, op, from, via, to, f)
 		done <- err
 		if changed {
+			// Written once the caller is done with the outcome: its ctx
+			// ends then (a handler's once it has answered), so the write
+			// does not hold up the answer (it took a third of a pause's
+			// round trip); at most a second later whatever the ctx.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-s.stop:
+			case <-t.C:
+			}
+			t.Stop()
 			s.persistUnlocked(sb)
 		}
 	}()
