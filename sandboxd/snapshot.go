@@ -156,7 +156,7 @@ func (s *Server) snapRecordPath(id string) string {
 
 // saveSnapshot writes r atomically.
 func (s *Server) saveSnapshot(r *snapRecord) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
 	}
