@@ -128,6 +128,7 @@ func (f *fakeServer) setState(state string) http.HandlerFunc {
 
 // snapshot answers a create (ignoring Prefer, as the real server) or a get of
 // snapshot snap-1, in state snapState; prefer records each create's Prefer.
+// With no snapState, a create is refused (409) and no snapshot exists (404).
 func (f *fakeServer) snapshot(status int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -136,8 +137,12 @@ func (f *fakeServer) snapshot(status int) http.HandlerFunc {
 			f.prefer = append(f.prefer, r.Header.Get("Prefer"))
 		}
 		f.mu.Unlock()
-		if state == "" {
+		switch {
+		case r.Method == "POST" && state == "":
 			writeJSON(w, http.StatusConflict, map[string]string{"code": "SANDBOX::INVALID_STATE", "message": "no snapshots here"})
+			return
+		case r.Method == "GET" && (state == "" || r.PathValue("snap") != "snap-1"):
+			writeJSON(w, http.StatusNotFound, map[string]string{"code": "SNAPSHOT_NOT_FOUND", "message": "no such snapshot"})
 			return
 		}
 		writeJSON(w, status, map[string]any{"id": "snap-1", "sandboxId": r.PathValue("id"),
