@@ -17,3 +17,10 @@ func (s *Server) SetSnapshotHook(h func(snapshotID string)) {
 
 // SnapshotReadyMessage is the format of a Ready snapshot's status message.
 const SnapshotReadyMessage = readyMessage
+
+// SetSyncHook makes h see the path of every file and directory a durable
+// record write flushes, until the returned func is called.
+func SetSyncHook(h func(path string)) (restore func()) {
+	syncHook.Store(&h)
+	return func() { syncHook.Store(nil) }
+}

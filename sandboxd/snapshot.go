@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -154,24 +155,67 @@ func (s *Server) snapRecordPath(id string) string {
 	return filepath.Join(s.snap.dir, snapshotRecsDir, id+".json")
 }
 
-// saveSnapshot writes r atomically.
-func (s *Server) saveSnapshot(r *snapRecord) error {
+// syncHook, when set, sees the path of every file and directory syncFile
+// flushes (tests).
+var syncHook atomic.Pointer[func(path string)]
+
+// syncFile flushes f (a file or a directory) to its disk.
+func syncFile(f *os.File) error {
+	if h := syncHook.Load(); h != nil {
+		(*h)(f.Name())
+	}
+	return f.Sync()
+}
+
+// saveSnapshot writes r atomically; durable also flushes the file and its
+// directory to disk before it returns.
+func (s *Server) saveSnapshot(r *snapRecord, durable bool) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
 	}
 	p := s.snapRecordPath(r.ID)
-	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+	if err := writeSynced(p+".tmp", b, durable); err != nil {
 		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
 	}
 	if err := os.Rename(p+".tmp", p); err != nil {
 		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
 	}
+	if durable {
+		d, err := os.Open(filepath.Dir(p))
+		if err != nil {
+			return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+		}
+		err = syncFile(d)
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("save snapshot %s: sync its directory: %w", r.ID, err)
+		}
+	}
 	return nil
 }
 
+// writeSynced writes b to a new file at p, flushed to disk when synced.
+func writeSynced(p string, b []byte, synced bool) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil && synced {
+		err = syncFile(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// persistSnapshot writes r, not synced: what a record later than the
+// Creating one says, a restart can tell again (a Creating record whose
+// capture is in the manifest database is Ready, see openSnapshots).
 func (s *Server) persistSnapshot(r *snapRecord) {
-	if err := s.saveSnapshot(r); err != nil {
+	if err := s.saveSnapshot(r, false); err != nil {
 		s.log.Error("sandboxd: persist snapshot record", "id", r.ID, "err", err)
 	}
 }
@@ -186,7 +230,11 @@ func (s *Server) captureRoot(id string) (string, string) {
 }
 
 // createSnapshot records a Creating snapshot of a Running sandbox and captures
-// it in the background.
+// it in the background. The Creating record is on disk before it returns
+// (flushed, outside the server's locks): after a power loss, a snapshot whose
+// capture the manifest database holds is found again from it, where a record
+// lost with the page cache would leave the snapshot unknown although a
+// ledger may name it.
 func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct{}, error) {
 	sb, err := s.get(sandboxID)
 	if err != nil {
@@ -209,8 +257,8 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return Snapshot{}, nil, ErrClosed
 	}
 	s.snapMu.Lock()
@@ -222,18 +270,23 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	}
 	if creating >= maxCreatingSnaps {
 		s.snapMu.Unlock()
+		s.mu.Unlock()
 		return Snapshot{}, nil, fmt.Errorf("%w: %d snapshots are being created, the maximum", ErrConflict, creating)
 	}
 	s.snapSeq++
 	r.Seq = s.snapSeq
-	if err := s.saveSnapshot(r); err != nil {
-		s.snapMu.Unlock()
-		return Snapshot{}, nil, err
-	}
-	s.snaps[r.ID] = r
+	s.snaps[r.ID] = r // Creating: counted above, refused by a delete
 	out := r.Snapshot
 	s.snapMu.Unlock()
 	s.bg.Add(1)
+	s.mu.Unlock()
+	if err := s.saveSnapshot(r, true); err != nil {
+		s.snapMu.Lock()
+		delete(s.snaps, r.ID)
+		s.snapMu.Unlock()
+		s.bg.Done()
+		return Snapshot{}, nil, err
+	}
 	go func() {
 		defer s.bg.Done()
 		defer close(r.done)

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,6 +193,41 @@ func TestSnapshotRestore(t *testing.T) {
 
 // TestSnapshotAPIErrors covers the error statuses, the list filters and
 // pagination, and delete while Creating.
+// TestSnapshotCreatingRecordIsFlushed: the Creating record of a snapshot is
+// flushed to disk, with its directory, before the create is answered (what
+// a restart finds the snapshot again from, see TestSnapshotServerCrash).
+func TestSnapshotCreatingRecordIsFlushed(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	var mu sync.Mutex
+	var synced []string
+	defer sandboxd.SetSyncHook(func(p string) {
+		mu.Lock()
+		synced = append(synced, p)
+		mu.Unlock()
+	})()
+	snap := snapshot(t, base, id, "flushed")
+	mu.Lock()
+	got := slices.Clone(synced)
+	mu.Unlock()
+	var file, dir string
+	for _, p := range got {
+		if filepath.Base(p) == snap.ID+".json.tmp" {
+			file = p
+		}
+	}
+	for _, p := range got {
+		if file != "" && p == filepath.Dir(file) {
+			dir = p
+		}
+	}
+	if file == "" || dir == "" {
+		t.Errorf("flushed before the answer: %q; want %s's record and its directory", got, snap.ID)
+	}
+	waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+}
+
 // TestSnapshotPreferWait: a client that asks for it (Prefer: wait=N) gets its
 // answer once the snapshot is done, Ready, or after N seconds, still Creating;
 // a client that does not gets it at once.
