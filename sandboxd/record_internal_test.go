@@ -80,11 +80,14 @@ func TestSandboxTimeMicroseconds(t *testing.T) {
 	}
 }
 
-// TestTransitionWritesTheRecordOnceAnswered: a pause or resume writes the
-// record only once the caller's ctx ends (a handler's, once it has answered),
-// not on the way of the answer; with a ctx that never ends, within a second.
-func TestTransitionWritesTheRecordOnceAnswered(t *testing.T) {
-	s := &Server{dataDir: t.TempDir(), log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), sandboxes: map[string]*sandbox{}}
+// TestTransitionWritesTheRecordLater: a pause or resume writes the record
+// recordDelay after the transition, off the answer's way; the transitions of
+// a burst are written once, with the last state; a server that stops writes
+// the record due at once.
+func TestTransitionWritesTheRecordLater(t *testing.T) {
+	const delay = 200 * time.Millisecond
+	s := &Server{dataDir: t.TempDir(), log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), sandboxes: map[string]*sandbox{},
+		recordDelay: delay}
 	sb := &sandbox{rec: record{Sandbox: Sandbox{ID: "sbx-t"}}, proc: &proc{}}
 	sb.setStatus(StateRunning, "", "")
 	s.sandboxes["sbx-t"] = sb
@@ -102,7 +105,7 @@ func TestTransitionWritesTheRecordOnceAnswered(t *testing.T) {
 	}
 	waitDisk := func(want State) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		for {
 			got, err := onDisk()
 			if got == want {
@@ -114,25 +117,58 @@ func TestTransitionWritesTheRecordOnceAnswered(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	freeze := func(context.Context, *proc) error { return nil }
-
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := s.transition(ctx, "sbx-t", "pause", StateRunning, StatePausing, StatePaused, freeze); err != nil {
-		t.Fatal(err)
+	writes := func() uint64 { // one version encoded per write
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		return sb.disk.encoded
 	}
-	if _, err := onDisk(); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the record was written before the caller was done: %v", err)
+	nop := func(context.Context, *proc) error { return nil }
+	pause := func() {
+		t.Helper()
+		if err := s.transition(context.Background(), "sbx-t", "pause", StateRunning, StatePausing, StatePaused, nop); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cancel()
-	waitDisk(StatePaused)
+	resume := func() {
+		t.Helper()
+		if err := s.transition(context.Background(), "sbx-t", "resume", StatePaused, StateResuming, StateRunning, nop); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	start := time.Now()
-	if err := s.transition(context.Background(), "sbx-t", "resume", StatePaused, StateResuming, StateRunning, freeze); err != nil {
-		t.Fatal(err)
+	pause()
+	if _, err := onDisk(); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the record was written on the answer's way: %v", err)
 	}
-	waitDisk(StateRunning)
-	if took := time.Since(start); took < 900*time.Millisecond {
-		t.Errorf("with a ctx that never ends, the record was written after %v, want about a second", took)
+	waitDisk(StatePaused)
+	if took := time.Since(start); took < delay {
+		t.Errorf("the record was written after %v, want %v", took, delay)
 	}
 	s.bg.Wait()
+	if n := writes(); n != 1 {
+		t.Errorf("%d writes for one pause", n)
+	}
+
+	// A burst: resume, pause, resume, written once, as Running.
+	resume()
+	pause()
+	resume()
+	s.bg.Wait()
+	if got, err := onDisk(); got != StateRunning {
+		t.Errorf("after a burst the record on disk is %s (%v), want %s", got, err, StateRunning)
+	}
+	if n := writes(); n != 2 {
+		t.Errorf("%d writes for a burst of three transitions, want 1", n-1)
+	}
+
+	// A server that stops writes what is due without waiting: with an hour
+	// to wait, bg.Wait ends only through the stop.
+	s.recordDelay = time.Hour
+	pause()
+	close(s.stop)
+	s.bg.Wait()
+	if got, err := onDisk(); got != StatePaused {
+		t.Errorf("after the stop the record on disk is %s (%v), want %s", got, err, StatePaused)
+	}
 }
