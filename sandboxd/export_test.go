@@ -24,3 +24,13 @@ func SetSyncHook(h func(path string)) (restore func()) {
 	syncHook.Store(&h)
 	return func() { syncHook.Store(nil) }
 }
+
+// SetSnapshotRecordHook makes h run before the record of every capture's
+// outcome is written (after the outcome is set and announced); nil removes it.
+func (s *Server) SetSnapshotRecordHook(h func(snapshotID string)) {
+	if h == nil {
+		s.snapRecordHook.Store(nil)
+		return
+	}
+	s.snapRecordHook.Store(&h)
+}

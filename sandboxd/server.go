@@ -75,9 +75,12 @@ type Server struct {
 	snap *snapStore
 	// snapHook, if set (tests only), runs before each capture starts.
 	snapHook atomic.Pointer[func(snapshotID string)]
-	snapMu   sync.Mutex
-	snaps    map[string]*snapRecord
-	snapSeq  int64
+	// snapRecordHook, if set (tests only), runs before the record of a
+	// capture's outcome is written, once the outcome is known.
+	snapRecordHook atomic.Pointer[func(snapshotID string)]
+	snapMu         sync.Mutex
+	snaps          map[string]*snapRecord
+	snapSeq        int64
 }
 
 // sandbox is one sandbox: its record and, while it runs, its process.
@@ -100,13 +103,14 @@ type sandbox struct {
 	disk recordDisk
 }
 
-// recordDisk orders the writes of one sandbox's record file: each version
-// is numbered when it is encoded (under sandbox.mu) and written only if it
-// is newer than the last one written, so a write made outside sandbox.mu
-// never replaces a later one. Once the sandbox is forgotten (its directory
-// removed) nothing more is written.
+// recordDisk orders the writes of one record file (a sandbox's, or a
+// snapshot's): each version is numbered when it is encoded (under the lock
+// that guards the record: sandbox.mu, Server.snapMu) and written only if it
+// is newer than the last one written, so a write made outside that lock
+// never replaces a later one. Once the record is removed nothing more is
+// written.
 type recordDisk struct {
-	encoded uint64 // versions encoded; guarded by sandbox.mu
+	encoded uint64 // versions encoded; guarded by the record's lock
 	// later: a write of the latest version is due (persistLater); guarded
 	// by sandbox.mu.
 	later bool
@@ -116,12 +120,52 @@ type recordDisk struct {
 	gone    bool
 }
 
-// recordVersion is one encoded version of a sandbox's record.
+// recordVersion is one encoded version of a record.
 type recordVersion struct {
 	id  string
 	n   uint64
 	b   []byte
 	err error // encoding's
+}
+
+// next numbers the version of record id encoded as b (or that failed to
+// encode with err). The record's lock must be held.
+func (d *recordDisk) next(id string, b []byte, err error) recordVersion {
+	d.encoded++
+	return recordVersion{id: id, n: d.encoded, b: b, err: err}
+}
+
+// write writes v with write unless a later version is on disk or the record
+// was removed.
+func (d *recordDisk) write(v recordVersion, write func(id string, b []byte) error) error {
+	if v.err != nil {
+		return v.err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gone || v.n <= d.written {
+		return nil
+	}
+	if err := write(v.id, v.b); err != nil {
+		return err
+	}
+	d.written = v.n
+	return nil
+}
+
+// drop runs remove (which deletes the record's file; nil when the caller
+// removes it later) with the writes held off; once it succeeds, nothing
+// more is written.
+func (d *recordDisk) drop(remove func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if remove != nil {
+		if err := remove(); err != nil {
+			return err
+		}
+	}
+	d.gone = true
+	return nil
 }
 
 // setStatus records a state change and wakes the waiters. sb.mu must be held.
@@ -656,24 +700,13 @@ func (s *Server) persistLater(sb *sandbox) {
 // held: versions are numbered in the order of the states they hold.
 func encodeVersion(sb *sandbox) recordVersion {
 	b, err := encodeRecord(&sb.rec)
-	sb.disk.encoded++
-	return recordVersion{id: sb.rec.ID, n: sb.disk.encoded, b: b, err: err}
+	return sb.disk.next(sb.rec.ID, b, err)
 }
 
 // writeVersion writes version v of sb's record unless a later version is on
 // disk or sb was forgotten; it logs a failure.
 func (s *Server) writeVersion(sb *sandbox, v recordVersion) {
-	err := v.err
-	if err == nil {
-		sb.disk.mu.Lock()
-		if !sb.disk.gone && v.n > sb.disk.written {
-			if err = s.writeRecord(v.id, v.b); err == nil {
-				sb.disk.written = v.n
-			}
-		}
-		sb.disk.mu.Unlock()
-	}
-	if err != nil {
+	if err := sb.disk.write(v, s.writeRecord); err != nil {
 		s.log.Error("sandboxd: persist record", "id", v.id, "err", err)
 	}
 }
@@ -772,9 +805,7 @@ func (s *Server) forget(id string) {
 	delete(s.sandboxes, id)
 	s.mu.Unlock()
 	if sb != nil { // a write of its record still to come must not bring the directory back
-		sb.disk.mu.Lock()
-		sb.disk.gone = true
-		sb.disk.mu.Unlock()
+		_ = sb.disk.drop(nil) // removes nothing: cannot fail
 	}
 	ctx, cancel := s.untilStop(time.Minute)
 	s.dropLineage(ctx, id)

@@ -71,6 +71,9 @@ type snapRecord struct {
 	// done is closed once a capture started by this server has ended (nil
 	// for a record loaded from disk).
 	done chan struct{}
+	// disk orders the writes of the record's file; shared by the record's
+	// copies.
+	disk *recordDisk
 }
 
 func (r *snapRecord) setStatus(st SnapshotState, reason, msg string) {
@@ -122,7 +125,7 @@ func (s *Server) openSnapshots(ctx context.Context) error {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, snapshotRecsDir, e.Name()))
-		var r snapRecord
+		r := snapRecord{disk: new(recordDisk)}
 		if err == nil {
 			err = json.Unmarshal(b, &r)
 		}
@@ -168,31 +171,49 @@ func syncFile(f *os.File) error {
 }
 
 // saveSnapshot writes r atomically; durable also flushes the file and its
-// directory to disk before it returns.
+// directory to disk before it returns. The caller holds snapMu, or r is
+// not shared yet.
 func (s *Server) saveSnapshot(r *snapRecord, durable bool) error {
+	return s.writeSnapshot(snapVersion(r), r, durable)
+}
+
+// snapVersion encodes r as the next version of its file. The caller holds
+// snapMu, or r is not shared yet: versions are numbered in the order of the
+// states they hold.
+func snapVersion(r *snapRecord) recordVersion {
 	b, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+		err = fmt.Errorf("save snapshot %s: %w", r.ID, err)
 	}
-	p := s.snapRecordPath(r.ID)
-	if err := writeSynced(p+".tmp", b, durable); err != nil {
-		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
-		return fmt.Errorf("save snapshot %s: %w", r.ID, err)
-	}
-	if durable {
+	return r.disk.next(r.ID, b, err)
+}
+
+// writeSnapshot writes version v of r's record atomically unless a later
+// version is on disk or the record was removed; durable also flushes the
+// file and its directory to disk before it returns.
+func (s *Server) writeSnapshot(v recordVersion, r *snapRecord, durable bool) error {
+	return r.disk.write(v, func(id string, b []byte) error {
+		p := s.snapRecordPath(id)
+		if err := writeSynced(p+".tmp", b, durable); err != nil {
+			return fmt.Errorf("save snapshot %s: %w", id, err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return fmt.Errorf("save snapshot %s: %w", id, err)
+		}
+		if !durable {
+			return nil
+		}
 		d, err := os.Open(filepath.Dir(p))
 		if err != nil {
-			return fmt.Errorf("save snapshot %s: %w", r.ID, err)
+			return fmt.Errorf("save snapshot %s: %w", id, err)
 		}
 		err = syncFile(d)
 		d.Close()
 		if err != nil {
-			return fmt.Errorf("save snapshot %s: sync its directory: %w", r.ID, err)
+			return fmt.Errorf("save snapshot %s: sync its directory: %w", id, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // writeSynced writes b to a new file at p, flushed to disk when synced.
@@ -253,6 +274,7 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 		ImageDigest: digest,
 		Layout:      layout,
 		done:        make(chan struct{}),
+		disk:        new(recordDisk),
 	}
 	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
 
@@ -289,23 +311,25 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	}
 	go func() {
 		defer s.bg.Done()
-		defer close(r.done)
-		s.capture(sb, r.ID)
+		s.capture(sb, r)
 	}()
 	return out, r.done, nil
 }
 
-// capture takes snapshot id of sb and records the outcome.
-func (s *Server) capture(sb *sandbox, id string) {
+// capture takes snapshot r of sb, sets the outcome, closes r.done, and then
+// writes the record, not synced: the answer that waits for the outcome
+// (Prefer: wait) does not wait for the disk (the write took a millisecond,
+// a quarter of a small snapshot's time), and a restart tells a Creating
+// record whose capture the manifest database holds as Ready (openSnapshots).
+func (s *Server) capture(sb *sandbox, r *snapRecord) {
 	ctx, cancel := s.untilStop(30 * time.Minute)
 	defer cancel()
+	s.snapMu.Lock()
+	id, thread, name := r.ID, r.SandboxID, r.Name
+	s.snapMu.Unlock()
 	if h := s.snapHook.Load(); h != nil {
 		(*h)(id)
 	}
-	s.snapMu.Lock()
-	r := s.snaps[id]
-	thread, name := r.SandboxID, r.Name
-	s.snapMu.Unlock()
 	root, _ := s.captureRoot(thread)
 	start := time.Now()
 	var st snapshots.CaptureStats
@@ -320,17 +344,28 @@ func (s *Server) capture(sb *sandbox, id string) {
 	case <-ctx.Done():
 		err = fmt.Errorf("wait for a capture slot: %w", ctx.Err())
 	}
+	took := time.Since(start)
 	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
 	if err != nil {
 		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, err.Error())
-		s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
 	} else {
 		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf(readyMessage, st.Files, st.Bytes, st.HashedBytes, st.StoredBytes))
-		s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
-			"hashed_bytes", st.HashedBytes, "stored_bytes", st.StoredBytes, "took", time.Since(start))
 	}
-	s.persistSnapshot(r)
+	v := snapVersion(r)
+	s.snapMu.Unlock()
+	close(r.done)
+	if err != nil {
+		s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
+	} else {
+		s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
+			"hashed_bytes", st.HashedBytes, "stored_bytes", st.StoredBytes, "took", took)
+	}
+	if h := s.snapRecordHook.Load(); h != nil {
+		(*h)(id)
+	}
+	if err := s.writeSnapshot(v, r, false); err != nil {
+		s.log.Error("sandboxd: persist snapshot record", "id", id, "err", err)
+	}
 }
 
 // freezeForSnapshot freezes sb for the capture and holds its lifecycle lock
@@ -457,10 +492,14 @@ func (s *Server) dropSnapshot(ctx context.Context, r *snapRecord) error {
 	if err := s.snap.mgr.Delete(ctx, r.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
 		return err
 	}
-	if err := os.Remove(s.snapRecordPath(r.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("delete snapshot %s: %w", r.ID, err)
-	}
-	return nil
+	// A write of the record still to come (the outcome's, see capture) must
+	// not bring the file back.
+	return r.disk.drop(func() error {
+		if err := os.Remove(s.snapRecordPath(r.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete snapshot %s: %w", r.ID, err)
+		}
+		return nil
+	})
 }
 
 // restoreSnapshot fills the layers of a new sandbox from its snapshot before

@@ -3,6 +3,7 @@ package sandboxd_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -226,6 +227,78 @@ func TestSnapshotCreatingRecordIsFlushed(t *testing.T) {
 		t.Errorf("flushed before the answer: %q; want %s's record and its directory", got, snap.ID)
 	}
 	waitSnapshot(t, base, snap.ID, sandboxd.SnapshotReady)
+}
+
+// TestSnapshotOutcomeRecordedAfterTheAnswer: the answer that waits for a
+// capture (Prefer: wait) does not wait for the outcome's record to be
+// written; the record follows, and a snapshot deleted before its Ready record
+// was written stays deleted, on disk and after a restart.
+func TestSnapshotOutcomeRecordedAfterTheAnswer(t *testing.T) {
+	dir := t.TempDir()
+	s, base := startServer(t, sandboxd.Config{DataDir: dir})
+	id := create(t, base, nil)
+	waitState(t, base, id, sandboxd.StateRunning)
+	held, release := make(chan string, 2), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // before the server's Close, which waits for the writes
+	s.SetSnapshotRecordHook(func(id string) { held <- id; <-release })
+	onDisk := func(snap string) (sandboxd.SnapshotState, error) {
+		b, err := os.ReadFile(filepath.Join(dir, "snapshots", "records", snap+".json"))
+		if err != nil {
+			return "", err
+		}
+		var r sandboxd.Snapshot
+		if err := json.Unmarshal(b, &r); err != nil {
+			return "", err
+		}
+		return r.Status.State, nil
+	}
+	post := func() sandboxd.Snapshot {
+		t.Helper()
+		r := call(t, "POST", base+"/v1/sandboxes/"+id+"/snapshots", map[string]any{}, "Prefer", "wait=30")
+		wantStatus(t, r, http.StatusAccepted)
+		var snap sandboxd.Snapshot
+		r.decode(t, &snap)
+		if snap.Status.State != sandboxd.SnapshotReady || r.Header.Get("Preference-Applied") != "wait" {
+			t.Fatalf("answer with the record write held: %+v, Preference-Applied %q; want Ready, wait", snap, r.Header.Get("Preference-Applied"))
+		}
+		select {
+		case got := <-held:
+			if got != snap.ID {
+				t.Fatalf("record hook saw %s, want %s", got, snap.ID)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the record of %s was not written after its answer", snap.ID)
+		}
+		return snap
+	}
+
+	kept := post()
+	if st, err := onDisk(kept.ID); st != sandboxd.SnapshotCreating {
+		t.Errorf("record on disk while its write is held: %s (%v), want %s", st, err, sandboxd.SnapshotCreating)
+	}
+	deleted := post()
+	wantStatus(t, call(t, "DELETE", base+"/v1/snapshots/"+deleted.ID, nil), http.StatusNoContent)
+	releaseAll()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if st, err := onDisk(kept.ID); st != sandboxd.SnapshotReady {
+			return fmt.Errorf("record of %s on disk: %s (%v), want %s", kept.ID, st, err, sandboxd.SnapshotReady)
+		}
+		return nil
+	})
+	if err := s.Close(context.Background()); err != nil { // waits for every write
+		t.Fatal(err)
+	}
+	if _, err := onDisk(deleted.ID); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("record of the deleted %s after its held write: %v, want none", deleted.ID, err)
+	}
+
+	_, base = startServer(t, sandboxd.Config{DataDir: dir})
+	if got := getSnapshot(t, base, kept.ID); got.Status.State != sandboxd.SnapshotReady {
+		t.Errorf("after a restart %s is %s, want %s", kept.ID, got.Status.State, sandboxd.SnapshotReady)
+	}
+	wantStatus(t, call(t, "GET", base+"/v1/snapshots/"+deleted.ID, nil), http.StatusNotFound)
 }
 
 // TestSnapshotPreferWait: a client that asks for it (Prefer: wait=N) gets its
