@@ -83,6 +83,15 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// inTurn runs a then b, or b then a when aFirst is false.
+func inTurn(aFirst bool, a, b func()) {
+	if !aFirst {
+		a, b = b, a
+	}
+	a()
+	b()
+}
+
 // ratioOf is a / b held in a Duration (scaled by 1e6), so that percentile
 // takes ratios too.
 func ratioOf(a, b time.Duration) time.Duration { return time.Duration(float64(a) / float64(b) * 1e6) }
@@ -286,7 +295,7 @@ func BenchmarkExactOutput(b *testing.B) {
 // fork-vs-new = median fork time / median create time (target <= 1.3);
 // <op>-vs-raw = median of SDK time / the raw client's (CreateSnapshotAndWait,
 // PauseAndWait, ResumeAndWait) on the same sandbox, for checkpoint, pause and
-// resume; <op>-raw-ratio = the raw client's <op>-ratio, for pause and resume:
+// resume, the two going first in turn; <op>-raw-ratio = the raw client's <op>-ratio, for pause and resume:
 // sandboxd pauses and resumes in a quarter of a millisecond, within its
 // answer to the call, so an HTTP round trip around it (the call, answered
 // with the sandbox in its new state) is most of <op>-ratio there.
@@ -314,7 +323,7 @@ func BenchmarkStateWait(b *testing.B) {
 		return info.Status.LastTransitionAt
 	}
 	for b.Loop() {
-		for range rounds {
+		for i := range rounds {
 			start := time.Now()
 			sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host"})
 			took := time.Since(start)
@@ -324,53 +333,74 @@ func BenchmarkStateWait(b *testing.B) {
 			record("create", start, took, sandboxAt(sb.ID()))
 			creates = append(creates, took)
 
-			start = time.Now()
-			snap, err := sb.Checkpoint(ctx, "")
-			took = time.Since(start)
-			if err != nil {
-				b.Fatal(err)
+			// The SDK and the raw client take turns going first, so that
+			// neither always takes the sandbox's first snapshot (it
+			// captures all of the upper layer, the second one nothing) or
+			// follows the other's work.
+			sdkFirst := i%2 == 0
+			var snap string
+			var sdkCkpt, rawCkpt time.Duration
+			sdkCheckpoint := func() {
+				start := time.Now()
+				var err error
+				snap, err = sb.Checkpoint(ctx, "")
+				sdkCkpt = time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := osc.GetSnapshot(ctx, snap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				record("checkpoint", start, sdkCkpt, s.Status.LastTransitionAt)
 			}
-			s, err := osc.GetSnapshot(ctx, snap)
-			if err != nil {
-				b.Fatal(err)
+			rawCheckpoint := func() {
+				start := time.Now()
+				if _, err := osc.CreateSnapshotAndWait(ctx, sb.ID(), ""); err != nil {
+					b.Fatal(err)
+				}
+				rawCkpt = time.Since(start)
 			}
-			record("checkpoint", start, took, s.Status.LastTransitionAt)
-			start = time.Now()
-			if _, err := osc.CreateSnapshotAndWait(ctx, sb.ID(), ""); err != nil {
-				b.Fatal(err)
-			}
-			vsRaw["checkpoint"] = append(vsRaw["checkpoint"], ratioOf(took, time.Since(start)))
+			inTurn(sdkFirst, sdkCheckpoint, rawCheckpoint)
+			vsRaw["checkpoint"] = append(vsRaw["checkpoint"], ratioOf(sdkCkpt, rawCkpt))
 
-			start = time.Now()
-			if err := sb.Pause(ctx); err != nil {
-				b.Fatal(err)
+			// Pause and resume by the SDK, and by the raw client on the same
+			// sandbox, each one call answered once the transition is done:
+			// what an HTTP round trip around sandboxd's transition costs any
+			// client (raw-ratio: its time / the transition's, as ratio for
+			// the SDK).
+			var sdkPause, sdkResume, rawPause, rawResume time.Duration
+			sdkPauseResume := func() {
+				start := time.Now()
+				if err := sb.Pause(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sdkPause = time.Since(start)
+				record("pause", start, sdkPause, sandboxAt(sb.ID()))
+				start = time.Now()
+				if err := sb.Resume(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sdkResume = time.Since(start)
+				record("resume", start, sdkResume, sandboxAt(sb.ID()))
 			}
-			sdkPause := time.Since(start)
-			record("pause", start, sdkPause, sandboxAt(sb.ID()))
-			start = time.Now()
-			if err := sb.Resume(ctx); err != nil {
-				b.Fatal(err)
+			rawPauseResume := func() {
+				start := time.Now()
+				if _, err := osc.PauseAndWait(ctx, sb.ID()); err != nil {
+					b.Fatal(err)
+				}
+				rawPause = time.Since(start)
+				rawRatios["pause"] = append(rawRatios["pause"], ratioOf(rawPause, sandboxAt(sb.ID()).Sub(start)))
+				start = time.Now()
+				if _, err := osc.ResumeAndWait(ctx, sb.ID()); err != nil {
+					b.Fatal(err)
+				}
+				rawResume = time.Since(start)
+				rawRatios["resume"] = append(rawRatios["resume"], ratioOf(rawResume, sandboxAt(sb.ID()).Sub(start)))
 			}
-			sdkResume := time.Since(start)
-			record("resume", start, sdkResume, sandboxAt(sb.ID()))
-			// The raw client's pause and resume on the same sandbox, each
-			// one call answered once the transition is done: what an HTTP
-			// round trip around sandboxd's transition costs any client
-			// (raw-ratio: its time / the transition's, as ratio for the SDK).
-			start = time.Now()
-			if _, err := osc.PauseAndWait(ctx, sb.ID()); err != nil {
-				b.Fatal(err)
-			}
-			rawTook := time.Since(start)
-			vsRaw["pause"] = append(vsRaw["pause"], ratioOf(sdkPause, rawTook))
-			rawRatios["pause"] = append(rawRatios["pause"], ratioOf(rawTook, sandboxAt(sb.ID()).Sub(start)))
-			start = time.Now()
-			if _, err := osc.ResumeAndWait(ctx, sb.ID()); err != nil {
-				b.Fatal(err)
-			}
-			rawTook = time.Since(start)
-			vsRaw["resume"] = append(vsRaw["resume"], ratioOf(sdkResume, rawTook))
-			rawRatios["resume"] = append(rawRatios["resume"], ratioOf(rawTook, sandboxAt(sb.ID()).Sub(start)))
+			inTurn(sdkFirst, sdkPauseResume, rawPauseResume)
+			vsRaw["pause"] = append(vsRaw["pause"], ratioOf(sdkPause, rawPause))
+			vsRaw["resume"] = append(vsRaw["resume"], ratioOf(sdkResume, rawResume))
 
 			start = time.Now()
 			r, err := client.RestoreSnapshot(ctx, snap, "", alineo.Resources{})
