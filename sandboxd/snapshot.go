@@ -171,15 +171,15 @@ func syncFile(f *os.File) error {
 }
 
 // saveSnapshot writes r atomically; durable also flushes the file and its
-// directory to disk before it returns. The caller holds snapMu, or r is
-// not shared yet.
+// directory to disk before it returns. The caller holds snapMu, or nothing
+// else writes r yet (a Creating record before its capture starts).
 func (s *Server) saveSnapshot(r *snapRecord, durable bool) error {
 	return s.writeSnapshot(snapVersion(r), r, durable)
 }
 
 // snapVersion encodes r as the next version of its file. The caller holds
-// snapMu, or r is not shared yet: versions are numbered in the order of the
-// states they hold.
+// snapMu (or nothing else writes r yet): versions are numbered in the order
+// of the states they hold.
 func snapVersion(r *snapRecord) recordVersion {
 	b, err := json.Marshal(r)
 	if err != nil {
