@@ -235,9 +235,13 @@ func writeSynced(p string, b []byte, synced bool) error {
 // persistSnapshot writes r, not synced: what a record later than the
 // Creating one says, a restart can tell again (a Creating record whose
 // capture is in the manifest database is Ready, see openSnapshots).
-func (s *Server) persistSnapshot(r *snapRecord) {
-	if err := s.saveSnapshot(r, false); err != nil {
-		s.log.Error("sandboxd: persist snapshot record", "id", r.ID, "err", err)
+func (s *Server) persistSnapshot(r *snapRecord) { s.persistVersion(r, snapVersion(r)) }
+
+// persistVersion writes version v of r's record, not synced (see
+// persistSnapshot), and logs a failure.
+func (s *Server) persistVersion(r *snapRecord, v recordVersion) {
+	if err := s.writeSnapshot(v, r, false); err != nil {
+		s.log.Error("sandboxd: persist snapshot record", "id", v.id, "err", err)
 	}
 }
 
@@ -324,9 +328,7 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 func (s *Server) capture(sb *sandbox, r *snapRecord) {
 	ctx, cancel := s.untilStop(30 * time.Minute)
 	defer cancel()
-	s.snapMu.Lock()
-	id, thread, name := r.ID, r.SandboxID, r.Name
-	s.snapMu.Unlock()
+	id, thread, name := r.ID, r.SandboxID, r.Name // set once, at creation
 	if h := s.snapHook.Load(); h != nil {
 		(*h)(id)
 	}
@@ -363,9 +365,7 @@ func (s *Server) capture(sb *sandbox, r *snapRecord) {
 	if h := s.snapRecordHook.Load(); h != nil {
 		(*h)(id)
 	}
-	if err := s.writeSnapshot(v, r, false); err != nil {
-		s.log.Error("sandboxd: persist snapshot record", "id", id, "err", err)
-	}
+	s.persistVersion(r, v)
 }
 
 // freezeForSnapshot freezes sb for the capture and holds its lifecycle lock
