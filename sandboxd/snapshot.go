@@ -170,13 +170,6 @@ func syncFile(f *os.File) error {
 	return f.Sync()
 }
 
-// saveSnapshot writes r atomically; durable also flushes the file and its
-// directory to disk before it returns. The caller holds snapMu, or nothing
-// else writes r yet (a Creating record before its capture starts).
-func (s *Server) saveSnapshot(r *snapRecord, durable bool) error {
-	return s.writeSnapshot(snapVersion(r), r, durable)
-}
-
 // snapVersion encodes r as the next version of its file. The caller holds
 // snapMu (or nothing else writes r yet): versions are numbered in the order
 // of the states they hold.
@@ -306,7 +299,7 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	s.snapMu.Unlock()
 	s.bg.Add(1)
 	s.mu.Unlock()
-	if err := s.saveSnapshot(r, true); err != nil {
+	if err := s.writeSnapshot(snapVersion(r), r, true); err != nil { // nothing else writes r yet
 		s.snapMu.Lock()
 		delete(s.snaps, r.ID)
 		s.snapMu.Unlock()
