@@ -246,6 +246,9 @@ type record struct {
 	EgressAPIPort int `json:"egressApiPort,omitempty"`
 	// Volumes are the sandbox's bind mounts (host and pvc volumes).
 	Volumes []volumeMount `json:"volumes,omitempty"`
+	// IDBase is the first host id of the sandbox's id range (see idRanges);
+	// 0 without isolation, or in a record from before ranges were per sandbox.
+	IDBase uint32 `json:"idBase,omitempty"`
 	// Seq orders sandboxes created in the same millisecond.
 	Seq int64 `json:"seq"`
 	// History is the last transitions, oldest first, for diagnostics.

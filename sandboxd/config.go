@@ -58,6 +58,10 @@ type Config struct {
 	// writes in that sandbox fail with ENOSPC. Default 10 GiB; negative
 	// disables the quota (the layer then shares the data directory's disk).
 	DiskQuota int64
+	// EntrypointLogLimit bounds each sandbox's entrypoint log (its init's,
+	// entrypoint's and execd's output), which lies outside the disk quota: the
+	// server keeps at most this many of the latest bytes. Default 8 MiB.
+	EntrypointLogLimit int64
 	// RunDir holds, per server (a subdirectory named after DataDir), the
 	// mount points of the sandboxes' roots and the init binary: paths the
 	// sandboxes' root must traverse, unlike DataDir. Default
@@ -185,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DiskQuota == 0 {
 		c.DiskQuota = 10 << 30
+	}
+	if c.EntrypointLogLimit <= 0 {
+		c.EntrypointLogLimit = 8 << 20
 	}
 	if c.RunDir == "" {
 		c.RunDir = "/run/alineo-sandboxd"

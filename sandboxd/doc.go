@@ -11,12 +11,14 @@
 // line: a foreground run (the server is the runtime's parent and learns the
 // exit), pause and resume (the cgroup freezer), kill and delete. The spec holds
 // Docker's default hardening: a user namespace whose ids 0..IDMapSize-1 map to
-// host IDMapHost.. (one range for every sandbox), Docker's default seccomp
-// profile and capability set, no new privileges, runc's masked and read-only
-// paths, and cgroup limits from resourceLimits plus a pids limit
-// (Config.MaxProcesses). The server mounts each sandbox's root: an overlay of
-// its image, seen through an idmapped mount, under a private upper layer on a
-// loop-mounted ext4 disk of Config.DiskQuota bytes. A sandbox's own work (its
+// a range of host ids of the sandbox's own (IDMapHost + k*IDMapSize, the lowest
+// k no live sandbox holds), Docker's default seccomp profile and capability
+// set, no new privileges, runc's masked and read-only paths, and cgroup limits
+// from resourceLimits plus a pids limit (Config.MaxProcesses). The server
+// mounts each sandbox's root, nosuid and nodev: an overlay of its image, seen
+// through an idmapped mount, under a private upper layer on a loop-mounted
+// ext4 disk of Config.DiskQuota bytes, in a directory of the run directory
+// that only the sandbox's root may traverse (0700). A sandbox's own work (its
 // entrypoint and execd's commands) runs at oom_score_adj 1000, so at its memory
 // limit the OOM killer takes the work, not the init or execd.
 //
@@ -93,10 +95,16 @@
 //
 // # Volumes
 //
-// A create request's volumes are bind mounts in the OCI spec: host volumes
-// below Config.VolumeRoots (anything else is refused), and pvc volumes, named
-// directories under DataDir/volumes owned by the sandboxes' root and kept across
-// sandboxes. Volumes are not part of snapshots.
+// A create request's volumes are host volumes below Config.VolumeRoots
+// (anything else is refused) and pvc volumes, named directories under
+// DataDir/volumes (0700) kept across sandboxes. The server finds each volume's
+// directory from a descriptor of its root, one component at a time with
+// openat2 (RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS), creating what is missing with
+// mkdirat, clones it as a detached mount idmapped into the sandbox's range
+// (nosuid, nodev), and the runtime binds that mount: no path a sandbox sharing
+// the volume could change is ever resolved twice. Files keep on disk the ids
+// their sandboxes see (the sandbox's root is host root there), so every
+// sandbox of a volume owns what it owns. Volumes are not part of snapshots.
 //
 // # Timing
 //

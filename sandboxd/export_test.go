@@ -34,3 +34,6 @@ func (s *Server) SetSnapshotRecordHook(h func(snapshotID string)) {
 	}
 	s.snapRecordHook.Store(&h)
 }
+
+// RootDir is the host path where sandbox id's root is mounted.
+func (s *Server) RootDir(id string) string { return s.rootDir(id) }

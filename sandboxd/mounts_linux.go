@@ -38,18 +38,26 @@ const (
 	diskDir   = "fs"
 )
 
-// idmapper makes idmapped mounts of lower layers: each lower directory,
-// owned on disk by host ids, is seen through a mount that shifts its ids by
-// IDMapHost, so the sandbox's root (host IDMapHost) owns what host root owns
-// in the image, as in an image whose layers Docker's userns-remap chowned.
-// One mount per lower directory, shared by every sandbox, until Close.
+// idmapper makes idmapped mounts: each directory, owned on disk by the ids
+// a sandbox sees (an image layer as the image made it, a managed volume as
+// its sandboxes wrote it), is seen through a mount that shifts its ids into
+// one sandbox's host range (see idRanges), so a sandbox's root (host uid
+// base) owns what root owns on disk. Lower layers get one view per range and
+// directory, shared by the sandboxes of that range until Close; a volume
+// gets a view per sandbox (bindVolume).
 type idmapper struct {
 	dir string // DataDir/run/idmap
 
 	mu     sync.Mutex
-	userns *os.File // a user namespace with the sandboxes' mapping
-	mounts map[string]idmapped
+	userns map[uint32]*os.File // by range base: a user namespace mapping 0.. to base..
+	mounts map[idmapKey]idmapped
 	seq    int
+}
+
+// idmapKey names a lower layer's view: its directory seen in one range.
+type idmapKey struct {
+	base uint32
+	src  string
 }
 
 // idmapped is the idmapped view (path) of a directory, made when the
@@ -60,51 +68,76 @@ type idmapped struct {
 	ino  uint64
 }
 
-// lower returns the idmapped view of src, making it on first use.
-func (m *idmapper) lower(src string) (string, error) {
+// lower returns the idmapped, read-only view of src in the range at base,
+// making it on first use.
+func (m *idmapper) lower(base uint32, src string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var st unix.Stat_t
 	if err := unix.Stat(src, &st); err != nil {
 		return "", fmt.Errorf("lower layer %s: %w", src, err)
 	}
-	if v, ok := m.mounts[src]; ok {
+	key := idmapKey{base, src}
+	if v, ok := m.mounts[key]; ok {
 		if v.ino == st.Ino {
 			return v.path, nil
 		}
 		// Sandboxes still running on the old view keep it (detached).
 		_ = unix.Unmount(v.path, unix.MNT_DETACH)
-		delete(m.mounts, src)
-	}
-	if m.userns == nil {
-		f, err := mappedUserns()
-		if err != nil {
-			return "", fmt.Errorf("user namespace for idmapped mounts: %w", err)
-		}
-		m.userns = f
-	}
-	if m.mounts == nil {
-		m.mounts = map[string]idmapped{}
-	}
-	m.seq++
-	target := filepath.Join(m.dir, strconv.Itoa(m.seq))
-	if err := os.MkdirAll(target, 0o700); err != nil {
-		return "", err
+		delete(m.mounts, key)
 	}
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return "", fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(m.userns.Fd())}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	m.seq++
+	target := filepath.Join(m.dir, strconv.Itoa(m.seq))
+	if err := m.attach(fd, base, unix.MOUNT_ATTR_RDONLY, target); err != nil {
 		return "", fmt.Errorf("idmap %s: %w", src, err)
 	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return "", fmt.Errorf("move idmapped %s: %w", src, err)
+	if m.mounts == nil {
+		m.mounts = map[idmapKey]idmapped{}
 	}
-	m.mounts[src] = idmapped{path: target, ino: st.Ino}
+	m.mounts[key] = idmapped{path: target, ino: st.Ino}
 	return target, nil
+}
+
+// attach idmaps the detached mount tree fd into the range at base, with
+// nosuid, nodev and the attributes in set, and mounts it on target (a
+// directory it creates, mode 0700).
+func (m *idmapper) attach(fd int, base uint32, set uint64, target string) error {
+	userns, err := m.usernsFor(base)
+	if err != nil {
+		return err
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | set, Userns_fd: uint64(userns.Fd())}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return err
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount to %s: %w", target, err)
+	}
+	return nil
+}
+
+// usernsFor returns the user namespace of the range at base; m.mu is held.
+func (m *idmapper) usernsFor(base uint32) (*os.File, error) {
+	if f, ok := m.userns[base]; ok {
+		return f, nil
+	}
+	f, err := mappedUserns(base)
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for idmapped mounts: %w", err)
+	}
+	if m.userns == nil {
+		m.userns = map[uint32]*os.File{}
+	}
+	m.userns[base] = f
+	return f, nil
 }
 
 // close unmounts every idmapped lower.
@@ -118,23 +151,23 @@ func (m *idmapper) close() error {
 		}
 	}
 	m.mounts = nil
-	if m.userns != nil {
-		m.userns.Close()
-		m.userns = nil
+	for _, f := range m.userns {
+		f.Close()
 	}
+	m.userns = nil
 	return errors.Join(errs...)
 }
 
-// mappedUserns returns a user namespace whose ids 0.. map to IDMapHost..: a
+// mappedUserns returns a user namespace whose ids 0.. map to base..: a
 // re-executed child holds it just long enough for its namespace to be opened.
-func mappedUserns() (*os.File, error) {
+func mappedUserns(base uint32) (*os.File, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"sandboxd-userns"}
 	cmd.Env = []string{initEnv + "=userns"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDMapSize}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: IDMapSize}},
 		Pdeathsig:   syscall.SIGKILL,
 	}
 	w, err := cmd.StdinPipe()
@@ -158,7 +191,7 @@ func runUserns() int {
 }
 
 // formatDisk creates img, a sparse ext4 image of size bytes whose root
-// belongs to the sandboxes' root.
+// belongs to host root (the sandbox's upper layers below it are its own).
 func formatDisk(ctx context.Context, img string, size int64) error {
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
 	if err != nil {
@@ -172,9 +205,8 @@ func formatDisk(ctx context.Context, img string, size int64) error {
 		os.Remove(img)
 		return fmt.Errorf("disk image: %w", err)
 	}
-	owner := fmt.Sprintf("root_owner=%d:%d", IDMapHost, IDMapHost)
 	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-		"-E", "lazy_itable_init=1,nodiscard,"+owner, img).CombinedOutput()
+		"-E", "lazy_itable_init=1,nodiscard,root_owner=0:0", img).CombinedOutput()
 	if err != nil {
 		os.Remove(img)
 		return fmt.Errorf("mkfs.ext4 (Debian package e2fsprogs): %w: %s", err, strings.TrimSpace(string(out)))
@@ -307,18 +339,19 @@ func attachLoop(f *os.File) (*os.File, error) {
 // mountRoot mounts the sandbox's root at merged: an overlay of fs's lower
 // layers (each idmapped: an image's layers, shared by every sandbox of it)
 // under the upper layer in dir/fs/layers, and for the host image one overlay
-// per host directory. It returns merged.
-func (s *Server) mountRoot(dir, merged string, fs rootfs) (string, error) {
+// per host directory, all in the sandbox's id range at base, nosuid and
+// nodev. It returns merged.
+func (s *Server) mountRoot(dir, merged string, base uint32, fs rootfs) (string, error) {
 	d := filepath.Join(dir, diskDir)
 	lowers := make([]string, len(fs.Lowers))
 	for i, l := range fs.Lowers {
-		m, err := s.idmap.lower(l)
+		m, err := s.idmap.lower(base, l)
 		if err != nil {
 			return "", err
 		}
 		lowers[i] = m
 	}
-	if err := hostOverlay(lowers, filepath.Join(d, layersDir, "upper"), filepath.Join(d, "work"), merged); err != nil {
+	if err := hostOverlay(lowers, filepath.Join(d, layersDir, "upper"), filepath.Join(d, "work"), merged, base); err != nil {
 		return "", err
 	}
 	for _, hd := range fs.HostDirs {
@@ -329,36 +362,36 @@ func (s *Server) mountRoot(dir, merged string, fs rootfs) (string, error) {
 		var lowers []string
 		if fs.HostMask != "" {
 			if mask := filepath.Join(fs.HostMask, hd); dirExists(mask) {
-				ml, err := s.idmap.lower(mask)
+				ml, err := s.idmap.lower(base, mask)
 				if err != nil {
 					return "", err
 				}
 				lowers = append(lowers, ml)
 			}
 		}
-		hl, err := s.idmap.lower("/" + hd)
+		hl, err := s.idmap.lower(base, "/"+hd)
 		if err != nil {
 			return "", err
 		}
 		lowers = append(lowers, hl)
-		if err := hostOverlay(lowers, filepath.Join(d, layersDir, "hostup", hd), filepath.Join(d, "hostwork", hd), target); err != nil {
+		if err := hostOverlay(lowers, filepath.Join(d, layersDir, "hostup", hd), filepath.Join(d, "hostwork", hd), target, base); err != nil {
 			return "", err
 		}
 	}
-	if err := rootTmp(merged); err != nil {
+	if err := rootTmp(merged, base); err != nil {
 		return "", err
 	}
 	return merged, nil
 }
 
 // hostOverlay mounts an overlay whose upper and work directories belong to
-// the sandbox's root.
-func hostOverlay(lower []string, upper, work, target string) error {
+// the sandbox's root (host uid base).
+func hostOverlay(lower []string, upper, work, target string, base uint32) error {
 	for _, d := range []string{upper, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
-		if err := os.Chown(d, IDMapHost, IDMapHost); err != nil {
+		if err := os.Chown(d, int(base), int(base)); err != nil {
 			return err
 		}
 	}
@@ -402,7 +435,7 @@ func waitUnmounted(dir string, d time.Duration) bool {
 // private upper layer, so snapshots capture it and restore it. An image's
 // /tmp that is not a directory (a symlink, say) is left as the image made it;
 // it is never followed, since the root is not pivoted into yet.
-func rootTmp(merged string) error {
+func rootTmp(merged string, base uint32) error {
 	t := filepath.Join(merged, "tmp")
 	fi, err := os.Lstat(t)
 	switch {
@@ -420,7 +453,7 @@ func rootTmp(merged string) error {
 	if err := os.Chmod(t, 0o777|os.ModeSticky); err != nil { // Mkdir is subject to the umask
 		return fmt.Errorf("chmod /tmp: %w", err)
 	}
-	if err := os.Lchown(t, IDMapHost, IDMapHost); err != nil { // the sandbox's root owns it
+	if err := os.Lchown(t, int(base), int(base)); err != nil { // the sandbox's root owns it
 		return fmt.Errorf("chown /tmp: %w", err)
 	}
 	return nil
@@ -439,11 +472,14 @@ func overlay(lower []string, upper, work, target string) error {
 	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + escapeOverlay(upper) + ",workdir=" + escapeOverlay(work)
 	// userxattr (user.overlay.*, Linux 5.11+) keeps overlayfs's own marks
 	// (opaque directories) in the xattr namespace that snapshots record and
-	// restore with the files. Older kernels get the plain mount.
-	if err := unix.Mount("overlay", target, "overlay", 0, opts+",userxattr"); err == nil {
+	// restore with the files. Older kernels get the plain mount. nosuid and
+	// nodev: a setuid file or a device node a sandbox made is inert on the
+	// host, where the root is mounted too.
+	const flags = unix.MS_NOSUID | unix.MS_NODEV
+	if err := unix.Mount("overlay", target, "overlay", flags, opts+",userxattr"); err == nil {
 		return nil
 	}
-	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", target, err)
 	}
 	return nil

@@ -11,10 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The user namespace of every sandbox maps its ids 0..IDMapSize-1 to the host
-// ids IDMapHost..IDMapHost+IDMapSize-1, one range for all sandboxes, as
-// Docker's userns-remap does: a sandbox's root is an unprivileged user on the
-// host, and files a sandbox creates are owned on the host by that range.
+// The user namespace of a sandbox maps its ids 0..IDMapSize-1 to a range of
+// host ids of its own, the first at IDMapHost (see idrange.go): a sandbox's
+// root is an unprivileged user on the host, and no other sandbox's.
 const (
 	IDMapHost = 100000
 	IDMapSize = 65536
@@ -45,6 +44,14 @@ var (
 	}
 )
 
+// boundVolume is a volume as the spec binds it: Mount, the idmapped mount
+// the server made of the volume's directory, at Destination.
+type boundVolume struct {
+	Destination string
+	Mount       string
+	ReadOnly    bool
+}
+
 // specInput is what one sandbox's OCI spec is made of.
 type specInput struct {
 	ID       string
@@ -56,7 +63,8 @@ type specInput struct {
 	Pids     int64
 	ShmBytes int64
 	Cgroup   string // cgroupsPath
-	Volumes  []volumeMount
+	Volumes  []boundVolume
+	IDBase   uint32 // the first host id of the sandbox's range
 }
 
 // buildSpec returns the OCI runtime spec of a sandbox: Docker's default
@@ -105,8 +113,8 @@ func buildSpec(in specInput) (*specs.Spec, error) {
 			{Destination: initDir + "/sandboxd-init", Type: "bind", Source: in.InitBin, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
-			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
-			GIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: IDMapHost, Size: IDMapSize}},
+			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: in.IDBase, Size: IDMapSize}},
+			GIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: in.IDBase, Size: IDMapSize}},
 			Namespaces:    ns,
 			CgroupsPath:   in.Cgroup,
 			Resources:     resources(in),
@@ -114,15 +122,15 @@ func buildSpec(in specInput) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
-	// Volumes are bind mounts of host directories (the pvc ones under
-	// DataDir/volumes). In the user namespace the host's ids outside the
-	// mapped range show as nobody.
+	// Volumes are binds of the idmapped mounts the server made of each
+	// volume's directory (bindVolume), which no sandbox can change: the
+	// runtime binds a mount, never a path it resolves itself.
 	for _, v := range in.Volumes {
-		opts := []string{"rbind", "rprivate", "nosuid", "nodev"}
+		opts := []string{"bind", "rprivate", "nosuid", "nodev"}
 		if v.ReadOnly {
 			opts = append(opts, "ro")
 		}
-		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: v.Destination, Type: "bind", Source: v.Source, Options: opts})
+		sp.Mounts = append(sp.Mounts, specs.Mount{Destination: v.Destination, Type: "bind", Source: v.Mount, Options: opts})
 	}
 	prof, err := seccomp.GetDefaultProfile(sp)
 	if err != nil {

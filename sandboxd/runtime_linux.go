@@ -194,7 +194,7 @@ func (l *launcher) open() error {
 			return err
 		}
 	}
-	if l.logf, err = os.OpenFile(filepath.Join(l.dir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+	if err := l.openLog(); err != nil {
 		return err
 	}
 	if l.ctlR, l.ctlW, err = os.Pipe(); err != nil {
@@ -218,7 +218,7 @@ func (l *launcher) open() error {
 	if err != nil {
 		return fmt.Errorf("execd listener: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(l.s.runDir, l.rec.ID), 0o711); err != nil {
+	if err := l.s.makeRunDir(l.rec); err != nil {
 		return err
 	}
 	l.netns = l.s.netnsPath(l.rec.ID)
@@ -226,6 +226,28 @@ func (l *launcher) open() error {
 		l.netns = ""
 		return fmt.Errorf("network namespace: %w", err)
 	}
+	return nil
+}
+
+// openLog opens the pipe the sandbox's processes write their output to
+// (l.logf, their end) and starts draining it into the entrypoint log, bounded
+// (entryLog). The drain ends once every process holding the pipe exited.
+func (l *launcher) openLog() error {
+	log, err := openEntryLog(filepath.Join(l.dir, "entrypoint.log"), l.s.cfg.EntrypointLogLimit)
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		log.f.Close()
+		return err
+	}
+	l.logf = w
+	l.s.logs.Add(1)
+	go func() {
+		defer l.s.logs.Done()
+		log.drain(r)
+	}()
 	return nil
 }
 
@@ -256,19 +278,32 @@ func (l *launcher) command() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// bundle mounts the sandbox's root and writes its OCI bundle.
+// bundle mounts the sandbox's root and its volumes and writes its OCI
+// bundle.
 func (l *launcher) bundle() (string, error) {
-	merged, err := l.s.mountRoot(l.dir, l.s.rootDir(l.rec.ID), l.fs)
+	base := l.rec.idBase()
+	if err := l.s.makeRunDir(l.rec); err != nil {
+		return "", err
+	}
+	merged, err := l.s.mountRoot(l.dir, l.s.rootDir(l.rec.ID), base, l.fs)
 	if err != nil {
 		return "", fmt.Errorf("mount the root: %w", err)
 	}
 	if err := l.s.checkInit(merged, l.rec.imageURI()); err != nil {
 		return "", err
 	}
+	vols := make([]boundVolume, len(l.rec.Volumes))
+	for i, v := range l.rec.Volumes {
+		target := filepath.Join(l.s.runDir, l.rec.ID, "volumes", v.Name)
+		if err := l.s.bindVolume(v, base, target); err != nil {
+			return "", err
+		}
+		vols[i] = boundVolume{Destination: v.Destination, Mount: target, ReadOnly: v.ReadOnly}
+	}
 	sp, err := buildSpec(specInput{
 		ID: l.rec.ID, Root: merged, InitBin: l.s.initBin(), Hostname: shortID(l.rec.ID), Netns: l.netns,
 		Limits: l.rec.Limits, Pids: int64(l.s.cfg.MaxProcesses), ShmBytes: l.s.cfg.ShmSize,
-		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID, Volumes: l.rec.Volumes,
+		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID, Volumes: vols, IDBase: base,
 	})
 	if err != nil {
 		return "", err
@@ -775,6 +810,23 @@ func (s *Server) prepareRuntime() error {
 		}
 	}
 	return os.Rename(tmp, dst)
+}
+
+// makeRunDir makes the sandbox's directory in the run directory, where its
+// root, its volumes' mounts and its network namespace are: mode 0700, owned
+// by the sandbox's root, which alone must traverse it (the runtime mounts
+// from inside the sandbox's user namespace). No other host user, and no
+// other sandbox, reaches its root through it.
+func (s *Server) makeRunDir(rec *record) error {
+	d := filepath.Join(s.runDir, rec.ID)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return err
+	}
+	base := int(rec.idBase())
+	return os.Lchown(d, base, base)
 }
 
 // initBin is the host path of the init binary every sandbox runs.

@@ -39,6 +39,7 @@ type Server struct {
 	probeErr  error
 	rt        *ociRuntime // set by checkIsolation
 	idmap     *idmapper
+	logs      sync.WaitGroup // entrypoint log drains (entryLog)
 	runDir    string    // Config.RunDir/<hash of DataDir>
 	disks     *diskPool // formatted disks ready for new sandboxes (nil: no quota)
 	hostOnce  sync.Once
@@ -265,6 +266,12 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := unmountSandbox(s.runDir); err != nil {
 		s.log.Warn("sandboxd: unmount what an earlier run left", "dir", s.runDir, "err", err)
 	}
+	if !cfg.NoIsolation {
+		if err := prepareVolumes(s.volumesDir()); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("sandboxd: %w", err)
+		}
+	}
 	if s.images, err = openImageStore(s.dataDir, cfg); err != nil {
 		lock.Close()
 		return nil, err
@@ -400,6 +407,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	s.awaitLogs(5 * time.Second)
 	if err := s.images.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -428,6 +436,23 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// awaitLogs waits up to d for the entrypoint logs' drains to end, which
+// they do once every process of their sandbox is gone: one that outlived
+// its sandbox (a plain process without isolation that left its group) is
+// left to the kernel.
+func (s *Server) awaitLogs(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.logs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		s.log.Warn("sandboxd: an entrypoint log is still held open by a process that outlived its sandbox")
+	}
 }
 
 // lockDataDir takes an exclusive flock on dir/.lock so that two servers never
@@ -552,6 +577,13 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		s.mu.Unlock()
 		cancel()
 		return Sandbox{}, nil, fmt.Errorf("%w: %d live sandboxes, the configured maximum", ErrConflict, live)
+	}
+	if !s.cfg.NoIsolation {
+		if sb.rec.IDBase, err = s.takeIDBase(); err != nil {
+			s.mu.Unlock()
+			cancel()
+			return Sandbox{}, nil, err
+		}
 	}
 	s.seq++
 	sb.rec.Seq = s.seq

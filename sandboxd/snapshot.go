@@ -326,6 +326,9 @@ func (s *Server) capture(sb *sandbox, r *snapRecord) {
 		(*h)(id)
 	}
 	root, _ := s.captureRoot(thread)
+	sb.mu.Lock()
+	ids := s.idRange(&sb.rec) // set at creation
+	sb.mu.Unlock()
 	start := time.Now()
 	var st snapshots.CaptureStats
 	var err error
@@ -334,6 +337,7 @@ func (s *Server) capture(sb *sandbox, r *snapRecord) {
 		_, st, err = s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
 			ThreadID: thread, Root: root, ID: id, Label: name,
 			Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
+			IDs:    ids,
 		})
 		<-s.snap.slots
 	case <-ctx.Done():
@@ -507,7 +511,11 @@ func (s *Server) restoreSnapshot(ctx context.Context, rec *record) error {
 	if snap.Layout != layout {
 		return fmt.Errorf("snapshot %s holds a %s tree; this server runs %s sandboxes", snap.ID, snap.Layout, layout)
 	}
-	if err := s.snap.mgr.Restore(ctx, snap.ID, dest, snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts}); err != nil {
+	opts := snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts, IDs: s.idRange(rec)}
+	if opts.IDs.Base != 0 {
+		opts.IDs.Legacy = IDMapHost
+	}
+	if err := s.snap.mgr.Restore(ctx, snap.ID, dest, opts); err != nil {
 		return err
 	}
 	if layout == layoutOverlay {

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Volume is one entry of a create request's volumes: a host directory or a
@@ -46,11 +48,17 @@ type PVCVolume struct {
 	AccessModes                []string `json:"accessModes,omitempty"`
 }
 
-// volumeMount is a resolved volume: what the OCI spec binds, recorded with
-// the sandbox.
+// volumeMount is a resolved volume, recorded with the sandbox: the
+// directory it binds is Dir below Root, found again from a descriptor of Root
+// each time the sandbox starts (bindVolume), never by a path a sandbox could
+// change in between.
 type volumeMount struct {
-	Name        string `json:"name"`
-	Source      string `json:"source"` // host path
+	Name string `json:"name"`
+	// Root is the directory the volume lies in: a --volume-root for a host
+	// volume, DataDir/volumes/<claim> for a pvc one.
+	Root string `json:"root"`
+	// Dir is the volume's directory relative to Root ("" is Root itself).
+	Dir         string `json:"dir,omitempty"`
 	Destination string `json:"destination"`
 	ReadOnly    bool   `json:"readOnly,omitempty"`
 	// Remove is the managed volume directory to delete when the sandbox ends
@@ -169,11 +177,14 @@ func (v *Volume) validate(i int) error {
 	return nil
 }
 
-// resolveVolumes turns validated volumes into bind mounts: a host path must
-// lie, symbolic links resolved, below one of Config.VolumeRoots (a missing
-// directory is created there, as the real server does); a pvc volume is
-// DataDir/volumes/<claimName>, created (owned by the sandboxes' root, host uid
-// IDMapHost) unless createIfNotExists is false.
+// resolveVolumes turns validated volumes into the directories to bind,
+// creating what is missing: a host volume's path must lie below one of
+// Config.VolumeRoots; a pvc volume is DataDir/volumes/<claimName>, created
+// unless createIfNotExists is false. Every directory is found and made from
+// a descriptor of the one above it, never through a symbolic link
+// (openBeneath), so a sandbox that shares the volume cannot lead the server
+// out of it; what is made belongs to host root, which a sandbox sees as its
+// own root through its idmapped bind.
 func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 	if len(vols) > 0 && s.cfg.NoIsolation {
 		return nil, invalid("INVALID_REQUEST", "volumes", "volumes need a mount namespace; this server runs without isolation (NoIsolation)")
@@ -183,9 +194,9 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 		m := volumeMount{Name: v.Name, Destination: path.Clean(v.MountPath), ReadOnly: v.ReadOnly}
 		var err error
 		if v.Host != nil {
-			m.Source, err = s.hostVolume(i, v)
+			err = s.hostVolume(i, v, &m)
 		} else {
-			m.Source, m.Remove, err = s.pvcVolume(i, v)
+			err = s.pvcVolume(i, v, &m)
 		}
 		if err != nil {
 			return nil, err
@@ -195,114 +206,80 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 	return out, nil
 }
 
-func (s *Server) hostVolume(i int, v Volume) (string, error) {
+func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
 	field := fmt.Sprintf("volumes[%d].host.path", i)
 	p := filepath.Join(v.Host.Path, v.SubPath)
 	if len(s.volumeRoots) == 0 {
-		return "", invalid(codeVolumeNotAllowed, field, "host path %s is not allowed: this server allows no host volumes (see --volume-root)", p)
+		return invalid(codeVolumeNotAllowed, field, "host path %s is not allowed: this server allows no host volumes (see --volume-root)", p)
 	}
-	allowed := func(q string) bool {
-		for _, root := range s.volumeRoots {
-			if q == root || strings.HasPrefix(q, root+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	if !allowed(p) {
-		return "", invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(s.volumeRoots, ", "))
-	}
-	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-		if err := s.mkdirBelow(p, allowed); err != nil {
-			return "", fmt.Errorf("volume %s: create host path %s: %w", v.Name, p, err)
+	for _, root := range s.volumeRoots {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			m.Root, m.Dir = root, strings.TrimPrefix(strings.TrimPrefix(p, root), "/")
+			break
 		}
 	}
-	real, err := filepath.EvalSymlinks(p)
+	if m.Root == "" {
+		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(s.volumeRoots, ", "))
+	}
+	fd, err := openBeneath(m.Root, m.Dir, true)
+	if errors.Is(err, errLeavesRoot) {
+		return invalid(codeVolumeNotAllowed, field, "host path %s leads through a symbolic link, which volumes do not follow (only the volume roots are resolved)", p)
+	}
 	if err != nil {
-		return "", invalid(codeVolumeHostPath, field, "host path %s: %v", p, err)
+		return volumeError(codeVolumeHostPath, field, "host path "+p, err)
 	}
-	if !allowed(real) {
-		return "", invalid(codeVolumeNotAllowed, field, "host path %s resolves to %s, which is not below an allowed volume root", p, real)
-	}
-	return real, nil
+	unix.Close(fd)
+	return nil
 }
 
-// mkdirBelow creates directory p and its missing parents, each checked to
-// stay allowed once resolved (a symbolic link in between cannot lead out).
-func (s *Server) mkdirBelow(p string, allowed func(string) bool) error {
-	parent := filepath.Dir(p)
-	if _, err := os.Lstat(parent); errors.Is(err, fs.ErrNotExist) {
-		if err := s.mkdirBelow(parent, allowed); err != nil {
-			return err
+func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
+	field := fmt.Sprintf("volumes[%d].pvc.claimName", i)
+	claim := v.PVC.ClaimName
+	s.volMu.Lock()
+	defer s.volMu.Unlock()
+	fd, err := openBeneath(s.volumesDir(), claim, false)
+	created := false
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
+			return invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", claim)
 		}
+		if fd, err = openBeneath(s.volumesDir(), claim, true); err != nil {
+			return fmt.Errorf("create volume %s: %w", claim, err)
+		}
+		created = true
+	case err != nil:
+		return volumeError(codeVolumePVCName, field, "volume "+claim, err)
 	}
-	rp, err := filepath.EvalSymlinks(parent)
-	if err != nil {
-		return err
+	unix.Close(fd)
+	m.Root = filepath.Join(s.volumesDir(), claim)
+	if v.SubPath != "" {
+		m.Dir = path.Clean(v.SubPath)
+		fd, err := openBeneath(m.Root, m.Dir, true)
+		if err != nil {
+			return volumeError(codeVolumeSubPath, fmt.Sprintf("volumes[%d].subPath", i), "subPath "+v.SubPath, err)
+		}
+		unix.Close(fd)
 	}
-	if !allowed(rp) {
-		return fmt.Errorf("%s resolves outside the volume roots", parent)
-	}
-	if err := os.Mkdir(filepath.Join(rp, filepath.Base(p)), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
+	if created && v.PVC.DeleteOnSandboxTermination {
+		m.Remove = m.Root
 	}
 	return nil
 }
 
-func (s *Server) pvcVolume(i int, v Volume) (src, remove string, err error) {
-	field := fmt.Sprintf("volumes[%d].pvc.claimName", i)
-	dir := filepath.Join(s.volumesDir(), v.PVC.ClaimName)
-	s.volMu.Lock()
-	defer s.volMu.Unlock()
-	if err := os.MkdirAll(s.volumesDir(), 0o711); err != nil {
-		return "", "", fmt.Errorf("volumes dir: %w", err)
+// volumeError is the 400 for a volume directory that cannot be opened
+// beneath its root: through a symbolic link, not a directory, or missing; any
+// other failure is the server's.
+func volumeError(code, field, what string, err error) error {
+	switch {
+	case errors.Is(err, errLeavesRoot):
+		return invalid(code, field, "%s leads through a symbolic link, which volumes do not follow", what)
+	case errors.Is(err, unix.ENOTDIR):
+		return invalid(code, field, "%s: a component is not a directory", what)
+	case errors.Is(err, fs.ErrNotExist):
+		return invalid(code, field, "%s does not exist", what)
 	}
-	created := false
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
-			return "", "", invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", v.PVC.ClaimName)
-		}
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return "", "", fmt.Errorf("create volume %s: %w", v.PVC.ClaimName, err)
-		}
-		created = true
-	} else if err != nil {
-		return "", "", fmt.Errorf("volume %s: %w", v.PVC.ClaimName, err)
-	}
-	if created && !s.cfg.NoIsolation {
-		// The sandbox's root is host uid IDMapHost: it owns the new volume.
-		if err := os.Lchown(dir, IDMapHost, IDMapHost); err != nil {
-			return "", "", fmt.Errorf("chown volume %s: %w", v.PVC.ClaimName, err)
-		}
-	}
-	src = dir
-	if v.SubPath != "" {
-		src = filepath.Join(dir, v.SubPath)
-		// Directories made for the subPath belong to the sandboxes' root too.
-		var missing []string
-		for d := src; d != dir; d = filepath.Dir(d) {
-			if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
-				missing = append(missing, d)
-			}
-		}
-		if err := os.MkdirAll(src, 0o755); err != nil {
-			return "", "", fmt.Errorf("volume %s: subPath %s: %w", v.PVC.ClaimName, v.SubPath, err)
-		}
-		for _, d := range missing {
-			if err := os.Lchown(d, IDMapHost, IDMapHost); err != nil {
-				return "", "", fmt.Errorf("volume %s: chown subPath %s: %w", v.PVC.ClaimName, v.SubPath, err)
-			}
-		}
-		if real, err := filepath.EvalSymlinks(src); err != nil || (real != dir && !strings.HasPrefix(real, dir+"/")) {
-			return "", "", invalid(codeVolumeSubPath, fmt.Sprintf("volumes[%d].subPath", i), "subPath %s leaves the volume", v.SubPath)
-		} else {
-			src = real
-		}
-	}
-	if created && v.PVC.DeleteOnSandboxTermination {
-		remove = dir
-	}
-	return src, remove, nil
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // removeVolumes deletes the managed volumes a sandbox created with
@@ -318,7 +295,8 @@ func (s *Server) removeVolumes(ms []volumeMount) {
 	}
 }
 
-// resolveVolumeRoots cleans and resolves Config.VolumeRoots.
+// resolveVolumeRoots cleans and resolves Config.VolumeRoots (they are the
+// operator's: symbolic links in them are followed once, here).
 func resolveVolumeRoots(roots []string) ([]string, error) {
 	out := make([]string, 0, len(roots))
 	for _, r := range roots {

@@ -18,12 +18,11 @@ func TestVolumes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "hello.txt"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The sandbox's root is host uid 100000: it may write a directory it owns.
+	// A host directory owned by host root is the sandbox root's through the
+	// volume's idmapped bind: it may write there (as under Docker), and what
+	// it writes is owned by host root.
 	shared := filepath.Join(root, "shared")
 	if err := os.Mkdir(shared, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(shared, sandboxd.IDMapHost, sandboxd.IDMapHost); err != nil {
 		t.Fatal(err)
 	}
 	s, base := startServer(t, sandboxd.Config{VolumeRoots: []string{root}})
@@ -62,9 +61,17 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("host side of rw volume: %q %v", b, err)
 	}
 	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(shared, "out"), &st); err != nil || st.Uid != 0 {
+		t.Errorf("host side of a file the sandbox's root wrote: uid %d (%v), want 0", st.Uid, err)
+	}
 	pvc := filepath.Join(s.DataDir(), "volumes", "cache")
-	if err := syscall.Stat(pvc, &st); err != nil || st.Uid != sandboxd.IDMapHost {
-		t.Errorf("pvc dir uid = %d (%v), want %d", st.Uid, err, sandboxd.IDMapHost)
+	for _, p := range []string{pvc, filepath.Join(pvc, "kept")} {
+		if err := syscall.Stat(p, &st); err != nil || st.Uid != 0 {
+			t.Errorf("%s: uid %d (%v), want 0 (the ids the sandbox sees)", p, st.Uid, err)
+		}
+	}
+	if err := syscall.Stat(filepath.Join(s.DataDir(), "volumes"), &st); err != nil || st.Mode&0o777 != 0o700 {
+		t.Errorf("volumes dir mode %o (%v), want 700", st.Mode&0o777, err)
 	}
 	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
 

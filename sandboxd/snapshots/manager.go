@@ -198,6 +198,9 @@ type SnapshotInput struct {
 	// sandbox is frozen only while its files are read. An error fails the
 	// snapshot.
 	Freeze func(ctx context.Context) (thaw func(), err error)
+	// IDs is the range of host ids Root's files are owned by: the
+	// checkpoint records the ids the sandbox sees (see IDRange).
+	IDs IDRange
 }
 
 // Snapshot captures in.Root against the thread's head checkpoint and appends
@@ -248,6 +251,9 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 		st = cst
 		if err != nil {
 			return err
+		}
+		if in.IDs.Base != 0 {
+			entries = shift(entries, in.IDs.recorded)
 		}
 		c := &checkpoints.Checkpoint{
 			ID: in.ID, ThreadID: in.ThreadID, ParentID: head, CreatedAt: start,

@@ -35,6 +35,9 @@ const (
 // RestoreOptions configure Restore. The zero value is valid.
 type RestoreOptions struct {
 	Whiteouts WhiteoutMode
+	// IDs is the range of host ids the restored files are to be owned by
+	// (see IDRange); the zero range restores the recorded ids as they are.
+	IDs IDRange
 }
 
 // Restore recreates the tree described by entries under dest (created if
@@ -54,6 +57,9 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		}
 	}
 	sorted := append([]checkpoints.Entry(nil), entries...)
+	if opts.IDs.Base != 0 {
+		sorted = shift(entries, opts.IDs.host)
+	}
 	// A path sorts before every path it prefixes, so parents come first.
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
 	if err := os.MkdirAll(dest, 0o755); err != nil {
