@@ -40,8 +40,8 @@ type Server struct {
 	rt        *ociRuntime // set by checkIsolation
 	idmap     *idmapper
 	logs      sync.WaitGroup // entrypoint log drains (entryLog)
-	runDir    string    // Config.RunDir/<hash of DataDir>
-	disks     *diskPool // formatted disks ready for new sandboxes (nil: no quota)
+	runDir    string         // Config.RunDir/<hash of DataDir>
+	disks     *diskPool      // formatted disks ready for new sandboxes (nil: no quota)
 	hostOnce  sync.Once
 	host      rootfs
 	hostErr   error
