@@ -15,17 +15,34 @@ ifneq (,$(findstring -race,$(TESTFLAGS)))
 export CGO_ENABLED = 1
 endif
 
-.PHONY: build test test-race lint bench demo clean deps soak soak-ci test-race-stress
+.PHONY: build test test-race lint bench demo clean deps deps-runc soak soak-ci test-race-stress
 
-# Sandboxes run under runc (Debian's package) on a per-sandbox ext4 disk
-# (e2fsprogs): installed here when missing, as root (which sandboxd needs).
-deps:
-	@need=""; command -v runc >/dev/null 2>&1 || need="$$need runc"; \
-	command -v mkfs.ext4 >/dev/null 2>&1 || need="$$need e2fsprogs"; \
+# Sandboxes run under runc on a per-sandbox ext4 disk (e2fsprogs): installed
+# here when missing, as root (which sandboxd needs). runc is RUNC_VERSION,
+# built from the Go module proxy with seccomp (Debian's libseccomp-dev and
+# gcc) into /usr/local/bin, unless a runc at least as new is on the PATH:
+# Debian 12's runc 1.1.5 lacks the fixes of the November 2025 advisories,
+# and sandboxd refuses it (--allow-old-runtime).
+RUNC_VERSION ?= 1.5.3
+deps: deps-runc
+	@need=""; command -v mkfs.ext4 >/dev/null 2>&1 || need="$$need e2fsprogs"; \
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "missing:$$need (install them as root: apt-get install$$need)"; exit 1; fi; \
 	  echo "installing:$$need"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
 	fi
+
+deps-runc:
+	@have=$$(runc --version 2>/dev/null | sed -n 's/^runc version \([0-9][0-9.]*\).*/\1/p'); \
+	if [ -n "$$have" ] && [ "$$(printf '%s\n%s\n' "$(RUNC_VERSION)" "$$have" | sort -V | head -1)" = "$(RUNC_VERSION)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "runc $${have:-missing}: want $(RUNC_VERSION) or newer (as root: make deps)"; exit 1; fi; \
+	echo "installing: runc $(RUNC_VERSION) (found: $${have:-none})"; \
+	if ! dpkg -s libseccomp-dev gcc >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libseccomp-dev gcc libc6-dev pkg-config >/dev/null; \
+	fi; \
+	CGO_ENABLED=1 GOBIN=/usr/local/bin $(GO) install -tags seccomp github.com/opencontainers/runc@v$(RUNC_VERSION); \
+	hash -r; now=$$(runc --version 2>/dev/null | sed -n 's/^runc version \([0-9][0-9.]*\).*/\1/p'); \
+	if [ "$$now" != "$(RUNC_VERSION)" ]; then echo "runc $(RUNC_VERSION) is in /usr/local/bin, but PATH finds $$(command -v runc) ($$now) first"; exit 1; fi; \
+	echo "runc $$now: $$(command -v runc)"
 
 build:
 	$(GO) build ./...

@@ -1,7 +1,9 @@
 package sandboxd_test
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -207,6 +209,15 @@ func TestSandboxRootsPrivate(t *testing.T) {
 		t.Fatalf("uid maps %q and %q overlap or start below %d", amap, bmap, sandboxd.IDMapHost)
 	}
 
+	// Each sandbox's session keyring counts against its own host uid's key
+	// quota (kernel.keys.maxkeys), not one quota shared by every sandbox.
+	if b, err := os.ReadFile("/proc/key-users"); err == nil {
+		for _, id := range []int{abase, bbase} {
+			if !strings.Contains(string(b), fmt.Sprintf("%d:", id)) {
+				t.Errorf("/proc/key-users has no keys of uid %d:\n%s", id, b)
+			}
+		}
+	}
 	rootA := s.RootDir(a)
 	dir := filepath.Dir(rootA)
 	var st syscall.Stat_t
@@ -318,4 +329,91 @@ func TestEntrypointLogBounded(t *testing.T) {
 	if !strings.HasPrefix(string(b), "[sandboxd: ") {
 		t.Errorf("the log does not say what it dropped: starts %q", b[:min(len(b), 60)])
 	}
+}
+
+// TestOldRuncRefused: a runc without the fixes of the November 2025
+// advisories is refused at Start, naming the fix, unless AllowOldRuntime.
+func TestOldRuncRefused(t *testing.T) {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		testenv.SkipOrFail(t, "runc not installed (make deps)")
+	}
+	old := filepath.Join(t.TempDir(), "runc")
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'runc version 1.1.5'; echo 'commit: unknown'; exit 0; fi\nexec %s \"$@\"\n", runc)
+	if err := os.WriteFile(old, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sandboxd.Open(t.Context(), sandboxd.Config{Runtime: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Start(t.Context())
+	s.Close(t.Context())
+	if !errors.Is(err, sandboxd.ErrIsolationUnavailable) || !strings.Contains(err.Error(), "CVE-2025-31133") || !strings.Contains(err.Error(), "--allow-old-runtime") {
+		t.Errorf("Start with runc 1.1.5: %v, want ErrIsolationUnavailable naming the CVEs and --allow-old-runtime", err)
+	}
+	_, base := startServer(t, sandboxd.Config{Runtime: old, AllowOldRuntime: true})
+	waitState(t, base, create(t, base, nil), sandboxd.StateRunning)
+}
+
+// TestMessagesHideServerPaths is F10: a failure a client reads (a sandbox's
+// status after a restore that met a missing blob) names what failed, not
+// the server's data directory; and the lifecycle key is checked.
+func TestMessagesHideServerPaths(t *testing.T) {
+	s, base := startServer(t, sandboxd.Config{APIKey: "k3y"})
+	key := []string{sandboxd.APIKeyHeader, "k3y"}
+	wantStatus(t, call(t, "GET", base+"/v1/sandboxes", nil, sandboxd.APIKeyHeader, "k3x"), http.StatusUnauthorized)
+	r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "host"},
+		"entrypoint": []string{"tail", "-f", "/dev/null"}}, key...)
+	wantStatus(t, r, http.StatusAccepted)
+	var sb struct{ ID string }
+	r.decode(t, &sb)
+	u, tok := execdEndpointKey(t, base, sb.ID, key)
+	sh(t, u, tok, "echo data > /root/file")
+	r = call(t, "POST", base+"/v1/sandboxes/"+sb.ID+"/snapshots", map[string]any{}, append(key, "Prefer", "wait=30")...)
+	var snap sandboxd.Snapshot
+	r.decode(t, &snap)
+	if snap.Status.State != sandboxd.SnapshotReady {
+		t.Fatalf("snapshot: %s", r.Body)
+	}
+	// Every blob becomes a directory: the restore fails reading it, and the
+	// error it meets names the blob's path.
+	err := filepath.WalkDir(filepath.Join(s.DataDir(), "snapshots", "blobs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		return os.Mkdir(p, 0o700)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = call(t, "POST", base+"/v1/sandboxes", map[string]any{"snapshotId": snap.ID}, key...)
+	wantStatus(t, r, http.StatusAccepted)
+	var out struct{ ID string }
+	r.decode(t, &out)
+	var got sandboxd.Sandbox
+	testenv.Eventually(t, 20*time.Second, func() error {
+		r := call(t, "GET", base+"/v1/sandboxes/"+out.ID, nil, key...)
+		r.decode(t, &got)
+		if got.Status.State != sandboxd.StateFailed {
+			return fmt.Errorf("state %s", got.Status.State)
+		}
+		return nil
+	})
+	if strings.Contains(got.Status.Message, s.DataDir()) || !strings.Contains(got.Status.Message, "<data>") {
+		t.Errorf("status message %q names the data directory %s", got.Status.Message, s.DataDir())
+	}
+}
+
+// execdEndpointKey is execdEndpoint on a server that wants the API key.
+func execdEndpointKey(t *testing.T, base, id string, key []string) (string, string) {
+	t.Helper()
+	r := call(t, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/endpoints/%d", base, id, sandboxd.ExecdPort), nil, key...)
+	wantStatus(t, r, http.StatusOK)
+	var ep sandboxd.Endpoint
+	r.decode(t, &ep)
+	return "http://" + ep.Endpoint, ep.Headers[sandboxd.ExecdTokenHeader]
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// a name looked up in PATH. Default "runc". crun, gVisor's runsc and
 	// kata-runtime speak the same command line.
 	Runtime string
+	// AllowOldRuntime accepts a runc without the fixes of the November 2025
+	// advisories (before 1.2.8, 1.3.3 or 1.4.0), which is refused otherwise.
+	AllowOldRuntime bool
 	// DiskQuota bounds each sandbox's writable layer, in bytes: past it,
 	// writes in that sandbox fail with ENOSPC. Default 10 GiB; negative
 	// disables the quota (the layer then shares the data directory's disk).

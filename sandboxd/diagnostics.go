@@ -65,7 +65,7 @@ func (s *Server) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
 	case kind == "logs" && (scope == "container" || scope == "process" || scope == "all"):
 		d.Content, d.Truncated, err = tailFile(filepath.Join(s.sandboxDir(id), "entrypoint.log"), maxDiagnostics)
 		if err != nil {
-			d.Warnings = append(d.Warnings, "entrypoint log: "+err.Error())
+			d.Warnings = append(d.Warnings, s.public("entrypoint log: "+err.Error()))
 		}
 	default:
 		sb.mu.Lock()

@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -102,3 +103,16 @@ func (e *OpError) Error() string {
 
 // Unwrap returns the runtime's error.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// public returns msg, meant for a client, with the server's own directories
+// (the data and run directories, which name the host's layout) written as
+// <data> and <run>: a client learns what failed, not where the server keeps
+// its files. The server's log keeps the whole error.
+func (s *Server) public(msg string) string {
+	for _, d := range []struct{ dir, name string }{{s.dataDir, "<data>"}, {s.runDir, "<run>"}} {
+		if d.dir != "" && d.dir != "/" {
+			msg = strings.ReplaceAll(msg, d.dir, d.name)
+		}
+	}
+	return msg
+}

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,7 +63,7 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 			case key == "":
 				writeError(w, http.StatusUnauthorized, "MISSING_API_KEY", "missing header "+APIKeyHeader)
 				return
-			case key != s.cfg.APIKey:
+			case subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) != 1:
 				writeError(w, http.StatusUnauthorized, "INVALID_API_KEY", "invalid "+APIKeyHeader)
 				return
 			}
@@ -95,8 +96,12 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, errorBody{Code: code, Message: msg})
 }
 
-// writeErr maps an error to its status and {code,message} body.
+// writeErr maps an error to its status and {code,message} body, the
+// message without the server's own paths (public).
 func (s *Server) writeErr(w http.ResponseWriter, err error) {
+	writeError := func(w http.ResponseWriter, status int, code, msg string) {
+		writeError(w, status, code, s.public(msg))
+	}
 	var re *RequestError
 	var oe *OpError
 	switch {

@@ -36,9 +36,10 @@ func (r *ociRuntime) freezer(id string) (freezer, bool) {
 }
 
 // lookRuntime resolves the runtime binary name (a path, or a name looked up
-// in PATH) and checks that it answers --version. The error wraps
-// ErrIsolationUnavailable and names the package to install.
-func lookRuntime(ctx context.Context, name, root, cgroupParent string) (*ociRuntime, error) {
+// in PATH) and checks that it answers --version and, for runc, that it has
+// the fixes of November 2025 (checkRuncVersion) unless allowOld. The error
+// wraps ErrIsolationUnavailable and names what to install.
+func lookRuntime(ctx context.Context, name, root, cgroupParent string, allowOld bool) (*ociRuntime, error) {
 	if name == "" {
 		name = "runc"
 	}
@@ -51,6 +52,9 @@ func lookRuntime(ctx context.Context, name, root, cgroupParent string) (*ociRunt
 	out, err := exec.CommandContext(ctx, p, "--version").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("%w: OCI runtime %s --version: %w: %s", ErrIsolationUnavailable, p, err, strings.TrimSpace(string(out)))
+	}
+	if err := checkRuncVersion(string(out), allowOld); err != nil {
+		return nil, fmt.Errorf("%w: OCI runtime %s: %w", ErrIsolationUnavailable, p, err)
 	}
 	rt := &ociRuntime{path: p, root: root}
 	if b := filepath.Base(p); b == "runc" || b == "crun" {
@@ -151,4 +155,39 @@ func killCgroup(parent, id string) {
 			time.Sleep(4 * time.Millisecond)
 		}
 	}
+}
+
+// runcFixed are the first runc releases of each line with the fixes of the
+// November 2025 advisories (CVE-2025-31133, CVE-2025-52565, CVE-2025-52881:
+// races on masked paths, /dev/console and procfs writes that let a
+// container write host files): 1.2.8, 1.3.3, and every release from 1.4.0.
+var runcFixed = map[[2]int]int{{1, 2}: 8, {1, 3}: 3}
+
+// errOldRuntime is a runc without the fixes of runcFixed.
+var errOldRuntime = errors.New("runc is older than the fixes of CVE-2025-31133, -52565 and -52881 (1.2.8, 1.3.3, 1.4.0)")
+
+// checkRuncVersion checks the output of a runtime's --version: a runc
+// ("runc version X.Y.Z") must be a release with the fixes, unless allowOld.
+// Another runtime (crun, runsc, kata) is not checked.
+func checkRuncVersion(out string, allowOld bool) error {
+	var maj, min, patch int
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(line, "runc version ") {
+		return nil
+	}
+	v := strings.TrimPrefix(line, "runc version ")
+	if _, err := fmt.Sscanf(v, "%d.%d.%d", &maj, &min, &patch); err != nil {
+		if allowOld {
+			return nil
+		}
+		return fmt.Errorf("cannot read the runc version %q (--allow-old-runtime accepts it)", v)
+	}
+	ok := maj > 1 || (maj == 1 && min >= 4)
+	if fixed, line := runcFixed[[2]int{maj, min}]; line {
+		ok = patch >= fixed
+	}
+	if ok || allowOld {
+		return nil
+	}
+	return fmt.Errorf("%w: found %s; install a current one (make deps builds runc v1.5.3 from the Go module proxy) or start with --allow-old-runtime", errOldRuntime, v)
 }

@@ -720,7 +720,7 @@ func (s *Server) cleanLeftovers(id string) {
 	if !s.cfg.NoIsolation {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent); err == nil && !rt.gone(ctx, id) {
+		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent, s.cfg.AllowOldRuntime); err == nil && !rt.gone(ctx, id) {
 			_ = rt.resume(ctx, id)
 			if err := rt.delete(ctx, id); err != nil {
 				s.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)

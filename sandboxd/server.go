@@ -363,7 +363,7 @@ func (s *Server) checkIsolation(ctx context.Context) error {
 		return nil
 	}
 	s.probeOnce.Do(func() {
-		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent)
+		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent, s.cfg.AllowOldRuntime)
 		if s.probeErr == nil {
 			if err := s.prepareRuntime(); err != nil {
 				s.rt, s.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
@@ -618,7 +618,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		if sb.rec.Status.State != StatePending {
 			return
 		}
-		sb.setStatus(StateFailed, reason, err.Error())
+		sb.setStatus(StateFailed, reason, s.public(err.Error()))
 		sb.ended = time.Now()
 		s.persist(sb)
 		s.removeVolumes(sb.rec.Volumes)
@@ -931,7 +931,7 @@ func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f fu
 	}
 	if err != nil {
 		s.log.Error("sandboxd: "+op, "id", id, "err", err)
-		sb.setStatus(from, op+"_failed", err.Error())
+		sb.setStatus(from, op+"_failed", s.public(err.Error()))
 		return true, &OpError{SandboxID: id, Op: op, Err: err}
 	}
 	sb.setStatus(to, "", "")

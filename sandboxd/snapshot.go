@@ -346,7 +346,7 @@ func (s *Server) capture(sb *sandbox, r *snapRecord) {
 	took := time.Since(start)
 	s.snapMu.Lock()
 	if err != nil {
-		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, err.Error())
+		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, s.public(err.Error()))
 	} else {
 		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf(readyMessage, st.Files, st.Bytes, st.HashedBytes, st.StoredBytes))
 	}

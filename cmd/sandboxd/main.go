@@ -1,7 +1,7 @@
 // Command sandboxd runs the Docker-free, OpenSandbox-compatible sandbox server
 // of package sandboxd as a daemon.
 //
-//	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key K]
+//	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key-file F]
 //	         [--image NAME=DIR|TAR]... [--registry-mirror URL]... [--insecure-registry HOST:PORT]...
 //	         [--init-binary PATH] [--host-network] [--no-isolation] [--log-level info]
 //	sandboxd image pull [--data DIR] [--registry-mirror URL]... [--insecure-registry HOST:PORT]... REF
@@ -16,7 +16,8 @@
 // config file ($DOCKER_CONFIG or ~/.docker/config.json) and from a create
 // request's image.auth.
 //
-// OPEN_SANDBOX_API_KEY is the default of --api-key.
+// The API key comes from OPEN_SANDBOX_API_KEY, --api-key-file or (with a
+// warning: every host user reads a command line) --api-key.
 package main
 
 import (
@@ -92,7 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "TCP address of the lifecycle API")
 	data := fs.String("data", defaultDataDir, "data directory: records, images, sandbox layers")
-	apiKey := fs.String("api-key", getenv("OPEN_SANDBOX_API_KEY"), "API key required in OPEN-SANDBOX-API-KEY (env OPEN_SANDBOX_API_KEY); empty = no auth")
+	apiKey := fs.String("api-key", "", "API key required in OPEN-SANDBOX-API-KEY; empty = no auth. Prefer OPEN_SANDBOX_API_KEY or --api-key-file: a command line is readable by every host user")
+	apiKeyFile := fs.String("api-key-file", "", "file holding the API key (its first line), e.g. mode 0600")
+	allowOld := fs.Bool("allow-old-runtime", false, "accept a runc without the fixes of CVE-2025-31133, -52565 and -52881 (before 1.2.8, 1.3.3, 1.4.0)")
 	images := imageFlags{}
 	fs.Var(images, "image", "register an image: NAME=DIR or NAME=ROOTFS.tar (repeatable)")
 	noIso := fs.Bool("no-isolation", false, "DEVELOPMENT ONLY: run sandboxes as plain host processes, without namespaces")
@@ -134,6 +137,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if fs.NArg() > 0 {
 		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
+	key, err := resolveAPIKey(*apiKey, *apiKeyFile, getenv("OPEN_SANDBOX_API_KEY"), stdout)
+	if err != nil {
+		return err
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -144,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	} else if *hostNet {
 		fmt.Fprintln(stdout, "WARNING: --host-network: sandboxes without a networkPolicy can reach every service of this machine, loopback included.")
 	}
-	s, err := sandboxd.Open(ctx, sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: *apiKey, Images: images,
+	s, err := sandboxd.Open(ctx, sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: key, Images: images, AllowOldRuntime: *allowOld,
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
 		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,
@@ -259,4 +266,29 @@ func runImage(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// resolveAPIKey picks the API key: --api-key-file, else --api-key (with a
+// warning on stdout, since /proc/PID/cmdline is readable by every host
+// user), else the environment. Two sources at once are refused.
+func resolveAPIKey(flagKey, file, env string, stdout io.Writer) (string, error) {
+	if flagKey != "" && file != "" {
+		return "", errors.New("--api-key and --api-key-file: give one")
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--api-key-file: %w", err)
+		}
+		key, _, _ := strings.Cut(string(b), "\n")
+		if key = strings.TrimSpace(key); key == "" {
+			return "", fmt.Errorf("--api-key-file %s: the file's first line is empty", file)
+		}
+		return key, nil
+	}
+	if flagKey != "" {
+		fmt.Fprintln(stdout, "WARNING: --api-key on the command line is readable by every user of this host (/proc/PID/cmdline); use OPEN_SANDBOX_API_KEY or --api-key-file")
+		return flagKey, nil
+	}
+	return env, nil
 }

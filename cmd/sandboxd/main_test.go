@@ -187,3 +187,48 @@ func TestImageImport(t *testing.T) {
 		t.Errorf("output = %q", out)
 	}
 }
+
+// TestRunAPIKeySources: the key comes from --api-key-file (its first line),
+// the environment, or --api-key with a warning that every host user reads
+// it; two sources, a missing file and an empty one are refused.
+func TestRunAPIKeySources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "key")
+	if err := os.WriteFile(file, []byte("from-file\nignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, file, env, want string
+		warn, fail           bool
+	}{
+		{file: file, env: "from-env", want: "from-file"},
+		{env: "from-env", want: "from-env"},
+		{flag: "from-flag", want: "from-flag", warn: true},
+		{},
+		{flag: "x", file: file, fail: true},
+		{file: filepath.Join(dir, "missing"), fail: true},
+		{file: empty, fail: true},
+	} {
+		var out bytes.Buffer
+		got, err := resolveAPIKey(c.flag, c.file, c.env, &out)
+		if c.fail {
+			if err == nil {
+				t.Errorf("%+v: key %q, want an error", c, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%+v: %q, %v; want %q", c, got, err, c.want)
+		}
+		if warned := strings.Contains(out.String(), "readable by every user"); warned != c.warn {
+			t.Errorf("%+v: warned %v, want %v", c, warned, c.warn)
+		}
+		if strings.Contains(out.String(), got) && got != "" {
+			t.Errorf("%+v: the key is printed: %q", c, out.String())
+		}
+	}
+}

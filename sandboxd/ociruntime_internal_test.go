@@ -1,0 +1,40 @@
+package sandboxd
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckRuncVersion(t *testing.T) {
+	for _, c := range []struct {
+		out      string
+		allowOld bool
+		old      bool // refused as old
+		bad      bool // refused, unreadable
+	}{
+		{out: "runc version 1.5.3\ncommit: v1.5.3\nspec: 1.3.0\ngo: go1.26"},
+		{out: "runc version 1.4.0"},
+		{out: "runc version 1.3.3"},
+		{out: "runc version 1.2.8"},
+		{out: "runc version 2.0.0"},
+		{out: "runc version 1.1.5\ncommit: unknown", old: true},
+		{out: "runc version 1.1.5", allowOld: true},
+		{out: "runc version 1.2.7", old: true},
+		{out: "runc version 1.3.2", old: true},
+		{out: "runc version 1.0.0-rc93", old: true},
+		{out: "runc version dev", bad: true},
+		{out: "runc version dev", allowOld: true},
+		{out: "crun version 1.8.1"},
+		{out: "runsc version release-20250101.0"},
+	} {
+		err := checkRuncVersion(c.out, c.allowOld)
+		switch {
+		case c.old && !errors.Is(err, errOldRuntime):
+			t.Errorf("%q: %v, want errOldRuntime", c.out, err)
+		case c.bad && err == nil:
+			t.Errorf("%q: accepted, want an error", c.out)
+		case !c.old && !c.bad && err != nil:
+			t.Errorf("%q (allowOld %v): %v, want accepted", c.out, c.allowOld, err)
+		}
+	}
+}
