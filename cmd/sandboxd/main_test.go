@@ -203,7 +203,7 @@ func TestRunAPIKeySources(t *testing.T) {
 	}
 	for _, c := range []struct {
 		flag, file, env, want string
-		warn, fail           bool
+		warn, fail            bool
 	}{
 		{file: file, env: "from-env", want: "from-file"},
 		{env: "from-env", want: "from-env"},
