@@ -243,9 +243,14 @@ func (l *launcher) openLog() error {
 		return err
 	}
 	l.logf = w
+	done := make(chan struct{})
+	l.s.logMu.Lock()
+	l.s.logDone[l.rec.ID] = done
+	l.s.logMu.Unlock()
 	l.s.logs.Add(1)
 	go func() {
 		defer l.s.logs.Done()
+		defer close(done)
 		log.drain(r)
 	}()
 	return nil
@@ -330,9 +335,13 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 		l.p.initPID = cmd.Process.Pid
 	}
 	// The init holds the only write end of its status pipe: EOF means it
-	// (or the runtime, before it started the init) exited.
+	// (or the runtime, before it started the init) exited. Likewise for its
+	// log: the drain ends once the runtime and every process it started are
+	// gone, and logTail then reads all they wrote.
 	l.ctlR.Close()
 	l.stW.Close()
+	l.logf.Close()
+	l.logf = nil
 	l.ctlR, l.stW = nil, nil
 	p, stR := l.p, l.stR
 	l.stR = nil
@@ -576,8 +585,19 @@ func describeMsg(m initMsg, tail string) string {
 	return b.String()
 }
 
-// logTail returns the end of a sandbox's entrypoint log, for failure messages.
+// logTail returns the end of a sandbox's entrypoint log, for failure
+// messages: once its processes are gone, all they wrote (it waits up to 2 s
+// for the log's drain to reach the end of its pipe).
 func (s *Server) logTail(id string) string {
+	s.logMu.Lock()
+	done := s.logDone[id]
+	s.logMu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	f, err := os.Open(filepath.Join(s.sandboxDir(id), "entrypoint.log"))
 	if err != nil {
 		return ""

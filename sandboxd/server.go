@@ -40,8 +40,10 @@ type Server struct {
 	rt        *ociRuntime // set by checkIsolation
 	idmap     *idmapper
 	logs      sync.WaitGroup // entrypoint log drains (entryLog)
-	runDir    string         // Config.RunDir/<hash of DataDir>
-	disks     *diskPool      // formatted disks ready for new sandboxes (nil: no quota)
+	logMu     sync.Mutex
+	logDone   map[string]chan struct{} // by sandbox id: closed when its log's drain ends
+	runDir    string                   // Config.RunDir/<hash of DataDir>
+	disks     *diskPool                // formatted disks ready for new sandboxes (nil: no quota)
 	hostOnce  sync.Once
 	host      rootfs
 	hostErr   error
@@ -236,7 +238,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}, volumeRoots: roots,
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}, volumeRoots: roots, logDone: map[string]chan struct{}{},
 		recordDelay: transitionRecordDelay}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
@@ -836,6 +838,9 @@ func (s *Server) forget(id string) {
 	sb := s.sandboxes[id]
 	delete(s.sandboxes, id)
 	s.mu.Unlock()
+	s.logMu.Lock()
+	delete(s.logDone, id)
+	s.logMu.Unlock()
 	if sb != nil { // a write of its record still to come must not bring the directory back
 		_ = sb.disk.drop(nil) // removes nothing: cannot fail
 	}
