@@ -2,9 +2,12 @@ package bus
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +61,10 @@ type Config struct {
 	URL string
 	// Conn, when set, is used instead of URL; Close does not close it.
 	Conn *nats.Conn
+	// Options are added to the connection to URL: credentials
+	// (nats.UserCredentials, nats.Nkey, nats.UserInfo, nats.Token) and TLS
+	// (nats.RootCAs, nats.ClientCert), as a NATS cluster of a fleet asks.
+	Options []nats.Option
 	// StoreDir is the embedded server's JetStream directory. Default ./.alineo/nats.
 	StoreDir string
 	// Stream is the ledger stream's name. Default ALINEO_LEDGER.
@@ -70,13 +77,20 @@ type Config struct {
 	// DLQSubject is where projectors park messages they cannot decode. It must
 	// not be a ledger subject. Default alineo.dlq.ledger.
 	DLQSubject string
-	// Replicas is the stream's replica count: 1 (default) or 3.
+	// Replicas is the streams' replica count (1..5) when Open creates them;
+	// 0 means 1. An existing stream keeps its own unless UpdateStreams.
 	Replicas int
-	// MaxAge, MaxBytes and MaxMsgs limit the stream (limits retention, oldest
-	// messages go first). Zero means unlimited.
+	// MaxAge, MaxBytes and MaxMsgs limit the stream Open creates (limits
+	// retention, oldest messages go first); zero means unlimited. An existing
+	// stream keeps its own unless UpdateStreams.
 	MaxAge   time.Duration
 	MaxBytes int64
 	MaxMsgs  int64
+	// UpdateStreams applies Replicas and the limits above to streams that
+	// exist already: an operator's explicit change. Without it, a command
+	// that opens the bus (a read-only status or verify among them) never
+	// changes an existing stream's replicas or retention.
+	UpdateStreams bool
 	// DuplicateWindow is how long message ids are remembered. Default 2 min.
 	DuplicateWindow time.Duration
 	// SetupTimeout bounds how long Open keeps retrying the creation of its
@@ -103,9 +117,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DLQSubject == "" {
 		c.DLQSubject = DefaultDLQSubject
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDupeWindow
 	}
@@ -116,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
+	case c.Replicas < 0 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
 	case c.SetupTimeout < 0:
 		return c, fmt.Errorf("%w: negative setup timeout", ErrInvalidConfig)
@@ -140,8 +151,11 @@ type Bus struct {
 	nc      *nats.Conn
 	ownConn bool
 	srv     *server.Server
-	js      jetstream.JetStream
-	stream  jetstream.Stream
+	// localURL is the embedded server's URL with its token (empty for a
+	// server Open did not start).
+	localURL string
+	js       jetstream.JetStream
+	stream   jetstream.Stream
 }
 
 // Open connects to cfg.URL (or starts the embedded server when it is empty and
@@ -158,16 +172,17 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		b.nc = cfg.Conn
 	default:
 		url := cfg.URL
+		opts := append([]nats.Option{nats.Name("alineo-bus"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond)}, cfg.Options...)
 		if url == "" {
-			srv, err := startEmbedded(cfg.StoreDir)
+			srv, local, err := startEmbedded(cfg.StoreDir)
 			if err != nil {
 				return nil, err
 			}
-			b.srv = srv
-			url = srv.ClientURL()
+			b.srv, b.localURL = srv, local
+			url = local
 		}
-		nc, err := nats.Connect(url, nats.Name("alineo-bus"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond))
+		nc, err := nats.Connect(url, opts...)
 		if err != nil {
 			b.shutdownServer()
 			return nil, fmt.Errorf("connect %s: %w", url, err)
@@ -200,7 +215,7 @@ func (b *Bus) StreamConfig() jetstream.StreamConfig {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
-		Replicas:    c.Replicas,
+		Replicas:    max(c.Replicas, 1),
 		MaxAge:      c.MaxAge,
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
@@ -228,6 +243,28 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 	return err
 }
 
+// keepExisting copies into sc the replicas and retention limits of the
+// stream of that name if it exists, unless Config.UpdateStreams or it does
+// not exist yet: what Open creates or updates then changes nothing an
+// operator set.
+func (b *Bus) keepExisting(ctx context.Context, sc *jetstream.StreamConfig) error {
+	if b.cfg.UpdateStreams {
+		return nil
+	}
+	rctx, cancel := opCtx(ctx)
+	defer cancel()
+	st, err := b.js.Stream(rctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	old := st.CachedInfo().Config
+	sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.MaxMsgs, sc.Duplicates = old.Replicas, old.MaxAge, old.MaxBytes, old.MaxMsgs, old.Duplicates
+	return nil
+}
+
 // createStream creates or updates the stream sc, retrying for up to
 // Config.SetupTimeout while the cluster cannot do it yet: no meta leader, no
 // suitable peers for placement (a peer offline), a request timed out. An error
@@ -238,9 +275,13 @@ func (b *Bus) createStream(ctx context.Context, sc jetstream.StreamConfig) (jets
 	defer cancel()
 	wait := 100 * time.Millisecond
 	for {
-		rctx, rcancel := opCtx(ctx)
-		st, err := b.js.CreateOrUpdateStream(rctx, sc)
-		rcancel()
+		err := b.keepExisting(ctx, &sc)
+		var st jetstream.Stream
+		if err == nil {
+			rctx, rcancel := opCtx(ctx)
+			st, err = b.js.CreateOrUpdateStream(rctx, sc)
+			rcancel()
+		}
 		if err == nil {
 			return st, nil
 		}
@@ -290,7 +331,7 @@ func (b *Bus) ensureDLQ(ctx context.Context) error {
 		Subjects:    []string{b.cfg.DLQSubject},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
+		Replicas:    max(b.cfg.Replicas, 1),
 		MaxAge:      30 * 24 * time.Hour,
 	})
 	return err
@@ -308,8 +349,21 @@ func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 // Stream returns the ledger stream handle.
 func (b *Bus) Stream() jetstream.Stream { return b.stream }
 
-// ClientURL returns the URL of the connected server.
-func (b *Bus) ClientURL() string { return b.nc.ConnectedUrl() }
+// ClientURL returns the URL of the connected server, any credentials in it
+// redacted: for logs.
+func (b *Bus) ClientURL() string {
+	u, err := url.Parse(b.nc.ConnectedUrl())
+	if err != nil {
+		return b.nc.ConnectedUrlRedacted()
+	}
+	u.User = nil // a token, or a user and password
+	return u.String()
+}
+
+// LocalURL returns the URL, with its token, of the embedded server Open
+// started, for a process of this host that connects to it (also written,
+// mode 0600, to StoreDir/nats.url); "" when Open connected to a server.
+func (b *Bus) LocalURL() string { return b.localURL }
 
 // LastSeq returns the stream's last sequence (0 when empty).
 func (b *Bus) LastSeq(ctx context.Context) (uint64, error) {
@@ -349,32 +403,71 @@ func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, defaultOpTimeout)
 }
 
-func startEmbedded(dir string) (*server.Server, error) {
+// urlFile is the file, in the embedded server's store directory, that holds
+// its URL with its token (mode 0600): how another process of this host, run
+// by the same user, connects to it.
+const urlFile = "nats.url"
+
+// startEmbedded starts a NATS server with JetStream storing under dir,
+// listening on a loopback port and requiring a token generated for this
+// run: no other local user reaches the ledger or the jobs. It returns the
+// server and its URL with the token, which it also writes to dir/nats.url.
+func startEmbedded(dir string) (*server.Server, string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats store dir: %w", err)
+		return nil, "", fmt.Errorf("embedded nats store dir: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("embedded nats store dir: %w", err)
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, "", fmt.Errorf("embedded nats store dir: %w", err)
 	}
+	var tok [24]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, "", fmt.Errorf("embedded nats token: %w", err)
+	}
+	token := hex.EncodeToString(tok[:])
 	opts := &server.Options{
-		ServerName: "alineo-embedded",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   abs,
-		NoSigs:     true,
-		NoLog:      true,
-		MaxPayload: 8 << 20, // entries with 1 MiB of output fit
+		ServerName:    "alineo-embedded",
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		JetStream:     true,
+		StoreDir:      abs,
+		NoSigs:        true,
+		NoLog:         true,
+		MaxPayload:    8 << 20, // entries with 1 MiB of output fit
+		Authorization: token,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
+		return nil, "", fmt.Errorf("embedded nats: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, errors.New("embedded nats: not ready after 10s")
+		return nil, "", errors.New("embedded nats: not ready after 10s")
 	}
-	return srv, nil
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		srv.Shutdown()
+		return nil, "", fmt.Errorf("embedded nats: %w", err)
+	}
+	u.User = url.User(token)
+	local := u.String()
+	if err := writePrivate(filepath.Join(abs, urlFile), local+"\n"); err != nil {
+		srv.Shutdown()
+		return nil, "", fmt.Errorf("embedded nats: %w", err)
+	}
+	return srv, local, nil
+}
+
+// writePrivate writes s to path, mode 0600 (the file is replaced, never
+// widened).
+func writePrivate(path, s string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

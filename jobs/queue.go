@@ -36,8 +36,13 @@ type QueueConfig struct {
 	Bucket string
 	// Consumer is the durable consumer every worker pulls from. Default alineo-executor.
 	Consumer string
-	// Replicas of the stream and the bucket: 1 (default) or 3.
+	// Replicas of the stream and the bucket when OpenQueue creates them
+	// (0 means 1). Existing ones keep their own: a command that opens the
+	// queue never changes them unless UpdateStreams.
 	Replicas int
+	// UpdateStreams applies Replicas to a stream and bucket that exist
+	// already: an operator's explicit change.
+	UpdateStreams bool
 	// AckWait is a job's lease: a job whose worker neither heartbeats nor
 	// acknowledges it for this long is delivered again. Default 30 s.
 	AckWait time.Duration
@@ -58,9 +63,6 @@ func (c QueueConfig) withDefaults() (QueueConfig, error) {
 	if c.Consumer == "" {
 		c.Consumer = DefaultConsumer
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
 	}
@@ -68,7 +70,7 @@ func (c QueueConfig) withDefaults() (QueueConfig, error) {
 		c.MaxDeliver = DefaultMaxDeliver
 	}
 	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
+	case c.Replicas < 0 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d, want 1..5", ErrInvalidConfig, c.Replicas)
 	case c.AckWait < time.Second:
 		return c, fmt.Errorf("%w: AckWait %v, want at least 1s", ErrInvalidConfig, c.AckWait)
@@ -149,24 +151,44 @@ func OpenQueue(ctx context.Context, js jetstream.JetStream, cfg QueueConfig) (*Q
 		return nil, err
 	}
 	q := &Queue{js: js, cfg: cfg}
+	replicas := func(name string) (int, error) {
+		if cfg.UpdateStreams && cfg.Replicas > 0 {
+			return cfg.Replicas, nil
+		}
+		st, err := js.Stream(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return max(cfg.Replicas, 1), nil
+		case err != nil:
+			return 0, fmt.Errorf("stream %s: %w", name, err)
+		}
+		return st.CachedInfo().Config.Replicas, nil // kept as it is
+	}
+	n, err := replicas(cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
 	q.stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "alineo jobs: one message per job, removed when a worker acknowledges it",
 		Subjects:    []string{cfg.Subject},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		Replicas:    n,
 		Duplicates:  2 * time.Minute,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
+	}
+	if n, err = replicas("KV_" + cfg.Bucket); err != nil {
+		return nil, err
 	}
 	q.kv, err = openStatusBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "alineo job status",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		Replicas:    n,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.Bucket, err)

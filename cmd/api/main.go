@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	token := fs.String("token", getenv("ALINEO_API_TOKEN"), "bearer token required on /v1 and the dashboard (env ALINEO_API_TOKEN); empty = open")
 	natsURL := fs.String("nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	natsDir := fs.String("nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
+	natsFleet := cli.NATSFlags(fs, getenv)
 	sqlitePath := fs.String("sqlite", cli.DefaultSQLite, "SQLite read model (used unless Postgres is selected)")
 	pg := fs.String("postgres", "", "Postgres DSN; default DATABASE_URL or the PG* variables when set")
 	project := fs.Bool("projector", getenv("NATS_URL") == "", "run a projector in-process (default on with embedded NATS)")
@@ -69,7 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer stopTracing()
-	b, err := cli.OpenBus(ctx, *natsURL, *natsDir, log)
+	b, err := cli.OpenBus(ctx, *natsURL, *natsDir, natsFleet, log)
 	if err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer store.Close()
-	q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{Replicas: b.Config().Replicas})
+	q, err := jobs.OpenQueue(ctx, b.JetStream(), natsFleet.Queue(jobs.QueueConfig{}))
 	if err != nil {
 		return err
 	}

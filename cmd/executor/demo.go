@@ -55,7 +55,9 @@ type demoWorker struct {
 }
 
 func startDemoWorker(name, natsURL, sandboxURL string, ackWait time.Duration, stdout io.Writer) (*demoWorker, error) {
-	cmd := workerCommand([]string{"--id", name, "--ack-wait", ackWait.String(), "--nats", natsURL, "--sandbox", sandboxURL})
+	// The NATS URL carries the embedded server's token: it goes in the
+	// environment, which other host users cannot read, not on the command line.
+	cmd := workerCommand([]string{"--id", name, "--ack-wait", ackWait.String(), "--sandbox", sandboxURL})
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
@@ -147,8 +149,11 @@ func demo(ctx context.Context, c *config, getenv func(string) string, stdout io.
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	natsURL := f.bus.ClientURL()
-	say("embedded NATS %s, sandboxd %s, read model %s, API http://%s", natsURL, f.sandboxURL, pr.desc, apiAddr)
+	natsURL := f.bus.LocalURL() // the embedded server's, with its token
+	if natsURL == "" {
+		natsURL = c.nats
+	}
+	say("embedded NATS %s, sandboxd %s, read model %s, API http://%s", f.bus.ClientURL(), f.sandboxURL, pr.desc, apiAddr)
 
 	spec, err := jobs.Parse([]byte(demoJob))
 	if err != nil {

@@ -78,6 +78,7 @@ type config struct {
 	format                                                         string
 	apiListen, demoDir                                             string
 	hold                                                           time.Duration
+	natsFleet                                                      *cli.NATS
 }
 
 // outputFlag is --print-output, and --output, its deprecated alias (the
@@ -113,6 +114,7 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 	fs := flag.NewFlagSet("executor "+name, flag.ContinueOnError)
 	fs.StringVar(&c.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&c.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
+	c.natsFleet = cli.NATSFlags(fs, getenv)
 	fs.StringVar(&c.sandbox, "sandbox", getenv("OPEN_SANDBOX_URL"), "OpenSandbox server URL (env OPEN_SANDBOX_URL); empty starts sandboxd in-process")
 	fs.StringVar(&c.sandboxKey, "sandbox-key", getenv("OPEN_SANDBOX_API_KEY"), "OpenSandbox API key (env OPEN_SANDBOX_API_KEY)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
@@ -207,7 +209,7 @@ func readSpec(path string) (jobs.Spec, error) {
 }
 
 func openQueue(ctx context.Context, b *bus.Bus, c *config) (*jobs.Queue, error) {
-	return jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver, Replicas: b.Config().Replicas})
+	return jobs.OpenQueue(ctx, b.JetStream(), c.natsFleet.Queue(jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver}))
 }
 
 // fleet is what a process that runs jobs holds: the bus, its ledger, a
@@ -221,7 +223,7 @@ type fleet struct {
 }
 
 func openFleet(ctx context.Context, c *config, getenv func(string) string, log *slog.Logger) (*fleet, error) {
-	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, c.natsFleet, log)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +343,7 @@ func submit(ctx context.Context, c *config, path string, stdout io.Writer, log *
 	if err != nil {
 		return err
 	}
-	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, c.natsFleet, log)
 	if err != nil {
 		return err
 	}
@@ -359,7 +361,7 @@ func submit(ctx context.Context, c *config, path string, stdout io.Writer, log *
 }
 
 func status(ctx context.Context, c *config, id string, stdout io.Writer, log *slog.Logger) error {
-	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, log)
+	b, err := cli.OpenBus(ctx, c.nats, c.natsDir, c.natsFleet, log)
 	if err != nil {
 		return err
 	}

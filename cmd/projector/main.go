@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -68,6 +69,7 @@ type options struct {
 	partitions, partition                                              int
 	partitionSet                                                       bool
 	from                                                               uint64
+	natsFleet                                                          *cli.NATS
 }
 
 func parse(name string, args []string, getenv func(string) string, out io.Writer) (options, error) {
@@ -76,6 +78,7 @@ func parse(name string, args []string, getenv func(string) string, out io.Writer
 	fs.StringVar(&o.projection, "projection", projections.TablesProjection, "registered projection to run (projector list)")
 	fs.StringVar(&o.nats, "nats", getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty starts an embedded server")
 	fs.StringVar(&o.natsDir, "nats-dir", cli.DefaultNATSDir, "JetStream directory of the embedded server")
+	o.natsFleet = cli.NATSFlags(fs, getenv)
 	fs.StringVar(&o.sqlitePath, "sqlite", cli.DefaultSQLite, "SQLite database path (used unless Postgres is selected)")
 	fs.StringVar(&o.postgres, "postgres", "", "Postgres DSN; default DATABASE_URL or the PG* variables when set")
 	fs.StringVar(&o.consumer, "consumer", "", "durable consumer name and offset key (default alineo-projector for tables, else the projection's name)")
@@ -142,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer stopTracing()
-	b, err := cli.OpenBus(ctx, o.nats, o.natsDir, log)
+	b, err := cli.OpenBus(ctx, o.nats, o.natsDir, o.natsFleet, log)
 	if err != nil {
 		return err
 	}
@@ -252,7 +255,7 @@ func follow(ctx context.Context, b *bus.Bus, def projections.Definition, h proje
 	}
 	fmt.Fprintf(stdout, "projector %s (%s): %s -> %s\n", r.Key(), def.Name, b.ClientURL(), t.Desc)
 	if o.nats == "" {
-		fmt.Fprintf(stdout, "embedded NATS: NATS_URL=%s\n", b.ClientURL())
+		fmt.Fprintf(stdout, "embedded NATS: NATS_URL is in %s (mode 0600: it holds the server's token)\n", filepath.Join(o.natsDir, "nats.url"))
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(ctx) }()

@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,25 +75,21 @@ func OpenStore(sqlitePath, dsn string, getenv func(string) string) (Store, strin
 	return s, "sqlite " + s.Path(), nil
 }
 
-// OpenBus connects to url, or starts an embedded NATS server storing under
-// dir when url is empty.
-func OpenBus(ctx context.Context, url, dir string, log *slog.Logger) (*bus.Bus, error) {
+// OpenBus connects to url with the fleet settings n (nil: none), or starts
+// an embedded NATS server storing under dir when url is empty.
+func OpenBus(ctx context.Context, url, dir string, n *NATS, log *slog.Logger) (*bus.Bus, error) {
 	if dir == "" {
 		dir = DefaultNATSDir
 	}
-	b, err := bus.Open(ctx, bus.Config{URL: url, StoreDir: dir, Logger: log, Replicas: replicas()})
+	cfg := bus.Config{URL: url, StoreDir: dir, Logger: log}
+	if err := n.busConfig(&cfg); err != nil {
+		return nil, err
+	}
+	b, err := bus.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
 	return b, nil
-}
-
-// replicas is ALINEO_NATS_REPLICAS (the streams' replica count on a
-// cluster), 0 (the bus's default, 1) when unset or not a number: a binary
-// opening an R3 stream with the default would scale it down to R1.
-func replicas() int {
-	n, _ := strconv.Atoi(os.Getenv("ALINEO_NATS_REPLICAS"))
-	return n
 }
 
 // Sandboxd returns url when set; otherwise it starts sandboxd in-process on a
