@@ -53,6 +53,30 @@ type Entry struct {
 	// UID and GID are the owner, restored when the restoring process may chown.
 	UID int `json:"uid,omitempty"`
 	GID int `json:"gid,omitempty"`
+	// Holes are the ranges of a sparse file that hold no data, in order,
+	// neither overlapping nor touching, within Size (at most MaxHoles). The
+	// file's blob holds the rest, its data ranges one after the other: Size
+	// minus the holes' lengths bytes. A restore leaves the holes unwritten.
+	Holes []Extent `json:"holes,omitempty"`
+}
+
+// Extent is a byte range of a file.
+type Extent struct {
+	Offset int64 `json:"off"`
+	Length int64 `json:"len"`
+}
+
+// MaxHoles bounds the holes of one Entry.
+const MaxHoles = 4096
+
+// DataSize is the bytes of e's content that are not holes: the size of a
+// file entry's blob.
+func (e Entry) DataSize() int64 {
+	n := e.Size
+	for _, h := range e.Holes {
+		n -= h.Length
+	}
+	return n
 }
 
 // Artifact is a named blob attached to a checkpoint (SandboxSnapshotArtifact).
@@ -92,6 +116,11 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	}
 	d := *c
 	d.Files = append([]Entry(nil), c.Files...)
+	for i := range d.Files {
+		if d.Files[i].Holes != nil {
+			d.Files[i].Holes = append([]Extent(nil), d.Files[i].Holes...)
+		}
+	}
 	d.Artifacts = append([]Artifact(nil), c.Artifacts...)
 	if c.Conversation != nil {
 		d.Conversation = append(json.RawMessage(nil), c.Conversation...)
@@ -230,6 +259,7 @@ func kindProblem(e Entry) string {
 		if e.Target != "" || e.Opaque {
 			return "a file has no target or opaque flag"
 		}
+		return holesProblem(e)
 	case KindDir:
 		if e.BlobKey != "" || e.Size != 0 || e.Target != "" {
 			return "a dir has no blob, size or target"
@@ -247,6 +277,30 @@ func kindProblem(e Entry) string {
 		}
 	default:
 		return fmt.Sprintf("unknown kind %q", e.Kind)
+	}
+	if len(e.Holes) > 0 {
+		return "only a file has holes"
+	}
+	return ""
+}
+
+// holesProblem says what is wrong with the holes of file entry e; "" if
+// nothing is.
+func holesProblem(e Entry) string {
+	if len(e.Holes) > MaxHoles {
+		return fmt.Sprintf("%d holes, more than %d", len(e.Holes), MaxHoles)
+	}
+	var end int64 // of the previous hole
+	for i, h := range e.Holes {
+		switch {
+		case h.Offset < 0 || h.Length <= 0:
+			return fmt.Sprintf("hole %d [%d, +%d) is empty or negative", i, h.Offset, h.Length)
+		case i > 0 && h.Offset <= end:
+			return fmt.Sprintf("hole %d at %d does not follow the previous one, which ends at %d", i, h.Offset, end)
+		case h.Length > e.Size-h.Offset:
+			return fmt.Sprintf("hole %d [%d, +%d) passes the size %d", i, h.Offset, h.Length, e.Size)
+		}
+		end = h.Offset + h.Length
 	}
 	return ""
 }

@@ -138,6 +138,30 @@ func TestValidateEntriesMessages(t *testing.T) {
 			`files[0] "a": a symlink has no blob or opaque flag`},
 		{"whiteout with blob", with(func(e *checkpoints.Entry) { e.Kind = checkpoints.KindWhiteout }),
 			`files[0] "a": a whiteout has no blob, size, target or opaque flag`},
+		{"sparse file", with(func(e *checkpoints.Entry) {
+			e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: 0, Length: 10}, {Offset: 20, Length: 80}}
+		}), ""},
+		{"empty hole", with(func(e *checkpoints.Entry) { e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: 5, Length: 0}} }),
+			`files[0] "a": hole 0 [5, +0) is empty or negative`},
+		{"negative hole", with(func(e *checkpoints.Entry) { e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: -1, Length: 5}} }),
+			`files[0] "a": hole 0 [-1, +5) is empty or negative`},
+		{"touching holes", with(func(e *checkpoints.Entry) {
+			e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: 0, Length: 10}, {Offset: 10, Length: 5}}
+		}), `files[0] "a": hole 1 at 10 does not follow the previous one, which ends at 10`},
+		{"hole past size", with(func(e *checkpoints.Entry) { e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: 90, Length: 11}} }),
+			`files[0] "a": hole 0 [90, +11) passes the size 100`},
+		{"hole overflowing", with(func(e *checkpoints.Entry) {
+			e.Size, e.Holes = 100, []checkpoints.Extent{{Offset: 50, Length: 1<<63 - 1}}
+		}), `files[0] "a": hole 0 [50, +9223372036854775807) passes the size 100`},
+		{"too many holes", with(func(e *checkpoints.Entry) {
+			e.Size = 1 << 40
+			for i := range checkpoints.MaxHoles + 1 {
+				e.Holes = append(e.Holes, checkpoints.Extent{Offset: int64(i) * 2, Length: 1})
+			}
+		}), `files[0] "a": 4097 holes, more than 4096`},
+		{"dir with holes", with(func(e *checkpoints.Entry) {
+			e.Kind, e.BlobKey, e.Holes = checkpoints.KindDir, "", []checkpoints.Extent{{Offset: 0, Length: 1}}
+		}), `files[0] "a": only a file has holes`},
 		{"unknown kind", with(func(e *checkpoints.Entry) { e.Kind = "fifo" }), `files[0] "a": unknown kind "fifo"`},
 		{"below a file", []checkpoints.Entry{file, {Path: "a/b", Kind: checkpoints.KindDir}}, `files[1] "a/b": lies below "a", a file`},
 	}

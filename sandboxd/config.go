@@ -134,6 +134,10 @@ type Config struct {
 	// when it terminates TLS to inject credentials (RootCAs nil: the host's
 	// roots).
 	EgressUpstreamTLS *tls.Config
+	// EgressMetrics counts the egress proxies' denials and refused
+	// connections per sandbox; register it with a Prometheus registry to
+	// export them. Default: counted, but nothing exports them.
+	EgressMetrics *egress.Metrics
 }
 
 // validate checks what withDefaults cannot fill in.

@@ -43,6 +43,7 @@ func (s *Server) newSidecar(rec *record) (*sidecar, error) {
 		Resolver:        s.cfg.EgressResolver,
 		Dial:            s.guardDial(s.cfg.EgressDial),
 		Logger:          s.log.With("id", rec.ID),
+		Metrics:         s.cfg.EgressMetrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy: %w", err)

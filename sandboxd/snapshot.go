@@ -335,7 +335,7 @@ func (s *Server) capture(sb *sandbox, r *snapRecord) {
 	select {
 	case s.snap.slots <- struct{}{}:
 		_, st, err = s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
-			ThreadID: thread, Root: root, ID: id, Label: name,
+			ThreadID: thread, Root: root, ID: id, Label: name, MaxBytes: s.cfg.DiskQuota, // a restore must fit the disk
 			Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
 			IDs:    ids,
 		})

@@ -28,6 +28,8 @@ func testAppendGetList(t *testing.T, f Factory) {
 		checkpoints.Entry{Path: "work/gone", Kind: checkpoints.KindWhiteout},
 		checkpoints.Entry{Path: "work/sub", Kind: checkpoints.KindDir, Mode: 0o1777, Opaque: true, UID: 1000, GID: 1000},
 		checkpoints.Entry{Path: "work/sub/ü 名前", Kind: checkpoints.KindFile, BlobKey: "k3", Size: 0, Mode: 0o4755, ModTime: 1234567890123456789},
+		checkpoints.Entry{Path: "work/sparse.img", Kind: checkpoints.KindFile, BlobKey: "k3", Size: 3 << 30, Mode: 0o644,
+			Holes: []checkpoints.Extent{{Offset: 0, Length: 1 << 20}, {Offset: 1<<20 + 4096, Length: 3<<30 - 1<<20 - 4096}}},
 	)
 	c1.Artifacts = []checkpoints.Artifact{{ArtifactID: "a1", Name: "report.txt", MimeType: "text/plain", Size: 5, BlobKey: "k4", CreatedAt: time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)}}
 	c1.Conversation = []byte(`[{"role":"user","content":"hi"}]`)
@@ -46,9 +48,15 @@ func testAppendGetList(t *testing.T, f Factory) {
 	// The store keeps its own copy.
 	got.Files[0].Path = "mutated"
 	c1.Files[0].Path = "mutated-too"
+	sparse := len(c1.Files) - 1
+	got.Files[sparse].Holes[0].Length = 7
+	c1.Files[sparse].Holes[0].Length = 8
 	again, _ := e.s.Get(e.ctx, "c1")
 	if again.Files[0].Path != "work" {
 		t.Fatalf("store shares memory with callers: path = %q", again.Files[0].Path)
+	}
+	if got := again.Files[sparse].Holes[0].Length; got != 1<<20 {
+		t.Fatalf("store shares holes with callers: length = %d", got)
 	}
 
 	e.clock.Advance(time.Second)

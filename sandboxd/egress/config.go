@@ -14,6 +14,9 @@ import (
 const (
 	DefaultMaxRules        = 1000
 	DefaultMaxConns        = 512
+	DefaultMaxClientConns  = 512
+	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultIdleTimeout     = 60 * time.Second
 	DefaultMaxBodyBytes    = 1 << 20
 	DefaultDialTimeout     = 10 * time.Second
 	DefaultEnforcementMode = "proxy"
@@ -47,6 +50,20 @@ type Config struct {
 	MaxRules int
 	// MaxConns caps concurrent CONNECT tunnels (503 above). Default DefaultMaxConns.
 	MaxConns int
+	// MaxClientConns caps the connections from the sandbox to the proxy open
+	// at once, idle ones and tunnels included: past it, a new connection is
+	// closed as soon as it is accepted, before the HTTP server sees it, and
+	// counted in Metrics. Each open connection costs the server a goroutine
+	// and its buffers (about 10 KB), which no cgroup of the sandbox charges.
+	// Default DefaultMaxClientConns.
+	MaxClientConns int
+	// HeaderTimeout bounds the reading of a request's headers; on a new
+	// connection it counts from the accept, so a connection that sends
+	// nothing is closed after it. Default DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection that sends no new request
+	// for this long. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// MaxBodyBytes caps API request bodies (413 above). Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// DialTimeout bounds each upstream dial. Default DefaultDialTimeout.
@@ -62,8 +79,14 @@ type Config struct {
 	// Default a net.Dialer with DialTimeout.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Logger receives the proxy's logs (hosts, rules, binding names; never
-	// credential values). Default: discard.
+	// credential values). Host names longer than a DNS name (253 bytes) are
+	// cut; denials and refused connections are logged at most 10 at once,
+	// then one a second, with a line saying how many more there were.
+	// Default: discard.
 	Logger *slog.Logger
+	// Metrics counts every denial and refused connection, per sandbox (Name).
+	// Default: metrics of this proxy's own, which nothing exports.
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -72,6 +95,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxClientConns <= 0 {
+		c.MaxClientConns = DefaultMaxClientConns
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -91,6 +123,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	return c
 }

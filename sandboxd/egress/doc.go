@@ -32,7 +32,13 @@
 // the host's own addresses (loopback included) are subject to the policy like
 // any other; a deny-by-default policy keeps them out.
 //
-// This package imports only the standard library and package redact; it must
-// not import sandboxd, the SDK, the ledger, the bus or testenv (tests may use
-// testenv).
+// A sandbox cannot make the proxy hold more than Config.MaxClientConns of its
+// connections (idle ones included; the rest are closed as soon as accepted),
+// nor flood the server's log: denials and refused connections are logged
+// through a token bucket per sandbox, with host names cut to 253 bytes, and
+// counted, every one, in Metrics.
+//
+// This package imports the standard library, package redact and the
+// Prometheus client (for Metrics); it must not import sandboxd, the SDK, the
+// ledger, the bus or testenv (tests may use testenv).
 package egress

@@ -34,6 +34,10 @@ type Proxy struct {
 	rp        *httputil.ReverseProxy
 	api       http.Handler
 	sem       chan struct{} // bounds CONNECT tunnels
+	clients   chan struct{} // bounds client connections (capListener)
+	metrics   *proxyMetrics
+	denials   *sampledLog
+	refusals  *sampledLog
 	errLog    *log.Logger
 
 	// mu guards closed, servers and conns.
@@ -58,12 +62,17 @@ func New(cfg Config) (*Proxy, error) {
 		policy:  pol,
 		vault:   newVault(cfg.CredentialProxy && cfg.Token != "", pol),
 		sem:     make(chan struct{}, cfg.MaxConns),
+		clients: make(chan struct{}, cfg.MaxClientConns),
+		metrics: cfg.Metrics.forProxy(cfg.Name),
 		servers: map[*http.Server]struct{}{},
 		conns:   map[net.Conn]struct{}{},
 	}
+	p.denials = newSampledLog(p.log, "egress denied")
+	p.refusals = newSampledLog(p.log, "egress proxy connection refused")
 	p.errLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	if cfg.CredentialProxy {
 		if p.ca, err = newCA(cfg.Name); err != nil {
+			p.metrics.release()
 			return nil, fmt.Errorf("new egress proxy: %w", err)
 		}
 	}
@@ -114,14 +123,16 @@ func (p *Proxy) CACertPEM() []byte {
 
 // Serve serves the proxy on l until Close; it closes l. It returns nil after
 // Close, ErrClosed if called after Close, else the error that stopped it.
+// The connections of every Serve of p count against one Config.MaxClientConns:
+// past it, a new connection is closed as soon as it is accepted.
 func (p *Proxy) Serve(l net.Listener) error {
-	srv := &http.Server{Handler: http.HandlerFunc(p.serveProxy), ReadHeaderTimeout: 30 * time.Second, ErrorLog: p.errLog}
+	srv := p.newServer(http.HandlerFunc(p.serveProxy))
 	if !p.track(srv) {
 		l.Close()
 		return ErrClosed
 	}
 	defer p.untrack(srv)
-	err := srv.Serve(l)
+	err := srv.Serve(&capListener{Listener: l, sem: p.clients, m: p.metrics, refused: p.refusals})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -148,6 +159,9 @@ func (p *Proxy) Close() error {
 	}
 	p.wg.Wait()
 	p.transport.CloseIdleConnections()
+	p.denials.close()
+	p.refusals.close()
+	p.metrics.release()
 	return errors.Join(errs...)
 }
 
@@ -223,6 +237,20 @@ func (p *Proxy) serveProxy(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ep)))
 }
 
+// newServer is an HTTP server of the proxy: short header and idle timeouts,
+// so that a connection left silent gives its slot back.
+func (p *Proxy) newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: p.cfg.HeaderTimeout, IdleTimeout: p.cfg.IdleTimeout, ErrorLog: p.errLog}
+}
+
+// deny counts a denial in the metrics, logs it (rate-limited, see
+// sampledLog) and returns it.
+func (p *Proxy) deny(host, port, reason string) *DeniedError {
+	p.metrics.denied.Inc()
+	p.denials.log("egress denied", "host", logHost(host), "port", port, "reason", reason)
+	return &DeniedError{Host: host, Port: port, Reason: reason}
+}
+
 func endpointOf(scheme, hostport string) (endpoint, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -255,9 +283,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		name, n := p.vault.inject(out, ep.scheme, ep.host, ep.port)
 		switch {
 		case n == 1:
-			p.log.Debug("egress credential injected", "binding", name, "host", ep.host, "method", out.Method)
+			p.log.Debug("egress credential injected", "binding", name, "host", logHost(ep.host), "method", out.Method)
 		case n > 1:
-			p.log.Warn("egress request matches several bindings; nothing injected", "host", ep.host, "bindings", n)
+			p.log.Warn("egress request matches several bindings; nothing injected", "host", logHost(ep.host), "bindings", n)
 		}
 	}
 }
@@ -285,8 +313,7 @@ func (p *Proxy) checkEarly(ctx context.Context, host string, port int) error {
 	if needAddr || act == Allow {
 		return nil
 	}
-	p.log.Info("egress denied", "host", host, "port", port, "reason", reason)
-	return &DeniedError{Host: host, Port: strconv.Itoa(port), Reason: reason}
+	return p.deny(host, strconv.Itoa(port), reason)
 }
 
 // allowedAddrs resolves host and returns the addresses the policy allows, in
@@ -295,8 +322,7 @@ func (p *Proxy) checkEarly(ctx context.Context, host string, port int) error {
 func (p *Proxy) allowedAddrs(ctx context.Context, host, port string) ([]netip.Addr, error) {
 	act, reason, needAddr := p.policy.CheckHost(host)
 	if !needAddr && act == Deny {
-		p.log.Info("egress denied", "host", host, "port", port, "reason", reason)
-		return nil, &DeniedError{Host: host, Port: port, Reason: reason}
+		return nil, p.deny(host, port, reason)
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -325,8 +351,7 @@ func (p *Proxy) allowedAddrs(ctx context.Context, host, port string) ([]netip.Ad
 		if reason == "" {
 			reason = "no address"
 		}
-		p.log.Info("egress denied", "host", host, "port", port, "reason", reason)
-		return nil, &DeniedError{Host: host, Port: port, Reason: reason}
+		return nil, p.deny(host, port, reason)
 	}
 	return ok, nil
 }
@@ -347,6 +372,9 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 		c, err := p.cfg.Dial(ctx, network, net.JoinHostPort(a.String(), port))
 		if err == nil {
 			return c, nil
+		}
+		if de := (*DeniedError)(nil); errors.As(err, &de) {
+			err = p.deny(de.Host, de.Port, de.Reason) // the dialer's own guard (sandboxd's)
 		}
 		errs = append(errs, err)
 	}
@@ -460,7 +488,7 @@ func (p *Proxy) terminate(client net.Conn, ep endpoint, release func()) {
 		}
 		p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ep)))
 	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: p.errLog}
+	srv := p.newServer(h)
 	if !p.register(srv) {
 		release()
 		client.Close()

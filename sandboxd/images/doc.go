@@ -18,6 +18,16 @@
 // is moved into layers/ only after its digest matched. Garbage collection
 // removes the layers no image record references.
 //
+// A registry cannot fill the host's disk through the store: a layer's
+// unpacked bytes (its decompressed stream, plus the holes of its sparse
+// files) are counted as it is read, and unpacking stops at
+// Config.MaxLayerBytes, or at Config.MaxImageBytes for the image's layers
+// together, leaving nothing of the layer; holes (of PAX and GNU sparse
+// entries, and any block of zeros) stay holes on disk; and a blob whose
+// digest does not match, which shows when its last byte is read, leaves
+// nothing either. Each stored layer records its unpacked bytes in the
+// user.alineo.unpacked extended attribute of its directory.
+//
 // This package imports the standard library, golang.org/x/sys,
 // golang.org/x/sync and github.com/google/go-containerregistry; it must not
 // import sandboxd.

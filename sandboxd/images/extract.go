@@ -21,9 +21,9 @@ const (
 )
 
 // ExtractTar unpacks the root filesystem tarball tr into dst (plain mode:
-// whiteout names are files like any other). See extract.
+// whiteout names are files like any other), without a bound. See extract.
 func ExtractTar(ctx context.Context, tr *tar.Reader, dst string) error {
-	return extract(ctx, tr, dst, false)
+	return extract(ctx, tr, dst, false, &meter{max: -1})
 }
 
 // extract unpacks tr into dst. Entries that would escape dst (absolute or ".."
@@ -34,8 +34,11 @@ func ExtractTar(ctx context.Context, tr *tar.Reader, dst string) error {
 // attributes are not. In layer mode, whiteouts become what overlayfs reads in
 // a lower layer: ".wh.NAME" a 0/0 character device NAME, ".wh..wh..opq" the
 // overlay.opaque xattr on its directory (trusted. and user., for mounts with
-// and without userxattr).
-func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error {
+// and without userxattr). Regular files are written sparse: their blocks of
+// zeros, and so the holes of sparse entries (PAX and GNU), are left holes.
+// Their apparent sizes are charged to m (whose reader charges the stream):
+// past its bounds extract stops with a *LimitError.
+func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool, m *meter) error {
 	buf := make([]byte, 256<<10)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -68,7 +71,7 @@ func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error 
 			}
 			continue
 		}
-		done, err := extractEntry(tr, h, dst, target, buf)
+		done, err := extractEntry(tr, h, dst, target, buf, m)
 		if err != nil {
 			return err
 		}
@@ -77,7 +80,7 @@ func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error 
 		}
 		_ = os.Lchown(target, h.Uid, h.Gid)
 		fm := h.FileInfo().Mode()
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeDir {
+		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeGNUSparse || h.Typeflag == tar.TypeDir {
 			if err := os.Chmod(target, fm&fs.ModePerm|fm&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
 				return err
 			}
@@ -91,7 +94,7 @@ func extract(ctx context.Context, tr *tar.Reader, dst string, layer bool) error 
 
 // extractEntry creates one entry at target; it reports false for entries it
 // skips.
-func extractEntry(tr *tar.Reader, h *tar.Header, dst, target string, buf []byte) (bool, error) {
+func extractEntry(tr *tar.Reader, h *tar.Header, dst, target string, buf []byte, m *meter) (bool, error) {
 	mode := h.FileInfo().Mode() & fs.ModePerm
 	switch h.Typeflag {
 	case tar.TypeDir:
@@ -103,19 +106,8 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dst, target string, buf []byte)
 		if err := os.MkdirAll(target, mode|0o700); err != nil {
 			return false, err
 		}
-	case tar.TypeReg:
-		if err := removeExisting(target); err != nil {
-			return false, err
-		}
-		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return false, err
-		}
-		_, err = io.CopyBuffer(out, tr, buf)
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+	case tar.TypeReg, tar.TypeGNUSparse:
+		if err := regular(tr, h, target, buf, m); err != nil {
 			return false, err
 		}
 	case tar.TypeSymlink:
@@ -150,6 +142,35 @@ func extractEntry(tr *tar.Reader, h *tar.Header, dst, target string, buf []byte)
 		return false, nil // devices and the rest: skipped
 	}
 	return true, nil
+}
+
+// regular writes the regular (or GNU sparse) file entry h at target, sparse,
+// and charges m the holes: the apparent size beyond what the stream held.
+// An entry whose apparent size alone exceeds m's bound is refused before a
+// byte of it is written.
+func regular(tr *tar.Reader, h *tar.Header, target string, buf []byte, m *meter) error {
+	if err := m.fits(h.Size); err != nil {
+		return err
+	}
+	if err := removeExisting(target); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	streamed := m.n
+	_, err = writeSparse(out, tr, h.Size, buf)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if holes := h.Size - (m.n - streamed); holes > 0 {
+		return m.charge(holes)
+	}
+	return nil
 }
 
 // whiteout records the whiteout entry rel (base name base) in dst.

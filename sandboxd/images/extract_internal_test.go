@@ -39,7 +39,7 @@ func FuzzExtract(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		_ = extract(context.Background(), tar.NewReader(bytes.NewReader(b)), root, true)
+		_ = extract(context.Background(), tar.NewReader(bytes.NewReader(b)), root, true, &meter{max: 64 << 20})
 		for _, d := range []string{base, out} {
 			ents, err := os.ReadDir(d)
 			if err != nil {

@@ -178,16 +178,22 @@ func (s *Store) unpack(ctx context.Context, ref string, r name.Reference, img v1
 	}
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
+	budget := &imageBudget{max: s.cfg.MaxImageBytes}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Jobs)
-	for _, l := range layers {
+	im.Layers = make([]Layer, len(layers))
+	for i, l := range layers {
 		d, err := l.Digest()
 		if err != nil {
 			return fail(err)
 		}
 		size, _ := l.Size()
-		im.Layers = append(im.Layers, Layer{Digest: d.String(), Size: size})
-		g.Go(func() error { return s.layer(gctx, l, d, size) })
+		im.Layers[i] = Layer{Digest: d.String(), Size: size}
+		g.Go(func() error {
+			n, err := s.layer(gctx, l, d, size, budget)
+			im.Layers[i].Unpacked = n
+			return err
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return fail(err)
@@ -205,70 +211,108 @@ func (s *Store) unpack(ctx context.Context, ref string, r name.Reference, img v1
 	return im, nil
 }
 
+// sharedRetries bounds the tries of a layer whose shared unpack failed for
+// a reason of the pull that ran it (its image bound, its cancellation).
+const sharedRetries = 3
+
 // layer makes sure layer l (digest d) is unpacked in the store: downloaded
-// and unpacked once, whoever asks.
-func (s *Store) layer(ctx context.Context, l v1.Layer, d v1.Hash, size int64) error {
+// and unpacked once, whoever asks. It returns the layer's unpacked bytes,
+// charged to budget: as they are read when this pull unpacks the layer,
+// at once when the layer is in the store or another pull unpacked it.
+func (s *Store) layer(ctx context.Context, l v1.Layer, d v1.Hash, size int64, budget *imageBudget) (int64, error) {
 	dir := s.layerDir(d.String())
 	if _, err := os.Stat(dir); err == nil {
-		return nil
+		n := unpackedSize(dir)
+		return n, budget.charge(n)
 	}
-	_, err, _ := s.layers.Do(d.String(), func() (any, error) {
-		if _, err := os.Stat(dir); err == nil {
-			return nil, nil
+	for try := 1; ; try++ {
+		charged := false // by this pull's own unpack
+		v, err, _ := s.layers.Do(d.String(), func() (any, error) {
+			if _, err := os.Stat(dir); err == nil {
+				return unpackedSize(dir), nil
+			}
+			charged = true
+			return s.fetchLayer(ctx, l, d, size, dir, budget)
+		})
+		if err != nil {
+			if !charged && try < sharedRetries && ctx.Err() == nil && notOurs(err, budget) {
+				continue // the pull that ran it failed for its own reason
+			}
+			return 0, err
 		}
-		return nil, s.fetchLayer(ctx, l, d, size, dir)
-	})
-	return err
+		n := v.(int64)
+		if !charged {
+			return n, budget.charge(n)
+		}
+		return n, nil
+	}
 }
 
-// fetchLayer downloads layer l, unpacks it into a temporary directory while
-// hashing what it read, and moves it to dir if the digest matches d.
-func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, d v1.Hash, size int64, dir string) error {
+// notOurs reports whether err, of an unpack another pull ran, is that pull's
+// own: its image bound or its cancellation, not the layer's fault.
+func notOurs(err error, budget *imageBudget) bool {
+	var le *LimitError
+	if errors.As(err, &le) {
+		return le.image != nil && le.image != budget
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// fetchLayer downloads layer l and unpacks it into a temporary directory,
+// counting its unpacked bytes against the layer bound and budget as it goes;
+// the blob's digest is checked as its last bytes are read, and only then is
+// the directory moved to dir. On any failure, bound or digest, nothing of it
+// stays. It returns the unpacked bytes.
+func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, d v1.Hash, size int64, dir string, budget *imageBudget) (int64, error) {
 	if d.Algorithm != "sha256" {
-		return fmt.Errorf("layer %s: unsupported digest algorithm", d)
+		return 0, fmt.Errorf("layer %s: unsupported digest algorithm", d)
 	}
 	t0 := time.Now()
 	s.log.Info("sandboxd: pulling layer", "digest", d.String(), "bytes", size)
 	rc, err := l.Compressed()
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", d, err)
+		return 0, fmt.Errorf("layer %s: %w", d, err)
 	}
 	defer rc.Close()
 	tmp, err := os.MkdirTemp(filepath.Join(s.cfg.Dir, "tmp"), d.Hex[:12]+"-")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
+		return 0, err
 	}
 	// The layers of a remote image check their blob as it is read: its
 	// last read fails unless the bytes have digest d and the manifest's size
 	// (go-containerregistry's verify.ReadCloser). Reading to the end is thus
 	// the check; hashing the blob here as well took half a pull's CPU.
 	pr := &progressReader{r: rc, total: size, digest: d.String(), s: s, last: t0}
-	if err := untar(ctx, pr, tmp); err != nil {
-		return fmt.Errorf("layer %s: %w", d, err)
+	m := &meter{max: s.cfg.MaxLayerBytes, digest: d.String(), image: budget}
+	if err := untar(ctx, pr, tmp, m); err != nil {
+		return 0, fmt.Errorf("layer %s: %w", d, err)
 	}
 	if _, err := io.Copy(io.Discard, pr); err != nil { // padding and trailers count too
-		return fmt.Errorf("layer %s: %w", d, err)
+		return 0, fmt.Errorf("layer %s: %w", d, err)
+	}
+	if err := setUnpacked(tmp, m.n); err != nil {
+		s.log.Warn("sandboxd: record a layer's unpacked size", "digest", d.String(), "err", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			return nil // another process unpacked it first
+			return m.n, nil // another process unpacked it first
 		}
-		return fmt.Errorf("layer %s: %w", d, err)
+		return 0, fmt.Errorf("layer %s: %w", d, err)
 	}
 	s.nUnpacked.Add(1)
 	el := time.Since(t0)
-	s.log.Info("sandboxd: unpacked layer", "digest", d.String(), "bytes", pr.n, "took", el.Round(time.Millisecond),
+	s.log.Info("sandboxd: unpacked layer", "digest", d.String(), "bytes", pr.n, "unpacked", m.n, "took", el.Round(time.Millisecond),
 		"MBps", fmt.Sprintf("%.1f", float64(pr.n)/1e6/max(el.Seconds(), 1e-6)))
-	return nil
+	return m.n, nil
 }
 
 // untar decompresses r (gzip, zstd or none, by its magic) and unpacks it as
-// a layer into dst.
-func untar(ctx context.Context, r io.Reader, dst string) error {
+// a layer into dst, charging m every decompressed byte.
+func untar(ctx context.Context, r io.Reader, dst string, m *meter) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	magic, _ := br.Peek(4)
 	var dec io.Reader = br
@@ -288,7 +332,8 @@ func untar(ctx context.Context, r io.Reader, dst string) error {
 		defer zr.Close()
 		dec = zr
 	}
-	if err := extract(ctx, tar.NewReader(dec), dst, true); err != nil {
+	dec = &meteredReader{r: dec, m: m}
+	if err := extract(ctx, tar.NewReader(dec), dst, true, m); err != nil {
 		return err
 	}
 	_, err := io.Copy(io.Discard, dec) // to the end of the stream, which checks its trailer

@@ -46,6 +46,17 @@ type Config struct {
 	Platform *v1.Platform
 	// Jobs bounds the layers of one pull downloaded at once. Default 3.
 	Jobs int
+	// MaxLayerBytes bounds the unpacked bytes of a layer: what its stream
+	// decompresses to, plus the holes of its sparse files (which are kept as
+	// holes, so they take no disk). A pull of a bigger layer fails with an
+	// *Error wrapping ErrTooLarge as soon as the bound is passed, and leaves
+	// nothing of the layer. Default DefaultMaxLayerBytes; negative: no bound.
+	MaxLayerBytes int64
+	// MaxImageBytes bounds the unpacked bytes of an image: the sum of its
+	// layers', those already in the store included. Past it the pull fails
+	// as for MaxLayerBytes; layers that it unpacked whole stay in the store,
+	// unreferenced, until GC. Default DefaultMaxImageBytes; negative: no bound.
+	MaxImageBytes int64
 	// Logger receives pull progress. Default: discard.
 	Logger *slog.Logger
 }
@@ -70,6 +81,9 @@ type ImageConfig struct {
 type Layer struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
+	// Unpacked is its unpacked bytes (see Config.MaxLayerBytes); 0 in
+	// records written before they were counted.
+	Unpacked int64 `json:"unpacked,omitempty"`
 }
 
 // Image is a pulled image: a manifest whose layers are all in the store.
@@ -143,6 +157,12 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.Jobs <= 0 {
 		cfg.Jobs = 3
+	}
+	if cfg.MaxLayerBytes == 0 {
+		cfg.MaxLayerBytes = DefaultMaxLayerBytes
+	}
+	if cfg.MaxImageBytes == 0 {
+		cfg.MaxImageBytes = DefaultMaxImageBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -2,10 +2,13 @@ package snapshots
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -23,11 +26,17 @@ type CaptureStats struct {
 	// Skipped counts sockets, FIFOs and devices other than whiteouts, which a
 	// snapshot does not hold.
 	Skipped int
-	// Bytes is the total size of the tree's regular files.
+	// Bytes is the total (apparent) size of the tree's regular files.
 	Bytes int64
+	// AllocatedBytes is the disk the tree takes, as CaptureOptions.MaxBytes
+	// counts it.
+	AllocatedBytes int64
+	// SparseFiles have holes, which are neither read nor stored.
+	SparseFiles int
 	// ReusedFiles were unchanged since the previous checkpoint: not read.
 	ReusedFiles int
-	// HashedFiles and HashedBytes were read and hashed.
+	// HashedFiles and HashedBytes were read and hashed (their data, not
+	// their holes).
 	HashedFiles int
 	HashedBytes int64
 	// StoredBlobs and StoredBytes are blobs the store did not hold before.
@@ -52,6 +61,22 @@ var dependentXattrs = []string{"trusted.overlay.metacopy", "trusted.overlay.redi
 // namespace for mounts by root, the user namespace for "userxattr" mounts).
 var opaqueXattrs = []string{"trusted.overlay.opaque", "user.overlay.opaque"}
 
+// CaptureOptions configure Capture. The zero value is valid: no bound.
+type CaptureOptions struct {
+	// MaxBytes bounds the disk the captured tree takes (sandboxd: the
+	// sandbox's disk quota, which a restore must fit in): the blocks
+	// allocated to its entries, or a file's data bytes when they are more,
+	// and a file of several names once per name, since a restore writes each
+	// as a file. Past it, Capture fails with an error wrapping a *QuotaError
+	// before it reads the file that passes it. Zero or less: no bound.
+	MaxBytes int64
+}
+
+// Holes of a file shorter than minHole are stored as the zeros they read as,
+// which bounds the holes of an entry (checkpoints.MaxHoles) and their cost
+// in the manifest. minHole doubles for a file with more holes than that.
+const minHole = 64 << 10
+
 // Capture walks the tree at root and returns its entries, parents before
 // children, in lexical order, without root itself. Regular files become blobs
 // in blobs; a file whose size, mtime and mode equal its entry in prev (which
@@ -61,8 +86,13 @@ var opaqueXattrs = []string{"trusted.overlay.opaque", "user.overlay.opaque"}
 // FIFOs and other devices are skipped and counted. The tree must not change
 // during the capture (sandboxd freezes the sandbox). A name that is not valid
 // UTF-8 fails the capture with an error wrapping checkpoints.ErrInvalidEntry.
-func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blobs *BlobStore) ([]checkpoints.Entry, CaptureStats, error) {
-	c := &capturer{root: root, blobs: blobs, reuse: map[string]checkpoints.Entry{}}
+//
+// A sparse file's holes (found with SEEK_DATA and SEEK_HOLE; those of at
+// least 64 KiB) are recorded in its entry and neither read nor stored: its
+// blob holds its data ranges only, so a 3 GiB file of a few kilobytes of data
+// costs a few kilobytes. Past opts.MaxBytes the capture fails (*QuotaError).
+func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blobs *BlobStore, opts CaptureOptions) ([]checkpoints.Entry, CaptureStats, error) {
+	c := &capturer{root: root, blobs: blobs, max: opts.MaxBytes, reuse: map[string]checkpoints.Entry{}}
 	if prev != nil {
 		c.racyAfter = prev.CreatedAt.Add(-RacyWindow).UnixNano()
 		for _, e := range prev.Files {
@@ -92,6 +122,7 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 type capturer struct {
 	root      string
 	blobs     *BlobStore
+	max       int64                        // CaptureOptions.MaxBytes
 	reuse     map[string]checkpoints.Entry // the previous checkpoint's files
 	racyAfter int64
 	st        CaptureStats
@@ -132,8 +163,11 @@ func (c *capturer) visit(ctx context.Context, p string, d fs.DirEntry, err error
 		e.Kind = checkpoints.KindDir
 		e.Opaque = isOpaque(p)
 		c.st.Dirs++
+		if err := c.charge(allocated(sys)); err != nil {
+			return &PathError{Op: "capture", Path: rel, Err: err}
+		}
 	case typ == 0:
-		if err := c.file(ctx, p, &e, info); err != nil {
+		if err := c.file(ctx, p, &e, info, sys); err != nil {
 			return &PathError{Op: "capture", Path: rel, Err: err}
 		}
 	case typ == fs.ModeSymlink:
@@ -143,6 +177,9 @@ func (c *capturer) visit(ctx context.Context, p string, d fs.DirEntry, err error
 		}
 		e.Kind, e.Target, e.Mode = checkpoints.KindSymlink, target, 0
 		c.st.Symlinks++
+		if err := c.charge(allocated(sys)); err != nil {
+			return &PathError{Op: "capture", Path: rel, Err: err}
+		}
 	case typ == fs.ModeDevice|fs.ModeCharDevice && sys != nil && sys.Rdev == 0:
 		e = checkpoints.Entry{Path: rel, Kind: checkpoints.KindWhiteout}
 		c.st.Whiteouts++
@@ -174,25 +211,70 @@ func baseEntry(rel string, info fs.FileInfo) (checkpoints.Entry, *syscall.Stat_t
 	return e, sys
 }
 
-// file fills in the regular file e at p: the previous checkpoint's blob when
-// the file is unchanged (and not racy), else a blob of its contents.
-func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, info fs.FileInfo) error {
+// charge counts n more bytes of disk against the bound.
+func (c *capturer) charge(n int64) error {
+	c.st.AllocatedBytes += n
+	if c.max > 0 && c.st.AllocatedBytes > c.max {
+		return &QuotaError{Limit: c.max}
+	}
+	return nil
+}
+
+// allocated is the disk taken by the inode of sys (nil: unknown, 0).
+func allocated(sys *syscall.Stat_t) int64 {
+	if sys == nil {
+		return 0
+	}
+	return sys.Blocks * 512
+}
+
+// file fills in the regular file e at p: the previous checkpoint's blob and
+// holes when the file is unchanged (and not racy), else a blob of its data.
+// It charges the file's disk before reading it.
+func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, info fs.FileInfo, sys *syscall.Stat_t) error {
 	e.Kind = checkpoints.KindFile
 	e.Size = info.Size()
 	c.st.Files++
 	c.st.Bytes += e.Size
 	if old, ok := c.reuse[e.Path]; ok && old.Size == e.Size && old.ModTime == e.ModTime && old.Mode == e.Mode && e.ModTime < c.racyAfter {
 		if has, _ := c.blobs.Has(old.BlobKey); has {
-			e.BlobKey = old.BlobKey
+			if err := c.charge(max(allocated(sys), old.DataSize())); err != nil {
+				return err
+			}
+			e.BlobKey, e.Holes = old.BlobKey, old.Holes
+			c.count(e)
 			c.st.ReusedFiles++
 			return nil
 		}
 	}
-	key, size, stored, err := storeFile(ctx, p, c.blobs)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
-	e.BlobKey, e.Size = key, size
+	defer f.Close()
+	holes, err := findHoles(f, e.Size)
+	if err != nil {
+		return err
+	}
+	e.Holes = holes
+	if err := c.charge(max(allocated(sys), e.DataSize())); err != nil {
+		return err
+	}
+	var r io.Reader = f
+	if len(holes) > 0 {
+		r = dataReader(f, *e)
+	}
+	key, size, stored, err := c.blobs.put(ctx, r)
+	if err != nil {
+		return err
+	}
+	if len(holes) == 0 {
+		e.Size = size
+	} else if size != e.DataSize() {
+		return fmt.Errorf("sparse file changed during the capture: read %d data bytes, want %d", size, e.DataSize())
+	}
+	e.BlobKey = key
+	c.count(e)
 	c.st.HashedFiles++
 	c.st.HashedBytes += size
 	if stored {
@@ -202,13 +284,79 @@ func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, inf
 	return nil
 }
 
-func storeFile(ctx context.Context, p string, blobs *BlobStore) (string, int64, bool, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return "", 0, false, err
+// count counts e among the sparse files if it has holes.
+func (c *capturer) count(e *checkpoints.Entry) {
+	if len(e.Holes) > 0 {
+		c.st.SparseFiles++
 	}
-	defer f.Close()
-	return blobs.put(ctx, f)
+}
+
+// findHoles returns the holes of at least minHole bytes of f, of size bytes,
+// found with SEEK_DATA and SEEK_HOLE (a filesystem without them reports
+// none), at most checkpoints.MaxHoles of them; it leaves f's offset at 0.
+func findHoles(f *os.File, size int64) ([]checkpoints.Extent, error) {
+	fd := int(f.Fd())
+	var holes []checkpoints.Extent
+	least := int64(minHole)
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO): // no data after off
+			data = size
+		case errors.Is(err, unix.EINVAL): // no SEEK_DATA here
+			return nil, rewind(f)
+		case err != nil:
+			return nil, fmt.Errorf("find holes: %w", err)
+		}
+		data = min(data, size)
+		if data-off >= least {
+			holes = append(holes, checkpoints.Extent{Offset: off, Length: data - off})
+			for len(holes) > checkpoints.MaxHoles {
+				least *= 2
+				holes = slices.DeleteFunc(holes, func(h checkpoints.Extent) bool { return h.Length < least })
+			}
+		}
+		if data >= size {
+			break
+		}
+		if off, err = unix.Seek(fd, data, unix.SEEK_HOLE); err != nil {
+			return nil, fmt.Errorf("find holes: %w", err)
+		}
+		if off <= data { // not a hole after data: trust none
+			return nil, rewind(f)
+		}
+	}
+	return holes, rewind(f)
+}
+
+func rewind(f *os.File) error {
+	_, err := f.Seek(0, io.SeekStart)
+	return err
+}
+
+// dataRanges returns the ranges of file entry e that are not holes.
+func dataRanges(e checkpoints.Entry) []checkpoints.Extent {
+	var out []checkpoints.Extent
+	var off int64
+	for _, h := range e.Holes {
+		if h.Offset > off {
+			out = append(out, checkpoints.Extent{Offset: off, Length: h.Offset - off})
+		}
+		off = h.Offset + h.Length
+	}
+	if off < e.Size {
+		out = append(out, checkpoints.Extent{Offset: off, Length: e.Size - off})
+	}
+	return out
+}
+
+// dataReader reads the data ranges of f (file entry e), one after the other.
+func dataReader(f *os.File, e checkpoints.Entry) io.Reader {
+	var rs []io.Reader
+	for _, d := range dataRanges(e) {
+		rs = append(rs, io.NewSectionReader(f, d.Offset, d.Length))
+	}
+	return io.MultiReader(rs...)
 }
 
 func dependentXattr(p string) string {

@@ -7,7 +7,11 @@
 // merged root) into checkpoint entries, storing each regular file as a blob and
 // re-using the previous checkpoint's blob when a file's size, mtime and mode are
 // unchanged, so a second checkpoint of a large workspace hashes and stores only
-// what changed. Restore recreates a tree from entries. Manager ties the three to
+// what changed. A sparse file's holes (SEEK_DATA, SEEK_HOLE) are recorded in
+// its entry and neither read nor stored, and a capture whose tree takes more
+// disk than CaptureOptions.MaxBytes (allocated blocks, each name of a hard
+// link counted) fails with a *QuotaError. Restore recreates a tree from
+// entries, leaving holes unwritten. Manager ties the three to
 // a checkpoints.Store: one writer lease per thread, compare-and-set appends,
 // deletion and garbage collection.
 //

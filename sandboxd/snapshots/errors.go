@@ -2,6 +2,7 @@ package snapshots
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/alineo-labs/alineo/checkpoints"
 )
@@ -20,7 +21,23 @@ var (
 	ErrUnsupportedOverlay = errors.New("unsupported overlay feature (metacopy or redirect_dir)")
 	// ErrCorruptBlob reports a blob whose size differs from its manifest entry.
 	ErrCorruptBlob = errors.New("corrupt blob")
+	// ErrOverQuota reports a capture of a tree that takes more disk than
+	// CaptureOptions.MaxBytes (see QuotaError).
+	ErrOverQuota = errors.New("snapshot larger than the disk quota")
 )
+
+// QuotaError is a capture over CaptureOptions.MaxBytes. It unwraps to
+// ErrOverQuota.
+type QuotaError struct {
+	Limit int64 // bytes
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: the files take more than %d bytes of disk", ErrOverQuota, e.Limit)
+}
+
+// Unwrap returns ErrOverQuota.
+func (e *QuotaError) Unwrap() error { return ErrOverQuota }
 
 // ErrInvalidEntry is checkpoints.ErrInvalidEntry: a manifest entry is invalid
 // (for instance a path with ".." or an absolute path).

@@ -193,6 +193,9 @@ type SnapshotInput struct {
 	SourceRunID string
 	// Reason defaults to named with a Label and automatic without.
 	Reason checkpoints.Reason
+	// MaxBytes bounds the disk the tree takes (CaptureOptions.MaxBytes):
+	// past it the snapshot fails with an error wrapping a *QuotaError.
+	MaxBytes int64
 	// Freeze, if set, is called right before the capture (after the lease is
 	// held and the head read) and the thaw it returns right after it, so a
 	// sandbox is frozen only while its files are read. An error fails the
@@ -246,7 +249,7 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 			}
 		}
 		start := m.cfg.Now()
-		entries, cst, err := Capture(ctx, in.Root, prev, m.blobs)
+		entries, cst, err := Capture(ctx, in.Root, prev, m.blobs, CaptureOptions{MaxBytes: in.MaxBytes})
 		thaw()
 		st = cst
 		if err != nil {

@@ -65,7 +65,7 @@ func TestOverlayUpperDir(t *testing.T) {
 	unmount()
 
 	blobs := openBlobs(t)
-	entries, st, err := snapshots.Capture(ctx, upper, nil, blobs)
+	entries, st, err := snapshots.Capture(ctx, upper, nil, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatalf("Capture(upper): %v", err)
 	}
@@ -84,7 +84,7 @@ func TestOverlayUpperDir(t *testing.T) {
 	}
 
 	// 1. Applied onto a copy of the lower layer.
-	lowerEntries, _, err := snapshots.Capture(ctx, lower, nil, blobs)
+	lowerEntries, _, err := snapshots.Capture(ctx, lower, nil, blobs, snapshots.CaptureOptions{})
 	must(t, err)
 	flat := filepath.Join(base, "flat")
 	must(t, snapshots.Restore(ctx, lowerEntries, blobs, flat, snapshots.RestoreOptions{}))
@@ -115,7 +115,7 @@ func TestRefusesDependentOverlayEntries(t *testing.T) {
 			if err := unix.Lsetxattr(target, name, []byte("y"), 0); err != nil {
 				t.Skipf("cannot set %s here: %v", name, err)
 			}
-			_, _, err := snapshots.Capture(context.Background(), root, nil, openBlobs(t))
+			_, _, err := snapshots.Capture(context.Background(), root, nil, openBlobs(t), snapshots.CaptureOptions{})
 			if !errors.Is(err, snapshots.ErrUnsupportedOverlay) {
 				t.Fatalf("Capture err = %v, want ErrUnsupportedOverlay", err)
 			}

@@ -211,17 +211,40 @@ func (r *restorer) copyBlob(p string, e checkpoints.Entry) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
+	err = fill(dst, src, e)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	return err
+}
+
+// fill writes file entry e's content to the empty file dst from its blob
+// src: the data ranges at their offsets, leaving the holes unwritten. The
+// copies use copy_file_range: a reflink where the filesystem can.
+func fill(dst *os.File, src io.Reader, e checkpoints.Entry) error {
+	var n int64
+	for _, d := range dataRanges(e) {
+		if _, err := dst.Seek(d.Offset, io.SeekStart); err != nil {
+			return err
+		}
+		k, err := io.CopyN(dst, src, d.Length)
+		n += k
+		if errors.Is(err, io.EOF) {
+			break // short blob: reported below
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n != e.DataSize() {
+		return fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorruptBlob, e.BlobKey, n, e.DataSize())
+	}
+	if k, err := io.CopyN(io.Discard, src, 1); k > 0 {
+		return fmt.Errorf("%w: blob %s has more than the %d bytes the manifest says", ErrCorruptBlob, e.BlobKey, n)
+	} else if !errors.Is(err, io.EOF) {
 		return err
 	}
-	if n != e.Size {
-		return fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorruptBlob, e.BlobKey, n, e.Size)
-	}
-	return nil
+	return dst.Truncate(e.Size) // the trailing hole, if any
 }
 
 // attrs sets owner (as root), then mode (chown clears setuid), then mtime.

@@ -79,7 +79,7 @@ func TestRoundTrip(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	buildTree(t, src)
 	blobs := openBlobs(t)
-	entries, st, err := snapshots.Capture(ctx, src, nil, blobs)
+	entries, st, err := snapshots.Capture(ctx, src, nil, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatalf("Capture: %v", err)
 	}
@@ -119,7 +119,7 @@ func TestSecondCaptureStoresOnlyChanges(t *testing.T) {
 	backdate(t, src)
 	blobs := openBlobs(t)
 	start := time.Now()
-	e1, st1, err := snapshots.Capture(ctx, src, nil, blobs)
+	e1, st1, err := snapshots.Capture(ctx, src, nil, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestSecondCaptureStoresOnlyChanges(t *testing.T) {
 	must(t, os.Chmod(filepath.Join(src, "f05"), 0o600))    // mode only
 	now := time.Now()
 	must(t, os.Chtimes(filepath.Join(src, "f07"), now, now)) // touched, same content
-	e2, st2, err := snapshots.Capture(ctx, src, prev, blobs)
+	e2, st2, err := snapshots.Capture(ctx, src, prev, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestSecondCaptureStoresOnlyChanges(t *testing.T) {
 	// A file whose mtime is within RacyWindow of the previous checkpoint is
 	// hashed again, even though size, mtime and mode match.
 	racy := &checkpoints.Checkpoint{CreatedAt: time.Unix(0, e2[0].ModTime).Add(snapshots.RacyWindow / 2), Files: e2}
-	_, st3, err := snapshots.Capture(ctx, src, racy, blobs)
+	_, st3, err := snapshots.Capture(ctx, src, racy, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestSecondCaptureStoresOnlyChanges(t *testing.T) {
 
 	// A missing blob is not re-used: it is stored again.
 	must(t, blobs.Delete(ctx, e2[10].BlobKey))
-	_, st4, err := snapshots.Capture(ctx, src, &checkpoints.Checkpoint{CreatedAt: time.Now(), Files: e2}, blobs)
+	_, st4, err := snapshots.Capture(ctx, src, &checkpoints.Checkpoint{CreatedAt: time.Now(), Files: e2}, blobs, snapshots.CaptureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
