@@ -234,10 +234,14 @@ func TestProjectorResumesAndRecreates(t *testing.T) {
 	}
 	more := publish(t, l, 2, 3, 5)
 	p2 := &projections.Projector{Bus: b, Store: store, BatchSize: 50}
-	run(t, p2)
+	stop = run(t, p2)
 	caughtUp(t, b, p2, 20*time.Second)
 	if got, want := p2.Progress().Applied, uint64(len(more)); got != want {
 		t.Fatalf("restarted projector applied %d, want only the %d new entries", got, want)
+	}
+	// One projector applies a consumer at a time (owner.go): p2 goes first.
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 	fresh := memory.New()
 	p3 := &projections.Projector{Bus: b, Store: fresh, BatchSize: 50}

@@ -78,6 +78,10 @@ type Runtime struct {
 	Registerer prometheus.Registerer
 	// Logger, default the bus's.
 	Logger *slog.Logger
+	// OwnerTTL is how long a projector that died keeps its partition from
+	// another (see owner.go); it renews its claim every OwnerTTL/3. Default
+	// DefaultOwnerTTL. The bucket keeps the TTL it was created with.
+	OwnerTTL time.Duration
 	// TracerProvider receives a projection.apply span per applied batch,
 	// linked to the spans that wrote its entries (their messages'
 	// traceparent headers). Default: the global provider.
@@ -95,6 +99,8 @@ type Runtime struct {
 	errs     atomic.Uint64
 	offset   atomic.Uint64
 	lag      atomic.Uint64
+	ownerID  string
+	waiting  atomic.Bool // waited for another projector's claim
 }
 
 // Progress is a snapshot of a projection's work since it started.
@@ -108,12 +114,15 @@ type Progress struct {
 	// consumer's pending plus unacknowledged count, read every LagInterval and
 	// after every commit, so it is true while the store is down too.
 	Lag uint64
+	// Waiting is true while another projector holds the partition (see
+	// owner.go): this one applies nothing until it stops.
+	Waiting bool
 }
 
 // Progress returns the projection's progress. Safe for concurrent use.
 func (r *Runtime) Progress() Progress {
 	return Progress{Offset: r.offset.Load(), Applied: r.applied.Load(), Parked: r.parked.Load(),
-		Skipped: r.skipped.Load(), Errors: r.errs.Load(), Lag: r.lag.Load()}
+		Skipped: r.skipped.Load(), Errors: r.errs.Load(), Lag: r.lag.Load(), Waiting: r.waiting.Load()}
 }
 
 // Key returns the offset key the runtime commits under (valid after Run started or Init).
@@ -176,6 +185,11 @@ func (r *Runtime) init() error {
 	r.MaxBackoff = cmpOr(r.MaxBackoff, DefaultMaxBackoff)
 	r.LagInterval = cmpOr(r.LagInterval, DefaultLagInterval)
 	r.AckWait = cmpOr(r.AckWait, 30*time.Second)
+	r.OwnerTTL = cmpOr(r.OwnerTTL, DefaultOwnerTTL)
+	if r.OwnerTTL < time.Second {
+		return fmt.Errorf("%w: OwnerTTL %v, want at least 1s", ErrInvalidConfig, r.OwnerTTL)
+	}
+	r.ownerID = ownerID()
 	if r.Logger == nil {
 		r.Logger = r.Bus.Config().Logger
 	}
@@ -272,17 +286,34 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return err
 	}
 	for ctx.Err() == nil {
-		err := r.session(ctx)
-		if ctx.Err() != nil {
-			return nil
+		o, err := r.own(ctx)
+		if err != nil {
+			return nil // ctx ended while waiting
 		}
-		r.errs.Add(1)
-		r.m.errors.Inc()
-		r.Logger.Warn("projection: consumer session ended; restarting", "projection", r.Name, "consumer", r.key, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
+		octx, lost := context.WithCancelCause(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.keep(octx, o, lost) }()
+		for octx.Err() == nil {
+			err := r.session(octx)
+			if octx.Err() != nil {
+				break
+			}
+			r.errs.Add(1)
+			r.m.errors.Inc()
+			r.Logger.Warn("projection: consumer session ended; restarting", "projection", r.Name, "consumer", r.key, "err", err)
+			select {
+			case <-octx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
 		}
+		if ctx.Err() == nil {
+			r.errs.Add(1)
+			r.m.errors.Inc()
+			r.Logger.Warn("projection: lost the partition; claiming it again", "projection", r.Name, "consumer", r.key, "err", context.Cause(octx))
+		}
+		lost(nil)
+		<-done
+		o.release()
 	}
 	return nil
 }
