@@ -9,7 +9,9 @@
 // egress.rule_removed and sandbox.created (for the egress default), the filter
 // pushed down to JetStream.
 //
-// Importing the package registers the projection as "audit" for cmd/projector.
+// Definition describes the projection for projections.Register; a binary that
+// wants it registers it (cmd/projector does). Importing the package registers
+// nothing.
 package audit
 
 import (
@@ -31,8 +33,10 @@ const Name = "audit"
 var Filter = projections.Filter{Events: []events.Event{events.CredentialBound, events.CredentialRevoked,
 	events.EgressRuleAdded, events.EgressRuleRemoved, events.SandboxCreated}}
 
-func init() {
-	projections.Register(projections.Definition{
+// Definition returns the projection as cmd/projector runs, rebuilds and
+// verifies it by Name (projections.Register).
+func Definition() projections.Definition {
+	return projections.Definition{
 		Name:   Name,
 		Help:   "credentials bound per sandbox and host, egress rule changes over time",
 		Filter: Filter,
@@ -40,7 +44,7 @@ func init() {
 			return New(t.DB, t.Dialect), nil
 		},
 		Verify: func(ctx context.Context, a, b projections.Target) error { return Verify(ctx, a.DB, b.DB) },
-	})
+	}
 }
 
 // New returns the projection's handler on db.

@@ -12,7 +12,9 @@
 // figures further. A sandbox's entries all fall in one partition, so the
 // projection partitions.
 //
-// Importing the package registers the projection as "execstats" for cmd/projector.
+// Definition describes the projection for projections.Register; a binary that
+// wants it registers it (cmd/projector does). Importing the package registers
+// nothing.
 package execstats
 
 import (
@@ -33,8 +35,10 @@ const Name = "execstats"
 // Filter is what the projection reads.
 var Filter = projections.Filter{Events: []events.Event{events.SandboxCreated, events.ExecStarted, events.ExecCompleted}}
 
-func init() {
-	projections.Register(projections.Definition{
+// Definition returns the projection as cmd/projector runs, rebuilds and
+// verifies it by Name (projections.Register).
+func Definition() projections.Definition {
+	return projections.Definition{
 		Name:   Name,
 		Help:   "exec count, duration p50/p95 and exit codes per image, session name and day",
 		Filter: Filter,
@@ -44,7 +48,7 @@ func init() {
 		Verify: func(ctx context.Context, a, b projections.Target) error {
 			return Verify(ctx, a.DB, a.Dialect, b.DB, b.Dialect)
 		},
-	})
+	}
 }
 
 // New returns the projection's handler on db.
