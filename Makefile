@@ -85,7 +85,7 @@ demo: deps
 clean:
 	rm -rf .alineo alineo.db alineo.db-wal alineo.db-shm bin
 
-# The chaos soak (cmd/soak, internal/soak): the binaries as real processes
+# The chaos soak (cmd/soak, cmd/soak/internal/soak): the binaries as real processes
 # (3 NATS nodes with R3 streams, Postgres, sandboxd, 4 executors, the
 # projector as 2 partitions (-projectors N), the API, 20 SSE auditors) under
 # a job load and a seeded fault schedule, ending in a table of checks;
@@ -108,4 +108,4 @@ soak-ci: deps
 # make test under -race 5 times (RUNS) in a row beside two CPU-bound
 # processes; logs in LOGDIR (default /tmp/alineo-race-stress).
 test-race-stress: deps
-	internal/soak/race-stress.sh
+	cmd/soak/internal/soak/race-stress.sh

@@ -31,7 +31,8 @@
 // UTF-8 are kept exactly (the row's data field) when the server sends them, as
 // sandboxd does.
 //
-// The package imports events, adapters and opensandbox, never the server
-// (sandboxd): a program without an OpenSandbox server starts sandboxd in-process
-// and passes its URL as Options.BaseURL.
+// Of this module it imports adapters, events, internal/spans,
+// internal/validated, opensandbox and redact only; never the server
+// (sandboxd): a program without an OpenSandbox server starts sandboxd
+// in-process and passes its URL as Options.BaseURL.
 package alineo

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -215,21 +214,7 @@ func TestBuildResumePointLastTag(t *testing.T) {
 
 // TestBuildResumePointTypeScriptFixture reads the ledger of the TypeScript SDK.
 func TestBuildResumePointTypeScriptFixture(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "shared", "fixtures", "seed-schema-ledger.db"))
-	if err != nil {
-		src, err = os.ReadFile(os.Getenv("ALINEO_FIXTURES") + "/seed-schema-ledger.db")
-	}
-	if err != nil {
-		t.Skip("fixture seed-schema-ledger.db not found (set ALINEO_FIXTURES to its folder)")
-	}
-	path := testenv.SQLitePath(t)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	store, err := sqlite.Open(path, sqlite.Config{})
+	store, err := sqlite.Open(testenv.Fixture(t, "seed-schema-ledger.db"), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,5 +65,5 @@
 // Store passes both halves of the conformance suite in adaptertest, and the
 // bus ledger passes its Ledger half.
 //
-// This package imports events and the standard library only.
+// Of this module it imports events only, and otherwise the standard library.
 package adapters

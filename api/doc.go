@@ -74,11 +74,12 @@
 //
 // # Client
 //
-// Client (NewClient) is a Go client of the read routes, the jobs routes and
-// the live stream (Client.Stream reconnects and resumes with Last-Event-ID);
-// cmd/alineo is built on it. Package apitest runs a real Server for tests of
+// The Go client of the read routes, the jobs routes and the live stream is
+// package apiclient (cmd/alineo is built on it); the JSON bodies both sides
+// share (Error, SandboxList, EventPage, JobList) are defined in package wire
+// and re-exported here. Package apitest runs a real Server for tests of
 // clients.
 //
-// This package imports events, adapters, bus and jobs; never a database
-// driver, sandboxd or cmd.
+// Of this module it imports adapters, api/wire, bus, events and jobs only;
+// never a database driver, sandboxd or cmd.
 package api

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/jobs"
 )
 
@@ -73,9 +74,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // JobList is the answer of GET /v1/jobs.
-type JobList struct {
-	Jobs []jobs.Status `json:"jobs"`
-}
+type JobList = wire.JobList
 
 // listJobs lists the jobs' statuses, the most recently submitted first
 // (limit=N, default 100).

@@ -4,22 +4,15 @@ import (
 	"net/http"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
 )
 
 // SandboxList is the answer of GET /v1/sandboxes.
-type SandboxList struct {
-	Sandboxes []adapters.SandboxDetails `json:"sandboxes"`
-	// NextBefore is the before value of the next page; 0 when this page is the last.
-	NextBefore int64 `json:"nextBefore,omitempty"`
-}
+type SandboxList = wire.SandboxList
 
 // EventPage is the answer of GET /v1/sandboxes/{name}/{id}/events.
-type EventPage struct {
-	Events []events.Entry `json:"events"`
-	// NextAfter is the after value of the next page; 0 when this page is the last.
-	NextAfter uint64 `json:"nextAfter,omitempty"`
-}
+type EventPage = wire.EventPage
 
 func listOptions(r *http.Request) (adapters.ListOptions, *Error) {
 	var o adapters.ListOptions

@@ -25,5 +25,5 @@
 // Implementations live in memory and sqlite; both pass the conformance suite in
 // checkpointtest. Validation, error codes and the lease type live here once.
 //
-// This package imports the standard library only.
+// Of this module it imports nothing: only the standard library.
 package checkpoints

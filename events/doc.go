@@ -7,5 +7,5 @@
 // shared with the TypeScript SDK: they are never derived from Go type names, and
 // a new field is only ever added, never renamed.
 //
-// This package imports the standard library only.
+// Of this module it imports nothing: only the standard library.
 package events

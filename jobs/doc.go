@@ -46,6 +46,8 @@
 // lapsed) writes through the same Ledger, so the Worker cancels it and waits
 // for it to settle before the takeover.
 //
-// This package imports the SDK (alineo), events, adapters and nats.go's
-// jetstream; never a database driver, sandboxd or cmd.
+// Of this module it imports alineo, adapters, events, internal/spans and
+// opensandbox only (the SDK and what it speaks), and nats.go's jetstream;
+// never bus (a Worker fences through the Fencer it is given), a database
+// driver, sandboxd or cmd.
 package jobs

@@ -31,7 +31,7 @@
 // Errors: every non-2xx response becomes an *APIError, which matches the sentinels
 // ErrNotFound, ErrConflict, ... with errors.Is.
 //
-// This package imports only the standard library, github.com/cenkalti/backoff/v4 and
-// github.com/coder/websocket (the PTY terminal; the module sandboxd's execd serves it with).
-// It must not import any other alineo package.
+// Of this module it imports nothing: only the standard library,
+// github.com/cenkalti/backoff/v4 and github.com/coder/websocket (the PTY
+// terminal; the module sandboxd's execd serves it with).
 package opensandbox

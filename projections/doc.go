@@ -57,6 +57,6 @@
 // bus.Decoder, which reuses the strings messages repeat, and batching) and a
 // committer (applying one batch while the next is collected).
 //
-// This package imports events, adapters, internal/validated and bus; never a
-// database driver, the SDK or cmd.
+// Of this module it imports adapters, bus, events, internal/spans and
+// internal/validated only; never a database driver, the SDK or cmd.
 package projections

@@ -13,6 +13,7 @@
 // starts there is replaced and scanning resumes after it. Empty values are
 // ignored.
 //
-// This package imports only the standard library; the SDK (root package),
-// sandboxd and the egress proxy all import it, so it must not import any of them.
+// Of this module it imports nothing: only the standard library; the SDK (root
+// package), sandboxd and the egress proxy all import it, so it must not import
+// any of them.
 package redact

@@ -1,44 +1,31 @@
 package testenv
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
-// FixturesEnv names a folder holding the shared fixtures, for a checkout
-// without ../shared beside it.
-const FixturesEnv = "ALINEO_FIXTURES"
-
-// FixturesDir returns the folder of the shared fixtures: $ALINEO_FIXTURES when
-// set, else ../shared/fixtures relative to the repository root (the folder
-// holding go.mod, found from the working directory upwards). Without one it
-// skips t (fails it when CI=true).
+// FixturesDir returns the module's folder of fixtures, testdata/ beside
+// go.mod (found from the working directory upwards; testdata/README.md says
+// what each fixture holds and how to regenerate them). A test binary runs in
+// its package's folder, so every package finds the same folder.
 func FixturesDir(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv(FixturesEnv); d != "" {
-		return d
-	}
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return filepath.Join(dir, "testdata")
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			SkipOrFail(t, "no go.mod above the working directory, so no ../shared/fixtures (set "+FixturesEnv+")")
+			t.Fatalf("no go.mod above %s: a test of this module runs in the module's tree", dir)
 		}
 		dir = parent
 	}
-	d := filepath.Join(dir, "..", "shared", "fixtures")
-	if _, err := os.Stat(d); err != nil {
-		SkipOrFail(t, "fixtures not found: "+err.Error()+" (set "+FixturesEnv+" to the fixtures folder)")
-	}
-	return d
 }
 
 // Fixture copies the fixture at rel (a path under FixturesDir, such as
@@ -47,15 +34,11 @@ func FixturesDir(t testing.TB) string {
 // itself.
 func Fixture(t testing.TB, rel string) string {
 	t.Helper()
-	src := filepath.Join(FixturesDir(t), filepath.FromSlash(rel))
-	b, err := os.ReadFile(src)
-	if errors.Is(err, os.ErrNotExist) {
-		SkipOrFail(t, "fixture "+rel+" not found in "+filepath.Dir(src))
-	}
+	b, err := os.ReadFile(filepath.Join(FixturesDir(t), filepath.FromSlash(rel)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(t.TempDir(), filepath.Base(src))
+	dst := filepath.Join(t.TempDir(), filepath.Base(rel))
 	if err := os.WriteFile(dst, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,14 @@ package testenv
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // NATS starts a fresh embedded NATS server with JetStream on a loopback port,
@@ -59,7 +60,10 @@ func StartNATSCluster(t testing.TB, n int) *Cluster {
 	if n < 1 {
 		t.Fatalf("NATSCluster: n = %d, want >= 1", n)
 	}
-	ports := freePorts(t, 2*n)
+	ports, err := testutil.FreePorts(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var routes string
 	for i := range n {
 		if i > 0 {
@@ -230,24 +234,4 @@ func routesString(o *server.Options) string {
 		s += u.String()
 	}
 	return s
-}
-
-// freePorts reserves n distinct loopback ports. They are released before
-// being handed out, so a race with another process is possible but unlikely.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	ls := make([]net.Listener, 0, n)
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("reserve port: %v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }

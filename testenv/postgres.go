@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // PostgresURLEnv names the variable that points the tests at an existing
@@ -222,10 +223,12 @@ func newCluster() (*cluster, error) {
 			}
 		}
 	}
-	if c.port, err = freePort(); err != nil {
+	ports, err := testutil.FreePorts(1)
+	if err != nil {
 		c.remove()
 		return nil, err
 	}
+	c.port = ports[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", c.path("data"), "-U", "postgres",
@@ -446,15 +449,6 @@ func (c *cluster) exec(db, sql string) error {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, sql)
 	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // createDatabase creates a database named after the test on the server of the

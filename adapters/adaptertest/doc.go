@@ -7,6 +7,6 @@
 // implementation's tests call them with a constructor that returns a fresh,
 // empty store or ledger per call.
 //
-// It imports events, adapters and the standard library (testing) only; it must
-// never import an implementation.
+// Of this module it imports adapters and events only, and otherwise the
+// standard library (testing); it must never import an implementation.
 package adaptertest

@@ -12,10 +12,10 @@ import (
 )
 
 // TypeScriptFixture is what one of the ledgers the TypeScript SDK 0.2.0 wrote
-// (the fixtures folder's typescript-sdk/) holds, as every store must read it:
+// (testdata/typescript-sdk/ at the module's root) holds, as every store must read it:
 // the listing, each session's details and checkpoints, the environments.
 type TypeScriptFixture struct {
-	// File is the fixture's path under the fixtures folder.
+	// File is the fixture's path under the module's testdata/ (testenv.Fixture).
 	File string
 	// Details are the listed sessions, newest first.
 	Details []adapters.SandboxDetails

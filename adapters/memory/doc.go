@@ -7,6 +7,6 @@
 // It validates what it is given as the SQL stores do (see the adapters
 // package doc).
 //
-// It imports events, adapters, adapters/internal and internal/validated only,
-// never a database driver.
+// Of this module it imports adapters, adapters/internal/..., events and
+// internal/validated only; never a database driver.
 package memory

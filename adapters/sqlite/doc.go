@@ -53,6 +53,6 @@
 // entries this module's SDK and projector validated already come through
 // AppendValidated and ApplyValidated and are not validated again.
 //
-// It imports events, adapters (and adapters/internal), internal/validated and
-// the driver; never the bus or the SDK.
+// Of this module it imports adapters, adapters/internal/..., events and
+// internal/validated only, and the driver; never the bus or the SDK.
 package sqlite

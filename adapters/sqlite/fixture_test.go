@@ -2,27 +2,19 @@ package sqlite_test
 
 import (
 	"database/sql"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
-// fixture copies the TypeScript SDK's ledger (see testdata/README.md) and
-// returns the copy's path: the store migrates what it opens.
+// fixture copies the hand-made ledger in the seed docs' schema
+// (testdata/README.md at the module's root) and returns the copy's path: the
+// store migrates what it opens.
 func fixture(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "seed-schema-ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testenv.Fixture(t, "seed-schema-ledger.db")
 }
 
 func indexes(t *testing.T, path string) map[string]bool {

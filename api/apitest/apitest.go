@@ -1,7 +1,3 @@
-// Package apitest runs a real API server for tests of its clients (cmd/alineo):
-// package api's Server over an embedded NATS (testenv), a projector and a
-// SQLite read model, with helpers to publish sessions and wait until they are
-// projected. It is imported by tests only.
 package apitest
 
 import (

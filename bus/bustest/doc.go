@@ -5,5 +5,6 @@
 //
 //	bustest.Run(t, func(t *testing.T, cfg bus.Config) *bus.Bus { … })
 //
-// It imports bus, events, adapters and the standard library testing packages.
+// Of this module it imports adapters, bus, events and testenv only, and
+// otherwise the standard library's testing packages.
 package bustest

@@ -2,5 +2,6 @@
 // passes, named like httptest. Call Run from a test of the implementation, and
 // RunShared when two Store values can share one database.
 //
-// It imports checkpoints, testing and the standard library only.
+// Of this module it imports checkpoints only, and otherwise the standard
+// library (testing).
 package checkpointtest

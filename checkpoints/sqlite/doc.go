@@ -7,5 +7,6 @@
 //
 // Tables are prefixed alineo_checkpoint so the file may be the ledger's own.
 //
-// It imports checkpoints, database/sql, the sqlite driver and the standard library.
+// Of this module it imports checkpoints only, and database/sql, the sqlite
+// driver and the standard library.
 package sqlite

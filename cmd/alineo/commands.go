@@ -8,13 +8,13 @@ import (
 	"os"
 
 	"github.com/alineo-labs/alineo/adapters"
-	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/api/apiclient"
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/events"
 )
 
 func sandboxesCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-	var q api.SandboxQuery
+	var q apiclient.SandboxQuery
 	var status string
 	fs.StringVar(&q.Name, "name", "", "only sessions of this name")
 	fs.StringVar(&status, "status", "", "only running or completed sessions")
@@ -70,7 +70,7 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		if err := c.out.flush(); err != nil {
 			return err
 		}
-		q := api.StreamQuery{SandboxID: id, After: last}
+		q := apiclient.StreamQuery{SandboxID: id, After: last}
 		if last == 0 {
 			q.From = 1 // nothing projected yet: the session's whole history
 		}
@@ -93,7 +93,7 @@ func tailCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	from := fs.Uint64("from", 0, "start at this ledger sequence (1: the whole history) instead of the next new event")
 	return func(ctx context.Context, c *cli, _ []string) error {
 		c.out.stream = true
-		q := api.StreamQuery{SandboxID: *sandbox, From: *from}
+		q := apiclient.StreamQuery{SandboxID: *sandbox, From: *from}
 		for _, e := range evs {
 			ev := events.Event(e)
 			if !ev.Known() {
@@ -134,7 +134,7 @@ func jobCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
 				return err
 			}
 			st, err := c.client.SubmitJob(ctx, spec)
-			var ae *api.Error
+			var ae *apiclient.Error
 			if errors.As(err, &ae) && ae.Field != "" {
 				return fmt.Errorf("%s: %s: %s", args[1], ae.Field, ae.Message)
 			}

@@ -27,7 +27,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/alineo-labs/alineo/api"
+	"github.com/alineo-labs/alineo/api/apiclient"
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
 )
 
@@ -78,7 +78,7 @@ const jobUsage = "alineo job [flags] submit FILE | status JOB_ID\n\nSubmits a jo
 
 // cli is what every command gets: the API client and the output.
 type cli struct {
-	client *api.Client
+	client *apiclient.Client
 	out    *printer
 }
 
@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	default:
 		return usage.Errorf(usage.Text(fs, head), "-o: want table, json or jsonl, got %q", *format)
 	}
-	client, err := api.NewClient(*url, *token, nil)
+	client, err := apiclient.New(*url, *token, nil)
 	if err != nil {
 		return usage.Errorf(usage.Text(fs, head), "--url: %w", err)
 	}
@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if ferr := c.out.flush(); err == nil {
 		err = ferr
 	}
-	var ae *api.Error
+	var ae *apiclient.Error
 	if errors.As(err, &ae) && ae.Status == 401 {
 		return fmt.Errorf("%w (set --token or ALINEO_API_TOKEN)", err)
 	}

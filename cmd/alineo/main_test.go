@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,28 +15,12 @@ import (
 	"github.com/alineo-labs/alineo/api/apitest"
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
 const token = "cli-token"
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func envOf(e *apitest.Env) func(string) string {
 	m := map[string]string{"ALINEO_API_URL": e.URL, "ALINEO_API_TOKEN": e.Token}
@@ -143,11 +126,8 @@ func TestEventsFollow(t *testing.T) {
 		t.Fatalf("events json: %d, %v", len(es), err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	buf := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"events", "svc", "sbf", "-f", "-o", "jsonl"}, getenv, buf) }()
+	follow := testutil.Start(t, run, []string{"events", "svc", "sbf", "-f", "-o", "jsonl"}, getenv)
+	buf := follow.Out
 	seqs := func() []uint64 {
 		var out []uint64
 		for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
@@ -183,8 +163,7 @@ func TestEventsFollow(t *testing.T) {
 			t.Errorf("sequences not increasing (lost or repeated): %v", got)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := follow.Stop(t, 30*time.Second); err != nil {
 		t.Errorf("events -f ended with %v, want nil on Ctrl-C", err)
 	}
 }
@@ -193,11 +172,8 @@ func TestEventsFollow(t *testing.T) {
 func TestTail(t *testing.T) {
 	e := apitest.New(t, token)
 	getenv := envOf(e)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	buf := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"tail", "--event", "exec.started"}, getenv, buf) }()
+	tail := testutil.Start(t, run, []string{"tail", "--event", "exec.started"}, getenv)
+	buf := tail.Out
 	testenv.Eventually(t, 10*time.Second, func() error {
 		e.Session("a", "sba", 1, true)
 		if !strings.Contains(buf.String(), "$ echo 1") {
@@ -215,8 +191,7 @@ func TestTail(t *testing.T) {
 	if strings.Contains(buf.String(), "exec.completed") || strings.Contains(buf.String(), "sandbox.created") {
 		t.Errorf("tail --event exec.started printed other events: %q", buf.String())
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := tail.Stop(t, 30*time.Second); err != nil {
 		t.Errorf("tail ended with %v", err)
 	}
 	var out bytes.Buffer

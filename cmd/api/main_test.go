@@ -1,51 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestRunServesWithToken(t *testing.T) {
 	env := map[string]string{"ALINEO_API_TOKEN": "tok", "NATS_URL": testenv.NATS(t)}
 	getenv := func(k string) string { return env[k] }
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--listen", "127.0.0.1:0", "--sqlite", testenv.SQLitePath(t), "--projector"}, getenv, out)
-	}()
+	r := testutil.Start(t, run, []string{"--listen", "127.0.0.1:0", "--sqlite", testenv.SQLitePath(t), "--projector"}, getenv)
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() error {
-		m := regexp.MustCompile(`listening on (http://\S+)`).FindStringSubmatch(out.String())
-		if m == nil {
-			return fmt.Errorf("not listening yet: %q", out.String())
+		m, err := r.Match(regexp.MustCompile(`listening on (http://\S+)`))
+		if err != nil {
+			return err
 		}
 		base = m[1]
 		return nil
@@ -73,14 +49,8 @@ func TestRunServesWithToken(t *testing.T) {
 			t.Errorf("GET %s (token %q) = %d, want %d", tt.path, tt.tok, got, tt.want)
 		}
 	}
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not stop")
+	if err := r.Stop(t, 10*time.Second); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,33 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func writeSpec(t *testing.T, doc string) string {
 	t.Helper()
@@ -58,7 +40,7 @@ func TestRunJobEmbedded(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "alineo.db")
 	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	err := run(context.Background(), []string{"run", "--nats-dir", filepath.Join(dir, "nats"), "--sqlite", db, writeSpec(t, helloJob)},
 		func(k string) string { return env[k] }, out)
 	if err != nil {
@@ -116,7 +98,7 @@ func TestSubmitAndWork(t *testing.T) {
 	natsURL := testenv.NATS(t)
 	env := map[string]string{"NATS_URL": natsURL, "OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
 	getenv := func(k string) string { return env[k] }
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"submit", writeSpec(t, helloJob)}, getenv, out); err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +106,9 @@ func TestSubmitAndWork(t *testing.T) {
 	if !jobs.ValidID(id) {
 		t.Fatalf("submit printed %q, want a job id", id)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	wout := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, []string{"work", "--id", "w1"}, getenv, wout) }()
+	w := testutil.Start(t, run, []string{"work", "--id", "w1"}, getenv)
 	testenv.Eventually(t, 30*time.Second, func() error {
-		sout := &syncBuffer{}
+		sout := &testutil.SyncBuffer{}
 		if err := run(context.Background(), []string{"status", id}, getenv, sout); err != nil {
 			return err
 		}
@@ -138,17 +117,11 @@ func TestSubmitAndWork(t *testing.T) {
 		}
 		return nil
 	})
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("work: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("work did not drain")
+	if err := w.Stop(t, 15*time.Second); err != nil { // the worker drains
+		t.Fatalf("work: %v", err)
 	}
-	if !strings.Contains(wout.String(), "executor drained") || !strings.Contains(wout.String(), id[:8]+" hello 3/3] done") {
-		t.Errorf("worker output:\n%s", wout)
+	if !strings.Contains(w.Out.String(), "executor drained") || !strings.Contains(w.Out.String(), id[:8]+" hello 3/3] done") {
+		t.Errorf("worker output:\n%s", w.Out)
 	}
 	// The job left the work queue.
 	b, err := bus.Open(context.Background(), bus.Config{URL: natsURL})

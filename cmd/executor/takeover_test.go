@@ -19,6 +19,7 @@ import (
 
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 // worker is an executor `work` process.
 type worker struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.SyncBuffer
 	done chan struct{} // closed when the process has exited
 	err  error         // its exit error, once done is closed
 }
@@ -55,7 +56,7 @@ func startWorker(t *testing.T, natsURL, sandboxURL string, args ...string) *work
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(append([]string{"work"}, args...), "\x1f"),
 		"NATS_URL="+natsURL, "OPEN_SANDBOX_URL="+sandboxURL)
-	w := &worker{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	w := &worker{cmd: cmd, out: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = w.out, w.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -376,7 +377,7 @@ func TestDemo(t *testing.T) {
 	interactive, stdin = func() bool { return true }, enterR
 	t.Cleanup(func() { workerCommand, interactive, stdin = prev, prevInteractive, prevStdin })
 	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	dir := t.TempDir()
 	errc := make(chan error, 1)
 	go func() {

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alineo-labs/alineo/testenv"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // TestRunJobExportsTraces: with OTEL_EXPORTER_OTLP_ENDPOINT set, a job's
@@ -42,7 +44,7 @@ func TestRunJobExportsTraces(t *testing.T) {
 	defer col.Close()
 	dir := t.TempDir()
 	env := map[string]string{"OPEN_SANDBOX_URL": testenv.Sandboxd(t), "OTEL_EXPORTER_OTLP_ENDPOINT": col.URL}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	err := run(context.Background(), []string{"run", "--nats-dir", filepath.Join(dir, "nats"), "--sqlite", filepath.Join(dir, "a.db"),
 		writeSpec(t, helloJob)}, func(k string) string { return env[k] }, out)
 	if err != nil {

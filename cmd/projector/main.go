@@ -38,10 +38,19 @@ import (
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/cmd/internal/cli"
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
-	_ "github.com/alineo-labs/alineo/examples/audit"     // registers "audit"
-	_ "github.com/alineo-labs/alineo/examples/execstats" // registers "execstats"
+	"github.com/alineo-labs/alineo/examples/audit"
+	"github.com/alineo-labs/alineo/examples/execstats"
 	"github.com/alineo-labs/alineo/projections"
 )
+
+// The projections this binary runs beside the product's tables (which
+// package projections registers): the two examples. The binary that wants a
+// projection registers it; importing a projection's package registers
+// nothing.
+func init() {
+	projections.Register(execstats.Definition())
+	projections.Register(audit.Definition())
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +16,9 @@ import (
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func noenv(string) string { return "" }
 
@@ -74,17 +56,13 @@ func TestRunProjectsAndServesMetrics(t *testing.T) {
 	db := testenv.SQLitePath(t)
 	publish(t, url, "sb1", 3)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--nats", url, "--sqlite", db, "--metrics", "127.0.0.1:0", "--progress", "0"}, noenv, out)
-	}()
+	r := testutil.Start(t, run, []string{"--nats", url, "--sqlite", db, "--metrics", "127.0.0.1:0", "--progress", "0"}, noenv)
 	store, err := sqlite.Open(db, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	ctx := context.Background()
 	testenv.Eventually(t, 10*time.Second, func() error {
 		d, err := store.GetSandboxDetails(ctx, "proj", "sb1")
 		if err != nil || d == nil {
@@ -97,9 +75,9 @@ func TestRunProjectsAndServesMetrics(t *testing.T) {
 	})
 	var metricsURL string
 	testenv.Eventually(t, 5*time.Second, func() error {
-		m := regexp.MustCompile(`metrics on (http://\S+)`).FindStringSubmatch(out.String())
-		if m == nil {
-			return fmt.Errorf("no metrics line in %q", out.String())
+		m, err := r.Match(regexp.MustCompile(`metrics on (http://\S+)`))
+		if err != nil {
+			return err
 		}
 		metricsURL = m[1]
 		return nil
@@ -116,18 +94,12 @@ func TestRunProjectsAndServesMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	cancel()
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not stop after cancel")
+	if err := r.Stop(t, 10*time.Second); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 
 	// verify: the live projection equals a rebuild.
-	vout := &syncBuffer{}
+	vout := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"verify", "--nats", url, "--sqlite", db}, noenv, vout); err != nil {
 		t.Fatalf("verify: %v\n%s", err, vout)
 	}
@@ -137,7 +109,7 @@ func TestRunProjectsAndServesMetrics(t *testing.T) {
 
 	// rebuild into a new file, then verify that one too.
 	other := filepath.Join(t.TempDir(), "rebuilt.db")
-	rout := &syncBuffer{}
+	rout := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"rebuild", "--nats", url, "--sqlite", other}, noenv, rout); err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, rout)
 	}
@@ -198,12 +170,9 @@ func TestRunPostgres(t *testing.T) {
 	publish(t, url, "sbpg", 2)
 	env := map[string]string{"DATABASE_URL": dsn, "NATS_URL": url}
 	getenv := func(k string) string { return env[k] }
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, []string{"--metrics", "", "--progress", "0"}, getenv, out) }()
+	r := testutil.Start(t, run, []string{"--metrics", "", "--progress", "0"}, getenv)
 	testenv.Eventually(t, 20*time.Second, func() error {
-		vout := &syncBuffer{}
+		vout := &testutil.SyncBuffer{}
 		if err := run(context.Background(), []string{"verify"}, getenv, vout); err != nil {
 			return err
 		}
@@ -212,12 +181,11 @@ func TestRunPostgres(t *testing.T) {
 		}
 		return nil
 	})
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
+	if err := r.Stop(t, 30*time.Second); err != nil {
+		t.Fatalf("run: %v\n%s", err, r.Out)
 	}
-	if !strings.Contains(out.String(), "-> postgres") {
-		t.Errorf("output = %q, want the postgres store named", out)
+	if !strings.Contains(r.Out.String(), "-> postgres") {
+		t.Errorf("output = %q, want the postgres store named", r.Out)
 	}
 }
 

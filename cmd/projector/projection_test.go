@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -19,12 +20,7 @@ func TestProjectionByName(t *testing.T) {
 	url := testenv.NATS(t)
 	publish(t, url, "sbx", 4)
 	db := filepath.Join(t.TempDir(), "stats.db")
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(ctx, []string{"--projection", "execstats", "--nats", url, "--sqlite", db, "--metrics", "", "--progress", "0"}, noenv, out)
-	}()
+	r := testutil.Start(t, run, []string{"--projection", "execstats", "--nats", url, "--sqlite", db, "--metrics", "", "--progress", "0"}, noenv)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var n int
 		conn, err := openSQLite(db)
@@ -40,14 +36,13 @@ func TestProjectionByName(t *testing.T) {
 		}
 		return nil
 	})
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatalf("run: %v\n%s", err, out)
+	if err := r.Stop(t, 30*time.Second); err != nil {
+		t.Fatalf("run: %v\n%s", err, r.Out)
 	}
-	if !strings.Contains(out.String(), "projector execstats (execstats)") {
-		t.Errorf("output = %q", out)
+	if !strings.Contains(r.Out.String(), "projector execstats (execstats)") {
+		t.Errorf("output = %q", r.Out)
 	}
-	vout := &syncBuffer{}
+	vout := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"verify", "--projection", "execstats", "--nats", url, "--sqlite", db}, noenv, vout); err != nil {
 		t.Fatalf("verify: %v\n%s", err, vout)
 	}
@@ -55,7 +50,7 @@ func TestProjectionByName(t *testing.T) {
 		t.Errorf("verify output = %q, want verified without lag", vout)
 	}
 	// --consumer is honoured: a consumer that never ran is at offset 0, behind.
-	vout = &syncBuffer{}
+	vout = &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"verify", "--projection", "execstats", "--consumer", "nobody", "--nats", url, "--sqlite", db}, noenv, vout); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
@@ -64,7 +59,7 @@ func TestProjectionByName(t *testing.T) {
 	}
 	// A rebuild into another file, partitioned in two, then verified.
 	other := filepath.Join(t.TempDir(), "other.db")
-	rout := &syncBuffer{}
+	rout := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"rebuild", "--projection", "execstats", "--partitions", "2", "--nats", url, "--sqlite", other}, noenv, rout); err != nil {
 		t.Fatalf("rebuild: %v\n%s", err, rout)
 	}
@@ -81,7 +76,7 @@ func TestProjectionByName(t *testing.T) {
 	if err := conn.QueryRow(`SELECT count(*) FROM alineo_projection_offsets WHERE key LIKE 'execstats-p%-of-2'`).Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("partition offsets = %d, %v; want 2", keys, err)
 	}
-	vout = &syncBuffer{}
+	vout = &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"verify", "--projection", "execstats", "--partitions", "2", "--nats", url, "--sqlite", other}, noenv, vout); err != nil {
 		t.Fatalf("verify partitions: %v\n%s", err, vout)
 	}
@@ -102,7 +97,7 @@ func TestProjectionFlagsErrors(t *testing.T) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
 	}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	if err := run(context.Background(), []string{"list"}, noenv, out); err != nil {
 		t.Fatal(err)
 	}

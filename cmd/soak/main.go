@@ -1,4 +1,4 @@
-// Command soak runs the chaos soak (package internal/soak) on real
+// Command soak runs the chaos soak (package cmd/soak/internal/soak) on real
 // processes: a 3-node NATS cluster with R3 streams, Postgres, sandboxd, 4
 // executors, the projector in 2 partitions, the API and 20 SSE auditors,
 // under a job load and a seeded fault schedule, then prints the checks
@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alineo-labs/alineo/internal/soak"
+	"github.com/alineo-labs/alineo/cmd/soak/internal/soak"
 )
 
 func main() {

@@ -1,15 +1,3 @@
-// Package audit is an example projection to copy: an audit view of
-// credentials and egress from the ledger. It answers which sandbox bound which
-// credential for which hosts, and when it was revoked, and how each sandbox's
-// egress rules changed over time, in SQLite or Postgres, exactly once through
-// projections.SQLHandler. No credential value is ever in the ledger, so none is
-// here: only names, hosts and binding types.
-//
-// It reads credential.bound, credential.revoked, egress.rule_added,
-// egress.rule_removed and sandbox.created (for the egress default), the filter
-// pushed down to JetStream.
-//
-// Importing the package registers the projection as "audit" for cmd/projector.
 package audit
 
 import (
@@ -31,8 +19,10 @@ const Name = "audit"
 var Filter = projections.Filter{Events: []events.Event{events.CredentialBound, events.CredentialRevoked,
 	events.EgressRuleAdded, events.EgressRuleRemoved, events.SandboxCreated}}
 
-func init() {
-	projections.Register(projections.Definition{
+// Definition returns the projection as cmd/projector runs, rebuilds and
+// verifies it by Name (projections.Register).
+func Definition() projections.Definition {
+	return projections.Definition{
 		Name:   Name,
 		Help:   "credentials bound per sandbox and host, egress rule changes over time",
 		Filter: Filter,
@@ -40,7 +30,7 @@ func init() {
 			return New(t.DB, t.Dialect), nil
 		},
 		Verify: func(ctx context.Context, a, b projections.Target) error { return Verify(ctx, a.DB, b.DB) },
-	})
+	}
 }
 
 // New returns the projection's handler on db.

@@ -1,18 +1,3 @@
-// Package execstats is an example projection to copy: exec statistics from
-// the ledger (count, duration p50/p95 and exit codes per image, session name
-// and day) in SQLite or Postgres, exactly once through projections.SQLHandler.
-//
-// It reads sandbox.created, exec.started and exec.completed only (the filter
-// is pushed down to JetStream). An exec's image is the one its sandbox's
-// sandbox.created records ("" where none is recorded: a ledger the TypeScript
-// SDK wrote, a restore of a snapshot of unknown origin); its duration is the
-// completed entry's Ts minus its started entry's Ts (same sandbox, step and
-// branch); its day is the UTC date of completion. The session name (the name a
-// sandbox is recorded under, usually its job or template) splits an image's
-// figures further. A sandbox's entries all fall in one partition, so the
-// projection partitions.
-//
-// Importing the package registers the projection as "execstats" for cmd/projector.
 package execstats
 
 import (
@@ -33,8 +18,10 @@ const Name = "execstats"
 // Filter is what the projection reads.
 var Filter = projections.Filter{Events: []events.Event{events.SandboxCreated, events.ExecStarted, events.ExecCompleted}}
 
-func init() {
-	projections.Register(projections.Definition{
+// Definition returns the projection as cmd/projector runs, rebuilds and
+// verifies it by Name (projections.Register).
+func Definition() projections.Definition {
+	return projections.Definition{
 		Name:   Name,
 		Help:   "exec count, duration p50/p95 and exit codes per image, session name and day",
 		Filter: Filter,
@@ -44,7 +31,7 @@ func init() {
 		Verify: func(ctx context.Context, a, b projections.Target) error {
 			return Verify(ctx, a.DB, a.Dialect, b.DB, b.Dialect)
 		},
-	})
+	}
 }
 
 // New returns the projection's handler on db.

@@ -347,15 +347,14 @@ func TestRebuildBesideLiveUnderLoad(t *testing.T) {
 	}
 }
 
-// The projection is registered for cmd/projector, with a verifier.
-func TestRegistered(t *testing.T) {
-	d, err := projections.Lookup(execstats.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Verify == nil || d.UsesStore {
+// The projection's definition (what cmd/projector registers) names it and has
+// a verifier.
+func TestDefinition(t *testing.T) {
+	d := execstats.Definition()
+	if d.Name != execstats.Name || d.Open == nil || d.Verify == nil || d.UsesStore {
 		t.Fatalf("definition = %+v", d)
 	}
+	var err error
 	db1, db2 := openDB(t), openDB(t)
 	ctx := context.Background()
 	for _, db := range []*sql.DB{db1, db2} {

@@ -1,6 +1,3 @@
-// Package spans holds what the module's instrumented packages (the SDK, jobs,
-// projections) share about their OpenTelemetry spans. It depends on the
-// OpenTelemetry API only, never on an exporter.
 package spans
 
 import (

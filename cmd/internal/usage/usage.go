@@ -1,8 +1,3 @@
-// Package usage is the command-line convention every alineo binary follows:
-// -h/--help prints the usage on stdout and exits 0, a bad flag or argument
-// prints the error and the usage on stderr and exits 2, any other error exits
-// 1. It imports only the standard library, so every main may use it
-// (cmd/sandboxd and cmd/alineo included).
 package usage
 
 import (

@@ -1,5 +1,3 @@
-// Package usagetest checks a command's help and usage errors, the way every
-// binary of this module answers them (package usage).
 package usagetest
 
 import (

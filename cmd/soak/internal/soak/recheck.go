@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/jobs"
 )
 
@@ -56,7 +57,7 @@ func Recheck(ctx context.Context, dir string, timeout time.Duration) ([]Result, 
 // startStores starts a cluster node on each store, named after its
 // directory, and returns the client URLs and a function that stops them.
 func startStores(ctx context.Context, stores []string, timeout time.Duration) (string, func(), error) {
-	ports, err := freePorts(2 * len(stores))
+	ports, err := testutil.FreePorts(2 * len(stores))
 	if err != nil {
 		return "", nil, err
 	}

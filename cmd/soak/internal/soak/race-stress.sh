@@ -5,7 +5,7 @@
 # its log's tail; every run's log is kept in LOGDIR. -count=1: a run must not
 # be answered from the test cache.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../../.."
 runs=${RUNS:-5}
 logdir=${LOGDIR:-/tmp/alineo-race-stress}
 mkdir -p "$logdir"

@@ -1,4 +1,4 @@
-package api
+package apiclient
 
 import (
 	"bufio"
@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 )
 
 // Client is a client of the API (cmd/alineo is one). Its zero value is not
-// usable: NewClient fills it in. Safe for concurrent use. Every call returns
-// an *Error for an error answer of the server, so errors.As finds its Status
+// usable: New fills it in. Safe for concurrent use. Every call returns an
+// *Error for an error answer of the server, so errors.As finds its Status
 // and Code.
 type Client struct {
 	base  *url.URL
@@ -31,13 +32,14 @@ type Client struct {
 	retry time.Duration
 }
 
-// NewClient returns a client of the API at baseURL (e.g.
-// "http://127.0.0.1:8090") sending token as its bearer token ("" for none).
-// hc nil means http.DefaultClient. It does no I/O.
-func NewClient(baseURL, token string, hc *http.Client) (*Client, error) {
+// New returns a client of the API at baseURL (e.g. "http://127.0.0.1:8090")
+// sending token as its bearer token ("" for none). hc nil means
+// http.DefaultClient. It does no I/O. A baseURL that is not http(s)://host
+// is an error wrapping ErrInvalidURL.
+func New(baseURL, token string, hc *http.Client) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: API URL %q: want http(s)://host[:port]", ErrInvalidConfig, baseURL)
+		return nil, fmt.Errorf("%w %q: want http(s)://host[:port]", ErrInvalidURL, baseURL)
 	}
 	if hc == nil {
 		hc = http.DefaultClient
@@ -46,7 +48,7 @@ func NewClient(baseURL, token string, hc *http.Client) (*Client, error) {
 }
 
 // SandboxQuery filters Client.Sandboxes; the zero value lists the newest
-// DefaultPageSize sessions.
+// sessions, as many as the server's default page holds (api.DefaultPageSize).
 type SandboxQuery struct {
 	Name      string
 	Status    adapters.SandboxStatus
@@ -57,7 +59,7 @@ type SandboxQuery struct {
 }
 
 // Sandboxes lists sessions (GET /v1/sandboxes), newest first.
-func (c *Client) Sandboxes(ctx context.Context, q SandboxQuery) (SandboxList, error) {
+func (c *Client) Sandboxes(ctx context.Context, q SandboxQuery) (wire.SandboxList, error) {
 	v := url.Values{}
 	set := func(k, val string) {
 		if val != "" {
@@ -74,7 +76,7 @@ func (c *Client) Sandboxes(ctx context.Context, q SandboxQuery) (SandboxList, er
 	if q.Before > 0 {
 		v.Set("before", strconv.FormatInt(q.Before, 10))
 	}
-	var out SandboxList
+	var out wire.SandboxList
 	err := c.do(ctx, "GET", "/v1/sandboxes", v, nil, &out)
 	return out, err
 }
@@ -88,7 +90,7 @@ func (c *Client) Sandbox(ctx context.Context, name, id string) (adapters.Sandbox
 
 // Events returns one page of a session's events after ledger sequence after
 // (GET /v1/sandboxes/{name}/{id}/events); limit 0 is the server's default.
-func (c *Client) Events(ctx context.Context, name, id string, after uint64, limit int) (EventPage, error) {
+func (c *Client) Events(ctx context.Context, name, id string, after uint64, limit int) (wire.EventPage, error) {
 	v := url.Values{}
 	if after > 0 {
 		v.Set("after", strconv.FormatUint(after, 10))
@@ -96,7 +98,7 @@ func (c *Client) Events(ctx context.Context, name, id string, after uint64, limi
 	if limit > 0 {
 		v.Set("limit", strconv.Itoa(limit))
 	}
-	var out EventPage
+	var out wire.EventPage
 	err := c.do(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(name)+"/"+url.PathEscape(id)+"/events", v, nil, &out)
 	return out, err
 }
@@ -107,7 +109,7 @@ func (c *Client) Jobs(ctx context.Context, limit int) ([]jobs.Status, error) {
 	if limit > 0 {
 		v.Set("limit", strconv.Itoa(limit))
 	}
-	var out JobList
+	var out wire.JobList
 	err := c.do(ctx, "GET", "/v1/jobs", v, nil, &out)
 	return out.Jobs, err
 }

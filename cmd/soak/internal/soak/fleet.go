@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -92,25 +93,6 @@ func build(ctx context.Context, dir string, log io.Writer) error {
 	return nil
 }
 
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
 // startFleet builds the binaries and starts every process, each waited for
 // until it answers.
 func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
@@ -122,7 +104,7 @@ func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(6 + 2*3 + cfg.Projectors)
+	ports, err := testutil.FreePorts(6 + 2*3 + cfg.Projectors)
 	if err != nil {
 		return nil, err
 	}

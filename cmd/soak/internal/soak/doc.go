@@ -18,4 +18,8 @@
 // from the processes at the end; the tests break each property on purpose in
 // an Observation and see its check fail. cmd/soak is the command (make soak,
 // make soak-ci).
+//
+// Of this module it imports bus, events, internal/mountinfo,
+// internal/testutil, jobs and opensandbox only: the rest of the system it
+// drives as processes (the binaries it builds).
 package soak
