@@ -112,7 +112,7 @@ func (k *keeper) run(ctx context.Context, sb *alineo.Sandbox) {
 			k.lose(err)
 			return
 		} else if held.IsZero() {
-			return // superseded: the sandbox is left to expire
+			return // nothing more to renew
 		}
 	}
 }
@@ -120,9 +120,11 @@ func (k *keeper) run(ctx context.Context, sb *alineo.Sandbox) {
 // renew is one look of the keeper: it reads the job's status and, while
 // the status has shown within the last AckWait that this attempt holds the
 // job, moves the sandbox's expiration to SandboxTTL from now. It returns
-// when the status last showed that (zero once a later delivery holds the
-// job: the keeper stops), and an error wrapping errSandboxLost once the
-// sandbox is gone or its expiration has passed.
+// when the status last showed that, zero when there is nothing more to
+// renew (a later delivery holds the job, or the sandbox was deleted: by the
+// run's own Close, or by a worker that took the job over), and an error
+// wrapping errSandboxLost once the sandbox expired or its expiration has
+// passed.
 func (k *keeper) renew(ctx context.Context, sb *alineo.Sandbox, held time.Time) (time.Time, error) {
 	w := k.w
 	ctx, cancel := context.WithTimeout(ctx, w.RenewEvery)
@@ -150,8 +152,11 @@ func (k *keeper) renew(ctx context.Context, sb *alineo.Sandbox, held time.Time) 
 		// Created with the protocol's minimum, further off than SandboxTTL.
 	default:
 		if _, err := sb.Renew(ctx, target); err != nil {
-			if gone := k.gone(ctx, sb, err); gone != nil {
-				return held, gone
+			switch lost, gone := k.gone(ctx, sb, err); {
+			case lost != nil:
+				return held, lost
+			case gone:
+				return time.Time{}, nil
 			}
 			w.Logger.Warn("jobs: renew the sandbox", "job", k.job, "sandbox", sb.ID(), "err", err)
 		}
@@ -162,25 +167,27 @@ func (k *keeper) renew(ctx context.Context, sb *alineo.Sandbox, held time.Time) 
 	return held, nil
 }
 
-// gone looks up a sandbox whose renewal the server refused (renewErr): it
-// returns an error wrapping errSandboxLost when the server no longer has it
-// or has ended it, nil otherwise (the server did not answer: the next look
-// tries again).
-func (k *keeper) gone(ctx context.Context, sb *alineo.Sandbox, renewErr error) error {
+// gone looks up a sandbox whose renewal the server refused (renewErr). It
+// returns an error wrapping errSandboxLost when the server ended it at its
+// expiration, and gone when the server no longer runs it for another reason
+// (deleted: by the run's own Close, or by a worker that took the job over,
+// and the run fails of that by itself). Both are zero when the server did
+// not answer, or runs it still: the next look tries again.
+func (k *keeper) gone(ctx context.Context, sb *alineo.Sandbox, renewErr error) (lost error, gone bool) {
 	var api *opensandbox.APIError
 	if !errors.As(renewErr, &api) {
-		return nil
+		return nil, false
 	}
 	s, err := k.w.Client.OpenSandbox().GetSandbox(ctx, sb.ID())
 	switch {
 	case errors.Is(err, opensandbox.ErrNotFound):
-		return fmt.Errorf("%w: sandbox %s is gone: %w", errSandboxLost, sb.ID(), renewErr)
-	case err != nil:
-		return nil
-	case ended(s.Status.State):
-		return fmt.Errorf("%w: sandbox %s is %s (%s): %w", errSandboxLost, sb.ID(), s.Status.State, s.Status.Reason, renewErr)
+		return nil, true
+	case err != nil || !ended(s.Status.State):
+		return nil, false
+	case s.Status.Reason == reasonTTLExpiry:
+		return fmt.Errorf("%w: sandbox %s is %s (%s): %w", errSandboxLost, sb.ID(), s.Status.State, s.Status.Reason, renewErr), true
 	}
-	return nil
+	return nil, true
 }
 
 // ended reports whether a sandbox in state s no longer runs, or is being

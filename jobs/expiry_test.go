@@ -186,3 +186,54 @@ func waitJob(t *testing.T, q *jobs.Queue, id string, timeout time.Duration, ok f
 	})
 	return st
 }
+
+// TestRenewedJobStillFails: a step that fails fails the job at once, on its
+// first attempt, while its sandbox is being renewed: the end of its sandbox
+// (closed by the run) is not taken for an expiry.
+func TestRenewedJobStillFails(t *testing.T) {
+	ctx := context.Background()
+	srv := newShortTTLServer(t, 2*time.Second)
+	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	q, err := jobs.OpenQueue(ctx, b.JetStream(), jobs.QueueConfig{AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := bus.NewLedger(b, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := alineo.New(alineo.Options{BaseURL: srv.url, Adapter: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Submit(ctx, mustParse(t, `{"name":"fails","image":"host","steps":[{"exec":{"command":"sleep 1; exit 3"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &jobs.Worker{Queue: q, Client: client, Ledger: l, ID: "w1", SandboxTTL: 2 * time.Second, RenewEvery: 50 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	got := waitJob(t, q, st.ID, 30*time.Second, func(s jobs.Status) error {
+		if !s.State.Terminal() {
+			return fmt.Errorf("job %s", s.State)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got.State != jobs.StateFailed || got.Attempt != 1 || !strings.Contains(got.Error, "exit") {
+		t.Errorf("status %+v, want failed on attempt 1 by its step", got)
+	}
+	if srv.renewed.Load() == 0 {
+		t.Errorf("no renewal while the step ran")
+	}
+}
