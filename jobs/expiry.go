@@ -127,7 +127,9 @@ func (k *keeper) run(ctx context.Context, sb *alineo.Sandbox) {
 // passed.
 func (k *keeper) renew(ctx context.Context, sb *alineo.Sandbox, held time.Time) (time.Time, error) {
 	w := k.w
-	ctx, cancel := context.WithTimeout(ctx, w.RenewEvery)
+	// A look may take a renewal period, and a second at least: a slow
+	// answer is no reason to skip a renewal.
+	ctx, cancel := context.WithTimeout(ctx, min(max(w.RenewEvery, time.Second), w.SandboxTTL))
 	defer cancel()
 	now := time.Now()
 	st, err := w.Queue.Status(ctx, k.job)

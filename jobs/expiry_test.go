@@ -217,7 +217,7 @@ func TestRenewedJobStillFails(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &jobs.Worker{Queue: q, Client: client, Ledger: l, ID: "w1", SandboxTTL: 2 * time.Second, RenewEvery: 50 * time.Millisecond}
+	w := &jobs.Worker{Queue: q, Client: client, Ledger: l, ID: "w1", SandboxTTL: 2 * time.Second, RenewEvery: 100 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
 	got := waitJob(t, q, st.ID, 30*time.Second, func(s jobs.Status) error {
