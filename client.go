@@ -125,7 +125,7 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
 	}
 	return c.launch(ctx, "create", req, spawnOptions{
-		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell,
+		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell, timeout: opts.Timeout,
 		payload:      events.SandboxCreatedPayload{Resources: res.limits(), RunID: runID, Image: opts.Image},
 		recordPolicy: opts.NetworkPolicy,
 	})
@@ -145,6 +145,7 @@ type spawnOptions struct {
 	policy          *NetworkPolicy
 	credentialProxy bool
 	metadata        map[string]string // spawn: attached to the sandbox, "runId" added
+	timeout         time.Duration     // spawn: the sandbox's time to live (0: none)
 	// recordPolicy, when set, has its rules recorded as egress.rule_added after
 	// sandbox.created (a new sandbox's policy; a restored one is not re-recorded).
 	recordPolicy *NetworkPolicy
@@ -185,6 +186,9 @@ func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSa
 	}
 	sb.release = sync.OnceFunc(c.sem.release)
 	sb.run = run
+	if created.ExpiresAt != nil {
+		sb.expiresAt = *created.ExpiresAt
+	}
 	return sb, nil
 }
 
@@ -200,6 +204,7 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	}
 	sb := c.handle(id, o.name(id), o.runID, o.resources, o.shell, ex)
 	sb.replay = o.replay
+	sb.expires = o.timeout > 0 // the expiry itself is set by launch
 	sb.image = o.payload.Image
 	o.payload.SandboxID = id
 	if p := o.recordPolicy; p != nil {
@@ -353,4 +358,22 @@ func (c *Client) sessionDetails(ctx context.Context, name, sandboxID string) (*S
 		return nil, err
 	}
 	return adapters.DetailsOf(es), nil
+}
+
+// reasonTTLExpiry is the status reason of a sandbox its server ended when its
+// expiration passed (OpenSandbox's lifecycle spec).
+const reasonTTLExpiry = "ttl_expiry"
+
+// expired reports whether the server says sandbox id ended, or is ending, at
+// its expiration. A sandbox it cannot look up is not known to have expired.
+func (c *Client) expired(ctx context.Context, id string) bool {
+	sb, err := c.os.GetSandbox(ctx, id)
+	if err != nil || sb.Status.Reason != reasonTTLExpiry {
+		return false
+	}
+	switch sb.Status.State {
+	case opensandbox.StateStopping, opensandbox.StateTerminated, opensandbox.StateFailed:
+		return true
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters/memory"
@@ -614,4 +615,24 @@ func ExampleErrNotFound() {
 	// Output:
 	// true
 	// true
+}
+
+// A sandbox created with a Timeout ends on its own unless it is renewed: a
+// worker renews the sandbox of its job while it runs, so that the sandbox
+// of a worker that died expires.
+func ExampleSandbox_Renew() {
+	ctx := context.Background()
+	client := newClient()
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Timeout: 2 * time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	created := sb.ExpiresAt()
+	renewed, err := sb.Renew(ctx, time.Now().Add(10*time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(renewed.Sub(created) > 7*time.Minute, sb.ExpiresAt().Equal(renewed))
+	// Output: true true
 }

@@ -26,6 +26,8 @@ type fakeServer struct {
 	// snapState is the state of every snapshot (Creating, Ready, Failed);
 	// "" refuses snapshots with 409.
 	snapState string
+	// failDelete makes DELETE /v1/sandboxes/{id} answer this status.
+	failDelete int
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
@@ -110,6 +112,10 @@ func (f *fakeServer) delete(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if _, ok := f.sandboxes[id]; !ok {
 		writeJSON(w, 404, map[string]string{"code": "SANDBOX_NOT_FOUND", "message": "not found"})
+		return
+	}
+	if f.failDelete != 0 {
+		writeJSON(w, f.failDelete, map[string]string{"code": "GENERAL::UNKNOWN_ERROR", "message": "no"})
 		return
 	}
 	delete(f.sandboxes, id)

@@ -156,18 +156,29 @@ func (o SandboxOptions) validate() error {
 	switch {
 	case o.Image != "" && strings.TrimSpace(o.Image) == "":
 		return &OptionError{Field: "Image", Reason: "is blank"}
-	case o.Timeout < 0:
-		return &OptionError{Field: "Timeout", Reason: "is negative"}
-	case o.Timeout > 0 && o.Timeout < MinTimeout:
-		return &OptionError{Field: "Timeout", Reason: "must be 0 (none) or at least " + MinTimeout.String() + ", got " + o.Timeout.String()}
-	case o.Timeout%time.Second != 0:
-		return &OptionError{Field: "Timeout", Reason: "must be whole seconds, got " + o.Timeout.String()}
+	}
+	if err := validTimeout(o.Timeout); err != nil {
+		return err
 	}
 	if err := o.NetworkPolicy.validate(); err != nil {
 		return err
 	}
 	if strings.ContainsRune(o.Shell, 0) {
 		return &OptionError{Field: "Shell", Reason: "contains a NUL byte"}
+	}
+	return nil
+}
+
+// validTimeout checks a sandbox's time to live (SandboxOptions.Timeout,
+// ResumeOptions.Timeout).
+func validTimeout(d time.Duration) error {
+	switch {
+	case d < 0:
+		return &OptionError{Field: "Timeout", Reason: "is negative"}
+	case d > 0 && d < MinTimeout:
+		return &OptionError{Field: "Timeout", Reason: "must be 0 (none) or at least " + MinTimeout.String() + ", got " + d.String()}
+	case d%time.Second != 0:
+		return &OptionError{Field: "Timeout", Reason: "must be whole seconds, got " + d.String()}
 	}
 	return nil
 }

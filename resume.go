@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/spans"
@@ -31,6 +32,9 @@ type ResumeOptions struct {
 	// Metadata is attached to the new sandbox on the server, as
 	// SandboxOptions.Metadata; "runId" is added.
 	Metadata map[string]string
+	// Timeout is the new sandbox's time to live, as SandboxOptions.Timeout:
+	// 0 for none, else whole seconds and at least MinTimeout.
+	Timeout time.Duration
 }
 
 // Resume continues a session from its last checkpoint (or the last with
@@ -64,6 +68,9 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	ctx, span := c.tracer.Start(ctx, "session.resume", trace.WithAttributes(attrSandboxID.String(sandboxID),
 		attrName.String(opts.Name), attrCheckpoint.String(opts.Tag)))
 	defer func() { spans.End(span, err) }()
+	if err := validTimeout(opts.Timeout); err != nil {
+		return nil, err
+	}
 	name, es, err := c.resumedSession(ctx, sandboxID, opts.Name)
 	if err != nil {
 		return nil, err
@@ -85,7 +92,7 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	sb, err := c.spawn(ctx, spawnOptions{
 		snapshotID: rp.checkpoint.SnapshotID, name: func(string) string { return name },
 		resources: res, runID: rp.runID, payload: payload, replay: rp.cache, shell: opts.Shell,
-		policy: creds.policy(), credentialProxy: creds.proxy(), metadata: opts.Metadata,
+		policy: creds.policy(), credentialProxy: creds.proxy(), metadata: opts.Metadata, timeout: opts.Timeout,
 	})
 	if err != nil {
 		return nil, err
@@ -188,8 +195,8 @@ func defaultName(name, prefix string) func(id string) string {
 func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
 	return c.launch(ctx, "create from snapshot "+o.snapshotID, opensandbox.CreateSandboxRequest{
 		SnapshotID: o.snapshotID, Metadata: withRunID(o.metadata, o.runID),
-		ResourceLimits: o.resources.limits(),
-		NetworkPolicy:  o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
+		ResourceLimits: o.resources.limits(), Timeout: o.timeout,
+		NetworkPolicy: o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
 	}, o)
 }
 

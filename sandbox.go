@@ -44,6 +44,9 @@ type Sandbox struct {
 	running  sync.WaitGroup // exec goroutines
 	replay   *replayCache   // results replayed instead of run (Client.Resume); nil for none
 
+	expires   bool      // created with a Timeout, or renewed: it may have expired by Close
+	expiresAt time.Time // as the server last said; zero: none known
+
 	creds credState // bound credential values, redacted from what is recorded
 
 	run trace.Span // sandbox.run, from launch to Close; nil for a handle of Connect
@@ -61,6 +64,36 @@ func (s *Sandbox) Name() string { return s.name }
 
 // RunID returns the run id resolved when the sandbox was created.
 func (s *Sandbox) RunID() string { return s.runID }
+
+// ExpiresAt returns when the server ends the sandbox unless it is renewed, as
+// the server said when it created the sandbox (SandboxOptions.Timeout) or
+// last renewed it; zero when it has no expiration. Safe for concurrent use.
+func (s *Sandbox) ExpiresAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expiresAt
+}
+
+// Renew moves the sandbox's expiration to expiresAt, which must be in the
+// future and later than the current one (OpenSandbox's renew-expiration),
+// and returns the new expiration. A worker keeps the sandbox of a job alive
+// this way, so that the sandbox of a worker that died expires on its own.
+// Safe for concurrent use; it may be called on a closed handle, whose
+// sandbox is gone.
+//
+// Errors: *SandboxError wrapping the server's (an *opensandbox.APIError:
+// 400 when expiresAt is not later than the current expiration, 404 when the
+// sandbox is gone, 409 when it is stopping or ended).
+func (s *Sandbox) Renew(ctx context.Context, expiresAt time.Time) (time.Time, error) {
+	got, err := s.c.os.RenewExpiration(ctx, s.id, expiresAt)
+	if err != nil {
+		return time.Time{}, &SandboxError{SandboxID: s.id, Op: "renew", Err: err}
+	}
+	s.mu.Lock()
+	s.expires, s.expiresAt = true, got
+	s.mu.Unlock()
+	return got, nil
+}
 
 // execd returns the execd client, or why there is none (closed, paused).
 func (s *Sandbox) execd() (*opensandbox.Execd, error) {
@@ -332,6 +365,12 @@ func (s *Sandbox) resume(ctx context.Context) (*opensandbox.Execd, error) {
 // sandbox.closed (even if the delete failed) and frees the concurrency slot. It
 // is idempotent: later calls return the first call's result. The work after the
 // cancel continues for a bounded time even if ctx ends.
+//
+// sandbox.closed has no payload when the sandbox was deleted. Otherwise its
+// events.SandboxClosedPayload says what became of it: Outcome
+// events.OutcomeExpired when its server had ended it at its expiration (a
+// sandbox created with a Timeout is looked up first), or
+// events.OutcomeUnreachable when the delete failed: it may still run.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		if s.run != nil {
@@ -361,10 +400,24 @@ func (s *Sandbox) close(ctx context.Context) error {
 	if ex != nil {
 		ex.Close()
 	}
+	s.mu.Lock()
+	expires := s.expires
+	s.mu.Unlock()
+	outcome := events.OutcomeClosed
+	if expires && s.c.expired(wctx, s.id) {
+		outcome = events.OutcomeExpired
+	}
 	if err := s.c.os.DeleteSandbox(wctx, s.id); err != nil && !errors.Is(err, opensandbox.ErrNotFound) {
 		errs = append(errs, &SandboxError{SandboxID: s.id, Op: "delete", Err: err})
+		if outcome == events.OutcomeClosed {
+			outcome = events.OutcomeUnreachable
+		}
 	}
-	if err := s.ledger.write(wctx, events.SandboxClosed, events.SandboxLevel, nil); err != nil {
+	var payload any // none for a plain deletion, as before outcomes were recorded
+	if outcome != events.OutcomeClosed {
+		payload = events.SandboxClosedPayload{Outcome: outcome}
+	}
+	if err := s.ledger.write(wctx, events.SandboxClosed, events.SandboxLevel, payload); err != nil {
 		errs = append(errs, &SandboxError{SandboxID: s.id, Op: "record sandbox.closed", Err: err})
 	}
 	return errors.Join(errs...)

@@ -651,3 +651,31 @@ func TestFakeImageErrors(t *testing.T) {
 		t.Errorf("images created = %q, want [%q]", got, DefaultImage)
 	}
 }
+
+// TestFakeCloseUnreachable: a sandbox whose delete fails may still run, so
+// its sandbox.closed says unreachable, never a plain close.
+func TestFakeCloseUnreachable(t *testing.T) {
+	f := newFakeServer(t)
+	c := newFakeClient(t, f, nil)
+	ctx := context.Background()
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "ubuntu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.failDelete = http.StatusInternalServerError
+	f.mu.Unlock()
+	var se *SandboxError
+	if err := sb.Close(ctx); !errors.As(err, &se) || se.Op != "delete" {
+		t.Fatalf("Close = %v, want the delete's *SandboxError", err)
+	}
+	es := rows(t, c, sb)
+	last := es[len(es)-1]
+	var p events.SandboxClosedPayload
+	if last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Outcome != events.OutcomeUnreachable {
+		t.Errorf("session ends with %s %s, want sandbox.closed with outcome %q", last.Event, last.Payload, events.OutcomeUnreachable)
+	}
+	if f.live() != 1 {
+		t.Errorf("%d sandboxes live on the server, want the one whose delete failed", f.live())
+	}
+}

@@ -302,3 +302,24 @@ func FuzzPayloadFastPath(f *testing.F) {
 		}
 	})
 }
+
+func TestSandboxClosedFinal(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		want    bool
+	}{
+		{`{}`, true}, // written before outcomes were: a plain close
+		{`{"reason":"taken over","by":"w2","job":"j"}`, true},
+		{`{"outcome":"closed"}`, true},
+		{`{"outcome":"expired"}`, true},
+		{`{"reason":"taken over","outcome":"unreachable"}`, false},
+	} {
+		var p events.SandboxClosedPayload
+		if err := json.Unmarshal([]byte(tc.payload), &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Final(); got != tc.want {
+			t.Errorf("%s: Final = %v, want %v", tc.payload, got, tc.want)
+		}
+	}
+}

@@ -155,13 +155,21 @@ type CheckpointCreatedPayload struct {
 }
 
 // SandboxClosedPayload is the payload of sandbox.closed when someone other
-// than the sandbox's handle ends it; a handle's own Close writes none. Reason
+// than the sandbox's handle ends it, or when the sandbox was not simply
+// deleted; a handle's own Close that deleted its sandbox writes none. Reason
 // says why ("taken over", "job failed"), By names the new owner (a worker
-// id), Job the job whose sandbox it was.
+// id), Job the job whose sandbox it was. Outcome says what became of the
+// sandbox on its server (OutcomeClosed, OutcomeExpired, OutcomeUnreachable);
+// empty means OutcomeClosed, as everything written before the field was.
+//
+// A session may end with several sandbox.closed: a later one gives a more
+// exact account (a host that comes back records that it deleted a sandbox
+// another worker found unreachable); the last one says what happened.
 type SandboxClosedPayload struct {
-	Reason string `json:"reason,omitempty"`
-	By     string `json:"by,omitempty"`
-	Job    string `json:"job,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	By      string `json:"by,omitempty"`
+	Job     string `json:"job,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Reasons of SandboxClosedPayload.
@@ -169,6 +177,25 @@ const (
 	ClosedTakenOver = "taken over"
 	ClosedJobFailed = "job failed"
 )
+
+// Outcomes of SandboxClosedPayload: what became of the sandbox.
+const (
+	// OutcomeClosed: the sandbox no longer runs: the recorder deleted it, or
+	// its server ended it otherwise than by its expiration.
+	OutcomeClosed = "closed"
+	// OutcomeExpired: its server ended it when its expiration passed (the
+	// status reason ttl_expiry), nobody having renewed it.
+	OutcomeExpired = "expired"
+	// OutcomeUnreachable: the recorder could not end it nor see it ended:
+	// its server did not answer, refused the delete, or is another host's
+	// (the sandbox is not on the recorder's server). It may still run,
+	// until its expiration.
+	OutcomeUnreachable = "unreachable"
+)
+
+// Final reports whether p says the sandbox no longer runs: its outcome is
+// closed (or empty) or expired.
+func (p SandboxClosedPayload) Final() bool { return p.Outcome != OutcomeUnreachable }
 
 // EgressAction is allow or deny.
 type EgressAction string

@@ -46,6 +46,30 @@
 // lapsed) writes through the same Ledger, so the Worker cancels it and waits
 // for it to settle before the takeover.
 //
+// # A sandbox server on every host
+//
+// Each Worker uses its own host's sandbox server; a job taken over on
+// another host resumes there from its last checkpoint (the checkpoint must
+// be in a store both servers share). The worker that takes a job over
+// cannot reach the dead host's server, so nothing there would end the old
+// sandbox. Three things do:
+//
+//   - Expiration. The Worker creates each sandbox with an expiration and,
+//     while the job runs and its status shows the attempt still holds it,
+//     renews it (OpenSandbox's renew-expiration) to Worker.SandboxTTL from
+//     now every Worker.RenewEvery. The sandbox of a worker that died, or
+//     that cannot read the job's status for longer than its lease, expires
+//     on its own. A sandbox that expires under a live run stops the run,
+//     and the job is handed back (not failed): the next delivery resumes it.
+//   - Start-up. A Worker first ends the sandboxes on its server whose job
+//     moved on (settled, or a later attempt, or another worker): what its
+//     host left running when it died or was cut off.
+//   - The ledger says what became of each: sandbox.closed carries the
+//     outcome (events.OutcomeClosed, OutcomeExpired, OutcomeUnreachable).
+//     The worker that takes a job over records "unreachable" for a sandbox
+//     its server does not have; the host that comes back records, after
+//     it, that it deleted it or that it had expired.
+//
 // Of this module it imports alineo, adapters, events, internal/spans and
 // opensandbox only (the SDK and what it speaks), and nats.go's jetstream;
 // never bus (a Worker fences through the Fencer it is given), a database

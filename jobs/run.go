@@ -80,6 +80,11 @@ type Runner struct {
 	// what it likes). The Worker tags every sandbox of a job with it
 	// (JobMetadata) to find the ones an attempt that died left behind.
 	Metadata map[string]string
+	// Timeout is the time to live of the sandbox Run creates, and of the one
+	// the default Resume restores (alineo.SandboxOptions.Timeout): 0 for
+	// none, else whole seconds and at least alineo.MinTimeout. The Worker
+	// sets it and renews the sandbox while the job runs.
+	Timeout time.Duration
 	// Progress receives every Event, synchronously. Nil discards them.
 	Progress func(Event)
 	// OnSandbox is called once the job's sandbox (new or resumed) is ready; an
@@ -141,7 +146,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		}
 		resume := r.Resume
 		if resume == nil {
-			resume = clientResume(r.Client, r.Metadata)
+			resume = clientResume(r.Client, r.Metadata, r.Timeout)
 		}
 		if resume == nil {
 			return res, ErrResumeUnavailable
@@ -153,7 +158,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 		next = from.Next
 	} else {
 		sb, err = r.Client.Sandbox(ctx, alineo.SandboxOptions{
-			Image: spec.Image, Name: spec.Name, Env: spec.Env, Metadata: r.Metadata,
+			Image: spec.Image, Name: spec.Name, Env: spec.Env, Metadata: r.Metadata, Timeout: r.Timeout,
 			Resources: alineo.Resources{CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, GPU: spec.Resources.GPU},
 		})
 		if err != nil {

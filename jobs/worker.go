@@ -36,7 +36,9 @@ type Worker struct {
 	Client *alineo.Client
 	// Ledger, when set, fences the sandbox of a job's previous attempt before
 	// the job is taken over and records its end (sandbox.closed, reason
-	// "taken over", by this worker): the bus ledger the Client writes to.
+	// "taken over", by this worker, with what became of it: closed,
+	// expired, or unreachable when this worker's server does not have it):
+	// the bus ledger the Client writes to.
 	// A job that fails for good has its sandboxes' ends recorded too.
 	Ledger Fencer
 	// Resume restores a checkpointed session. Default ClientResume(Client),
@@ -51,6 +53,19 @@ type Worker struct {
 	// Heartbeat is the period of the lease renewals (InProgress). Default a
 	// third of the queue's AckWait.
 	Heartbeat time.Duration
+	// SandboxTTL is how long the sandbox of a job outlives the last renewal
+	// of its expiration, so that the sandbox of a worker that died, or lost
+	// its job, ends on its own. Each sandbox is created with an expiration
+	// (OpenSandbox's timeout: SandboxTTL, but at least alineo.MinTimeout,
+	// the protocol's minimum), and while its job runs, and the job's status
+	// has shown within the last AckWait that this attempt holds it, the
+	// Worker moves the expiration to SandboxTTL from now every RenewEvery.
+	// Default twice the queue's AckWait: a dead worker's sandbox ends about
+	// one lease after its job is delivered again.
+	SandboxTTL time.Duration
+	// RenewEvery is the period of those renewals; less than SandboxTTL.
+	// Default a third of SandboxTTL.
+	RenewEvery time.Duration
 	// DrainTimeout bounds the wait for the current step once Run's ctx is
 	// done; past it the job is cancelled and handed back. Default 1 min.
 	DrainTimeout time.Duration
@@ -77,8 +92,8 @@ func (w *Worker) init() error {
 	if w.Queue == nil || w.Client == nil {
 		return fmt.Errorf("%w: Worker needs Queue and Client", ErrInvalidConfig)
 	}
-	if w.Concurrency < 0 || w.Heartbeat < 0 || w.DrainTimeout < 0 {
-		return fmt.Errorf("%w: negative Concurrency, Heartbeat or DrainTimeout", ErrInvalidConfig)
+	if w.Concurrency < 0 || w.Heartbeat < 0 || w.DrainTimeout < 0 || w.SandboxTTL < 0 || w.RenewEvery < 0 {
+		return fmt.Errorf("%w: negative Concurrency, Heartbeat, DrainTimeout, SandboxTTL or RenewEvery", ErrInvalidConfig)
 	}
 	if w.ID == "" {
 		var b [4]byte
@@ -93,6 +108,15 @@ func (w *Worker) init() error {
 	}
 	if w.DrainTimeout == 0 {
 		w.DrainTimeout = time.Minute
+	}
+	if w.SandboxTTL == 0 {
+		w.SandboxTTL = 2 * w.Queue.cfg.AckWait
+	}
+	if w.RenewEvery == 0 {
+		w.RenewEvery = w.SandboxTTL / 3
+	}
+	if w.RenewEvery >= w.SandboxTTL {
+		return fmt.Errorf("%w: RenewEvery %v, want less than SandboxTTL %v", ErrInvalidConfig, w.RenewEvery, w.SandboxTTL)
 	}
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
@@ -110,6 +134,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	cons, err := w.Queue.consumer(ctx)
 	if err != nil {
 		return fmt.Errorf("jobs consumer: %w", err)
+	}
+	// A host that comes back first ends what its sandboxes are no use for.
+	if ended, err := w.reap(ctx); err != nil {
+		w.Logger.Warn("jobs: end the sandboxes of jobs that moved on", "ended", ended, "err", err)
+	} else if len(ended) > 0 {
+		w.Logger.Info("jobs: ended the sandboxes of jobs that moved on", "sandboxes", ended)
 	}
 	var wg sync.WaitGroup
 	for range w.Concurrency {
@@ -230,8 +260,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	if from != nil {
 		session = from.Name
 	}
-	_, err = w.runner(jobCtx, ctx.Done(), jm.ID, attempt, session).Run(jobCtx, jm.Spec, from)
-	w.settle(jobCtx, m, jm.ID, attempt, err)
+	// The run stops when its sandbox is lost (expired), which the job's
+	// status writes, done with jobCtx, outlive.
+	runCtx, stopRun := context.WithCancelCause(jobCtx)
+	keep := w.newKeeper(jm.ID, attempt, stopRun)
+	_, err = w.runner(jobCtx, ctx.Done(), jm.ID, attempt, session, keep).Run(runCtx, jm.Spec, from)
+	lost := keep.stop()
+	stopRun(nil)
+	w.settle(jobCtx, m, jm.ID, attempt, err, lost)
 }
 
 // lease heartbeats m until the returned stop is called; once ctx is done
@@ -265,11 +301,14 @@ func (w *Worker) lease(ctx context.Context, m jetstream.Msg, id string, cancel c
 
 // runner is the Runner of attempt of job id: its progress, sandbox and
 // checkpoints recorded in the job's status unless a later attempt owns it
-// (then the hooks stop the run with errSuperseded).
-func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string, attempt int, session string) *Runner {
+// (then the hooks stop the run with errSuperseded), its sandbox created with
+// an expiration that keep renews.
+func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string, attempt int, session string, keep *keeper) *Runner {
+	md := JobMetadata(id, attempt, session)
+	md[MetaWorker] = w.ID
 	return &Runner{
 		Client: w.Client, Resume: w.Resume, Drain: drain, Output: w.Output,
-		Metadata: JobMetadata(id, attempt, session),
+		Metadata: md, Timeout: createTimeout(w.SandboxTTL),
 		Progress: func(ev Event) {
 			if ev.Index >= 0 && (ev.State == StepDone || ev.State == StepReplayed || ev.State == StepSkipped) {
 				_, _ = w.Queue.update(jobCtx, id, func(s *Status) {
@@ -291,7 +330,11 @@ func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string
 			if err == nil && st.Attempt > attempt {
 				return fmt.Errorf("%w: attempt %d, the status records attempt %d", errSuperseded, attempt, st.Attempt)
 			}
-			return statusFailure(err)
+			if err != nil {
+				return statusFailure(err)
+			}
+			keep.start(ctx, sb)
+			return nil
 		},
 		OnCheckpoint: func(ctx context.Context, cp Checkpoint) error {
 			st, err := w.Queue.update(ctx, id, func(s *Status) {
@@ -395,8 +438,10 @@ const (
 )
 
 // settle ends a delivery after its run: succeeded, failed for good, handed
-// back, or left alone when another delivery owns the job.
-func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err error) {
+// back, or left alone when another delivery owns the job. lost is the
+// keeper's verdict on the run's sandbox: non-nil when it expired under the
+// run.
+func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err, lost error) {
 	if errors.Is(context.Cause(jobCtx), errSuperseded) {
 		// Cancelled by a later delivery to this worker (supersedeLocal).
 		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "err", err)
@@ -420,6 +465,14 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", id, "err", err)
 	case errors.Is(err, ErrDrained):
 		w.requeue(jobCtx, m, id, attempt, "drained", 0)
+	case lost != nil && attempt >= w.Queue.cfg.MaxDeliver:
+		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v: %v", attempt, w.Queue.cfg.MaxDeliver, lost, err), attempt)
+	case lost != nil:
+		// Its sandbox expired (its renewals failed, or stopped while the
+		// job's status could not be read): not the job's failure. The next
+		// delivery resumes from the last checkpoint.
+		w.Logger.Warn("jobs: sandbox lost; handing the job back", "job", id, "attempt", attempt, "err", lost)
+		w.requeue(jobCtx, m, id, attempt, lost.Error(), time.Second)
 	case errors.Is(err, errStatusUnavailable):
 		// The job's status could not be recorded (the bucket unavailable past
 		// update's retries): not the job's failure. Hand it back; the next
@@ -464,18 +517,18 @@ func (w *Worker) takeover(ctx context.Context, jobID string, prev Status) (*Chec
 }
 
 // endSession ends the sandbox (name, id) of job jobID for another owner: it
-// fences its writer, deletes it on the server (best effort) and, unless its
-// session already ends with sandbox.closed, appends one with reason and this
-// worker as the new owner. Without a Ledger it only deletes.
+// fences its writer, ends it on this worker's server (endSandbox) and
+// appends sandbox.closed with reason, this worker as the new owner and the
+// outcome, unless the session already ends with a sandbox.closed that says
+// as much (one that says the sandbox may still run is followed by a later
+// one that knows better). Without a Ledger it only ends the sandbox.
 func (w *Worker) endSession(ctx context.Context, name, id, jobID, reason string) error {
 	if w.Ledger != nil {
 		if _, err := w.Ledger.Takeover(ctx, id); err != nil {
 			return fmt.Errorf("fence sandbox %s: %w", id, err)
 		}
 	}
-	if err := w.Client.OpenSandbox().DeleteSandbox(ctx, id); err != nil { // gone already is fine
-		w.Logger.Debug("jobs: delete a previous attempt's sandbox", "sandbox", id, "err", err)
-	}
+	outcome := w.endSandbox(ctx, id)
 	if w.Ledger == nil || name == "" {
 		return nil
 	}
@@ -483,30 +536,15 @@ func (w *Worker) endSession(ctx context.Context, name, id, jobID, reason string)
 	if err != nil {
 		return fmt.Errorf("read session %s/%s: %w", name, id, err)
 	}
-	if len(es) == 0 || closed(es) {
+	if p, ok := lastClosed(es); len(es) == 0 || ok && (p.Final() || outcome == events.OutcomeUnreachable) {
 		return nil
 	}
 	e := events.New(time.Now().UnixMilli(), name, id, events.SandboxLevel, events.SandboxClosed,
-		events.SandboxClosedPayload{Reason: reason, By: w.ID, Job: jobID})
+		events.SandboxClosedPayload{Reason: reason, By: w.ID, Job: jobID, Outcome: outcome})
 	if err := w.Ledger.AppendBatch(ctx, []events.Entry{e}); err != nil {
 		return fmt.Errorf("record sandbox.closed of %s/%s: %w", name, id, err)
 	}
 	return nil
-}
-
-// closed reports whether the session es ends with sandbox.closed (nothing
-// but credential revocations after it).
-func closed(es []events.Entry) bool {
-	for i := len(es) - 1; i >= 0; i-- {
-		switch es[i].Event {
-		case events.SandboxClosed:
-			return true
-		case events.CredentialRevoked:
-			continue
-		}
-		return false
-	}
-	return false
 }
 
 // endFailed ends every sandbox of a job that failed for good and is still
@@ -523,7 +561,7 @@ func (w *Worker) endFailed(ctx context.Context, jobID string, st Status) {
 			continue
 		}
 		es, err := w.Ledger.ReadAll(ctx, s.name, s.id)
-		if err == nil && closed(es) {
+		if err == nil && settled(es) {
 			continue
 		}
 		if err := w.endSession(ctx, s.name, s.id, jobID, events.ClosedJobFailed); err != nil {

@@ -27,6 +27,10 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"run"}, Code: 2},
 		{Args: []string{"work", "--nope"}, Code: 2},
 		{Args: []string{"work", "--log-level", "loud"}, Code: 2},
+		{Args: []string{"work", "-h"}, Code: 0, Want: []string{"-sandbox-ttl", "-sandbox-renew"}},
+		{Args: []string{"work", "--sandbox-ttl", "-1s"}, Code: 2},
+		{Args: []string{"work", "--sandbox-ttl", "10s", "--sandbox-renew", "10s"}, Code: 2},
+		{Args: []string{"work", "--ack-wait", "3s", "--sandbox-renew", "6s"}, Code: 2}, // the default TTL is 6 s
 		{Args: []string{"status", "-o", "yaml", "0123"}, Code: 2},
 	})
 }

@@ -12,9 +12,17 @@
 // (OPEN_SANDBOX_URL; empty starts sandboxd in-process), --sandbox-key
 // (OPEN_SANDBOX_API_KEY), --sqlite (./alineo.db) or --postgres (DATABASE_URL
 // or PG*) for the read model the in-process projector of run and demo keeps.
+//
+// In a fleet every executor uses its own host's sandbox server: embedded, or
+// --sandbox pointing at a local one. work creates each job's sandbox with an
+// expiration and renews it while the job runs (--sandbox-ttl, default twice
+// --ack-wait; --sandbox-renew, default a third of it), so the sandbox of an
+// executor that died expires on its own; and at start it ends the sandboxes
+// of its server whose job moved on while it was away (see package jobs).
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,6 +79,7 @@ var heads = map[string]string{
 type config struct {
 	nats, natsDir, sandbox, sandboxKey, sqlite, postgres, logLevel string
 	ackWait, drainTimeout                                          time.Duration
+	sandboxTTL, sandboxRenew                                       time.Duration
 	concurrency, maxDeliver                                        int
 	id                                                             string
 	output, project                                                bool
@@ -134,6 +143,8 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 		fs.IntVar(&c.concurrency, "concurrency", 1, "jobs run at once")
 		fs.StringVar(&c.id, "id", getenv("HOSTNAME"), "worker id shown in job statuses (default $HOSTNAME or random)")
 		fs.DurationVar(&c.drainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long the current step may take before the job is handed back anyway")
+		fs.DurationVar(&c.sandboxTTL, "sandbox-ttl", 0, "how long a job's sandbox outlives the last renewal of its expiration, so a dead executor's sandbox ends on its own (default twice --ack-wait; created with at least 1m, the protocol's minimum)")
+		fs.DurationVar(&c.sandboxRenew, "sandbox-renew", 0, "how often a running job's sandbox expiration is renewed; less than --sandbox-ttl (default a third of it)")
 		fs.Var(outputFlag{c: c}, "print-output", "print the commands' stdout and stderr")
 		fs.Var(outputFlag{c: c, alias: true}, "output", "deprecated alias of --print-output")
 	}
@@ -169,6 +180,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	if c.deprecatedOutput {
 		fmt.Fprintln(stdout, "warning: --output is deprecated and will be removed in the next release; use --print-output")
+	}
+	if ttl := cmp.Or(c.sandboxTTL, 2*c.ackWait); c.sandboxTTL < 0 || c.sandboxRenew < 0 || c.sandboxRenew >= ttl {
+		return usage.Errorf(usage.Text(fs, heads[cmd]), "--sandbox-ttl %v, --sandbox-renew %v: want the renewal period less than the TTL, neither negative", ttl, c.sandboxRenew)
 	}
 	if c.format != "" && c.format != "text" && c.format != "json" {
 		return usage.Errorf(usage.Text(fs, heads[cmd]), "-o: want text or json, got %q", c.format)
@@ -400,7 +414,7 @@ func work(ctx context.Context, c *config, getenv func(string) string, stdout io.
 	print := jobs.Printer(stdout)
 	w := &jobs.Worker{
 		Queue: q, Client: f.client, Ledger: f.ledger, ID: c.id, Concurrency: c.concurrency,
-		DrainTimeout: c.drainTimeout, Logger: log,
+		DrainTimeout: c.drainTimeout, SandboxTTL: c.sandboxTTL, RenewEvery: c.sandboxRenew, Logger: log,
 		Progress: func(id string, ev jobs.Event) {
 			ev.Job = id[:8] + " " + ev.Job
 			print(ev)
