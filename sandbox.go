@@ -27,7 +27,8 @@ type Sandbox struct {
 	runID     string
 	resources Resources
 	shell     string
-	image     string // recorded in sandbox.created, inherited by forks
+	image     string            // recorded in sandbox.created, inherited by forks
+	env       map[string]string // given at creation (never recorded), inherited by forks; nil when unknown
 	ledger    *ledger
 	release   func() // frees the concurrency slot; idempotent
 	// lineOutput asks execd for its line format instead of exact output
