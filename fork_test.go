@@ -11,15 +11,21 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/adaptertest"
+	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // createdRequests records the body of every sandbox create request.
@@ -305,4 +311,94 @@ func TestEnvironmentSandboxOptions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCreatedPayloadsAsTheTypeScriptSDK compares the sandbox.created of a
+// fork, a restore and an environment spawn made with options to the
+// sandbox_created rows the TypeScript SDK wrote for its sb.fork,
+// restoreSnapshot and env.sandbox (its extras.db fixture): every member it
+// writes is there under its name, and the only others are ours (resources,
+// image).
+func TestCreatedPayloadsAsTheTypeScriptSDK(t *testing.T) {
+	ctx := testCtx(t)
+	ts, err := sqlite.Open(testenv.Fixture(t, adaptertest.TypeScriptExtras.File), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	details, err := ts.ListAllSandboxDetails(ctx, adapters.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kindOf := func(m map[string]any) string {
+		for _, k := range []string{"forkedFrom", "fromSnapshot", "fromEnvironment"} {
+			if _, ok := m[k]; ok {
+				return k
+			}
+		}
+		return ""
+	}
+	tsKeys := map[string][]string{}
+	for _, d := range details {
+		es, err := ts.ReadAll(ctx, d.Name, d.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if !e.Event.Is(events.SandboxCreated) {
+				continue
+			}
+			var m map[string]any
+			if err := e.Decode(&m); err != nil {
+				t.Fatal(err)
+			}
+			if k := kindOf(m); k != "" {
+				tsKeys[k] = slices.Sorted(maps.Keys(m))
+			}
+		}
+	}
+	if len(tsKeys) != 3 {
+		t.Fatalf("the fixture's fork, restore and spawn payloads: %v", tsKeys)
+	}
+
+	store := memory.New()
+	e := newEnv(t, store)
+	sb := e.sandbox(t, ctx, alineo.SandboxOptions{Name: "ts-like"})
+	fork, err := sb.Fork(ctx, "f1", alineo.ForkOptions{RunID: "run-f", Env: map[string]string{"A": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLater(t, fork)
+	snap, err := sb.Checkpoint(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := e.client.RestoreSnapshot(ctx, snap, "ts-restored", alineo.Resources{}, alineo.RestoreOptions{RunID: "run-r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLater(t, restored)
+	spawned, err := e.client.Environment("tsenv", alineo.EnvOptions{Image: "host"}).Sandbox(ctx, alineo.EnvSandboxOptions{RunID: "run-e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLater(t, spawned)
+	ours := map[string]bool{"resources": true, "image": true}
+	for _, sb := range []*alineo.Sandbox{fork, restored, spawned} {
+		m := createdJSON(t, store, sb)
+		k := kindOf(m)
+		for _, key := range tsKeys[k] {
+			if _, ok := m[key]; !ok {
+				t.Errorf("%s: sandbox.created %v lacks %q, which the TypeScript SDK writes", k, m, key)
+			}
+		}
+		for key := range m {
+			if !slices.Contains(tsKeys[k], key) && !ours[key] {
+				t.Errorf("%s: sandbox.created has %q, which the TypeScript SDK does not write", k, key)
+			}
+		}
+		if m["runId"] != sb.RunID() || !strings.HasPrefix(sb.RunID(), "run-") {
+			t.Errorf("%s: runId %v, handle's %s", k, m["runId"], sb.RunID())
+		}
+	}
 }
