@@ -125,7 +125,7 @@ func (c *Client) Sandbox(ctx context.Context, opts SandboxOptions) (*Sandbox, er
 		NetworkPolicy: opts.NetworkPolicy.wire(), CredentialProxy: credentialProxy(opts.CredentialProxy),
 	}
 	return c.launch(ctx, "create", req, spawnOptions{
-		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell, timeout: opts.Timeout,
+		name: defaultName(opts.Name, "sandbox-"), resources: res, runID: runID, shell: opts.Shell, env: opts.Env, timeout: opts.Timeout,
 		payload:      events.SandboxCreatedPayload{Resources: res.limits(), RunID: runID, Image: opts.Image},
 		recordPolicy: opts.NetworkPolicy,
 	})
@@ -141,6 +141,7 @@ type spawnOptions struct {
 	payload    events.SandboxCreatedPayload // SandboxID is filled in
 	replay     *replayCache
 	shell      string
+	env        map[string]string // spawn: set in the sandbox; the handle keeps it for its forks
 	// policy and credentialProxy restore a resumed session's network state.
 	policy          *NetworkPolicy
 	credentialProxy bool
@@ -206,6 +207,7 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	sb.replay = o.replay
 	sb.expires = o.timeout > 0 // the expiry itself is set by launch
 	sb.image = o.payload.Image
+	sb.env = maps.Clone(o.env) // the caller may change its map
 	o.payload.SandboxID = id
 	if p := o.recordPolicy; p != nil {
 		o.payload.EgressDefault = p.effectiveDefault()

@@ -22,7 +22,8 @@ type CodeContextOptions struct {
 // its sandbox. Safe for concurrent use; runs in one context take turns.
 //
 // Each Run is an ExecCode: numbered, recorded (exec.started with the code,
-// its output, exec.completed) and replayed on Client.Resume like any exec.
+// its output, its value and exception, exec.completed) and replayed on
+// Client.Resume like any exec.
 // The context itself is not recorded: a resumed handle creates a new, empty
 // one, and replayed runs do not execute, so state that later live runs need
 // must be rebuilt by a live run.
@@ -67,9 +68,16 @@ func (c *CodeContext) ID() string { return c.id }
 func (c *CodeContext) Language() string { return c.language }
 
 // Run runs code in the context and returns its handle: Sandbox.ExecCode with
-// the context. Output keeps its bytes (newlines included); an exception is
-// exit code 1 (a *CommandError when strict), its traceback on stderr.
-// opts.Language and opts.ContextID, if set, must be the context's.
+// the context. Output keeps its bytes (newlines included). The value of the
+// code's last expression, if it has one, is ExecResult.Value (Python's repr:
+// "42", "'ab'"). An exception is exit code 1 (Python's sys.exit(n) is n): its
+// name, value and traceback are ExecResult.Exception, its traceback is also
+// at the end of stderr, and when strict the exec's error is a *CommandError
+// whose Exception it is (errors.As finds the *Exception too). The value and
+// the exception are recorded as exec.output rows of type "result" and
+// "error" (execd's events, as the TypeScript SDK records them), so a resumed
+// handle replays them with the output. opts.Language and opts.ContextID, if
+// set, must be the context's.
 func (c *CodeContext) Run(ctx context.Context, code string, opts ...CodeOptions) *Exec {
 	var o CodeOptions
 	if len(opts) > 0 {

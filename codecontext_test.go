@@ -1,8 +1,11 @@
 package alineo_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,4 +142,142 @@ func TestCodeContextNodeAndBadInput(t *testing.T) {
 	if err := js.Close(ctx); !errors.Is(err, alineo.ErrClosed) {
 		t.Fatalf("Close after the sandbox's = %v, want ErrClosed", err)
 	}
+}
+
+// TestCodeContextTellsWhatHappened follows CodeContext.Run's doc: an
+// exception is exit code 1 (a *CommandError when strict), with its name,
+// value and traceback in the typed error, the result and on stderr; an
+// expression's value is the result's Value. Both are recorded (as the
+// TypeScript SDK records execd's events: exec.output of type "result" and
+// "error"), so a resumed handle replays them.
+func TestCodeContextTellsWhatHappened(t *testing.T) {
+	forEachStore(t, func(t *testing.T, store adapters.Store) {
+		var cc commandCounter
+		e := newEnv(t, store, cc.options)
+		ctx := testCtx(t)
+		sb := e.sandbox(t, ctx, alineo.SandboxOptions{Name: "told"})
+		py, err := sb.CreateCodeContext(ctx, "python")
+		if err != nil {
+			t.Fatal(err)
+		}
+		type outcome struct {
+			res alineo.ExecResult
+			err error
+		}
+		calls := []struct {
+			code string
+			opts alineo.CodeOptions
+		}{
+			{"x = 20\nx * 2 + 2", alineo.CodeOptions{}},
+			{"print('side')\n'a' + 'b'", alineo.CodeOptions{}},
+			{"def f():\n    raise ValueError('boom')\nf()", alineo.CodeOptions{}},
+			{"raise KeyError('k')", alineo.CodeOptions{Strict: new(false)}},
+			{"import sys\nsys.exit(3)", alineo.CodeOptions{Strict: new(false)}},
+			{"print(x)", alineo.CodeOptions{}},
+		}
+		run := func(c *alineo.CodeContext) []outcome {
+			var got []outcome
+			for _, call := range calls {
+				res, err := c.Run(ctx, call.code, call.opts).Wait()
+				got = append(got, outcome{res, err})
+			}
+			return got
+		}
+		live := run(py)
+
+		check := func(what string, got []outcome) {
+			t.Helper()
+			if r := got[0]; r.err != nil || r.res.Value != "42" || r.res.Stdout != "" || r.res.Exception != nil {
+				t.Errorf("%s: expression = %+v, %v; want Value 42 and no output", what, r.res, r.err)
+			}
+			if r := got[1]; r.err != nil || r.res.Value != "'ab'" || r.res.Stdout != "side\n" {
+				t.Errorf("%s: print then expression = %+v, %v; want stdout side, Value 'ab'", what, r.res, r.err)
+			}
+			r := got[2]
+			var ce *alineo.CommandError
+			var x *alineo.Exception
+			if !errors.As(r.err, &ce) || ce.ExitCode != 1 || ce.Exception == nil || !errors.As(r.err, &x) || x != ce.Exception {
+				t.Fatalf("%s: strict exception = %v, want a *CommandError of exit 1 wrapping the *Exception", what, r.err)
+			}
+			if x.Name != "ValueError" || x.Value != "boom" || len(x.Traceback) == 0 || r.res.Exception == nil ||
+				r.res.Exception.Name != x.Name || r.res.Exception.Value != x.Value || !slices.Equal(r.res.Exception.Traceback, x.Traceback) {
+				t.Errorf("%s: exception = %+v, result's %+v", what, x, r.res.Exception)
+			}
+			tb := strings.Join(x.Traceback, "")
+			if !strings.HasPrefix(r.res.Stderr, "Traceback (most recent call last):\n") || !strings.Contains(r.res.Stderr, "in f\n") ||
+				!strings.HasSuffix(r.res.Stderr, "ValueError: boom\n") || r.res.Stderr != tb || ce.Stderr != r.res.Stderr {
+				t.Errorf("%s: stderr = %q, CommandError.Stderr = %q; want the traceback %q", what, r.res.Stderr, ce.Stderr, tb)
+			}
+			if !strings.Contains(ce.Error(), "ValueError: boom") {
+				t.Errorf("%s: error message %q does not name the exception", what, ce.Error())
+			}
+			if r := got[3]; r.err != nil || r.res.ExitCode != 1 || r.res.Exception == nil || r.res.Exception.Name != "KeyError" ||
+				!strings.HasSuffix(r.res.Stderr, "KeyError: 'k'\n") {
+				t.Errorf("%s: non-strict exception = %+v, %v; want exit 1, KeyError, no error", what, r.res, r.err)
+			}
+			if r := got[4]; r.err != nil || r.res.ExitCode != 3 || r.res.Exception == nil || r.res.Exception.Name != "SystemExit" {
+				t.Errorf("%s: sys.exit(3) = %+v, %v; want exit 3", what, r.res, r.err)
+			}
+			if r := got[5]; r.err != nil || r.res.Stdout != "20\n" || r.res.Value != "" || r.res.Exception != nil {
+				t.Errorf("%s: after the exceptions = %+v, %v", what, r.res, r.err)
+			}
+		}
+		check("live", live)
+
+		// Pipe streams the traceback to stderr, and ends with the error.
+		var stdout, stderr strings.Builder
+		err = py.Run(ctx, "1/0").Pipe(&stdout, &stderr)
+		var ce *alineo.CommandError
+		if !errors.As(err, &ce) || ce.Exception == nil || ce.Exception.Name != "ZeroDivisionError" ||
+			!strings.HasSuffix(stderr.String(), "ZeroDivisionError: division by zero\n") {
+			t.Fatalf("Pipe = %v, stderr %q; want a ZeroDivisionError", err, stderr.String())
+		}
+
+		// Recorded as the TypeScript SDK records execd's events.
+		var recorded []string
+		for _, en := range e.rows(t, sb) {
+			if en.Event != events.ExecOutput {
+				continue
+			}
+			var p struct {
+				Type    string
+				Results map[string]any
+				Error   *opensandbox.ExecError
+			}
+			if err := json.Unmarshal(en.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			switch p.Type {
+			case "result":
+				recorded = append(recorded, fmt.Sprintf("%d result %v", en.StepIndex, p.Results["text"]))
+			case "error":
+				recorded = append(recorded, fmt.Sprintf("%d error %s %s traceback %t", en.StepIndex, p.Error.EName, p.Error.EValue, len(p.Error.Traceback) > 0))
+			}
+		}
+		want := []string{"1 result 42", "2 result 'ab'", "3 error ValueError boom traceback true", "4 error KeyError 'k' traceback true",
+			"5 error SystemExit 3 traceback true", "7 error ZeroDivisionError division by zero traceback true"}
+		if !slices.Equal(recorded, want) {
+			t.Fatalf("recorded result and error rows:\n%s\nwant\n%s", strings.Join(recorded, "\n"), strings.Join(want, "\n"))
+		}
+
+		// A resumed handle replays all of it, without reaching execd.
+		if _, err := sb.Checkpoint(ctx, "told"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.client.Resume(ctx, sb.ID(), alineo.ResumeOptions{Name: sb.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeLater(t, r)
+		before := cc.n.Load()
+		var replayed []outcome
+		for _, call := range calls {
+			res, err := r.ExecCode(ctx, call.code, alineo.CodeOptions{Language: "python", Strict: call.opts.Strict}).Wait()
+			replayed = append(replayed, outcome{res, err})
+		}
+		if n := cc.n.Load() - before; n != 0 {
+			t.Fatalf("replay sent %d runs to execd, want 0", n)
+		}
+		check("replayed", replayed)
+	})
 }

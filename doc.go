@@ -29,7 +29,12 @@
 // records each line on its own as it arrives; while the ledger is busy, the
 // lines that arrive meanwhile are merged into the next row. Bytes that are not
 // UTF-8 are kept exactly (the row's data field) when the server sends them, as
-// sandboxd does.
+// sandboxd does. What an interpreter reports of code (ExecCode with a
+// Language, CodeContext.Run) besides its output, the value of its last
+// expression and its exception, is recorded as the TypeScript SDK records
+// execd's result and error events: exec.output rows of type "result" and
+// "error", written with exec.completed; an exception's traceback is also a
+// stderr row.
 //
 // Of this module it imports adapters, events, internal/spans,
 // internal/validated, opensandbox and redact only; never the server

@@ -99,13 +99,25 @@ func (e *Environment) Info(ctx context.Context) (*EnvironmentRecord, error) {
 // Sandbox returns a new sandbox started from the environment's snapshot,
 // building the environment first if it has no current build. It is recorded as
 // "env-<name>-<first 8 of its id>" with sandbox.created {sandboxId,
-// fromEnvironment, snapshotId, runId (a new one), resources}.
+// fromEnvironment, snapshotId, runId, resources}, as the TypeScript SDK's
+// env.sandbox({env, shell}) records it. opts (at most one EnvSandboxOptions)
+// set the sandbox's environment variables (never recorded), its shell
+// (default EnvOptions.Shell) and its run id (default a new one). The build
+// does not depend on them: every sandbox of the environment starts from the
+// same snapshot.
 //
 // A build runs in a sandbox named "env-<name>-build": Setup, then a checkpoint
 // tagged "env:<name>", then Close; only then is the record saved. If Setup
 // fails nothing is saved and its error is returned. Concurrent callers share
 // one build, which runs under the ctx of the caller that started it.
-func (e *Environment) Sandbox(ctx context.Context) (*Sandbox, error) {
+func (e *Environment) Sandbox(ctx context.Context, opts ...EnvSandboxOptions) (*Sandbox, error) {
+	o, err := oneOption("EnvSandboxOptions", opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	if err := e.validate(); err != nil {
 		return nil, err
 	}
@@ -125,11 +137,18 @@ func (e *Environment) Sandbox(ctx context.Context) (*Sandbox, error) {
 		}
 	}
 	res := e.opts.Resources.withDefaults()
-	runID := newUUID()
+	runID := o.RunID
+	if runID == "" {
+		runID = newUUID()
+	}
+	shell := o.Shell
+	if shell == "" {
+		shell = e.opts.Shell
+	}
 	return e.c.spawn(ctx, spawnOptions{
 		snapshotID: rec.SnapshotID, name: defaultName("", "env-"+e.name+"-"), resources: res, runID: runID,
 		payload: events.SandboxCreatedPayload{FromEnvironment: e.name, SnapshotID: rec.SnapshotID, RunID: runID, Resources: res.limits(), Image: rec.Image},
-		shell:   e.opts.Shell,
+		shell:   shell, env: o.Env,
 	})
 }
 

@@ -82,17 +82,33 @@ func (e *OptionError) Error() string { return "alineo: invalid option " + e.Fiel
 func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
 
 // CommandError is returned by a strict exec (the default) whose command exited
-// with a non-zero code. exec.completed is already in the ledger when it is returned.
+// with a non-zero code, or whose code raised an exception. exec.completed is
+// already in the ledger when it is returned. Stdout and Stderr are set in the
+// error of Exec.Wait.
 type CommandError struct {
 	ExitCode  int
 	Command   string // the command or code, bound credential values redacted
 	SandboxID string
 	Stdout    string
-	Stderr    string
+	Stderr    string // an exception's traceback included
+	// Exception is the exception the code raised (errors.As finds it too);
+	// nil for a command.
+	Exception *Exception
 }
 
 func (e *CommandError) Error() string {
+	if e.Exception != nil {
+		return fmt.Sprintf("alineo: sandbox %s: code raised %v (exit code %d): %s", e.SandboxID, e.Exception, e.ExitCode, e.Command)
+	}
 	return fmt.Sprintf("alineo: sandbox %s: command exited with code %d: %s", e.SandboxID, e.ExitCode, e.Command)
+}
+
+// Unwrap returns the exception, if any.
+func (e *CommandError) Unwrap() error {
+	if e.Exception == nil {
+		return nil
+	}
+	return e.Exception
 }
 
 // SandboxError reports that an operation on a sandbox failed for a reason other

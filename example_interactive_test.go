@@ -2,9 +2,12 @@ package alineo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"strings"
+
+	"github.com/alineo-labs/alineo"
 )
 
 func ExampleSandbox_ExecInteractive() {
@@ -65,4 +68,36 @@ func ExampleSandbox_CreateCodeContext() {
 	res, err := py.Run(ctx, "print(total)\nprint('done')").Wait()
 	fmt.Printf("%q %v\n", res.Stdout, err)
 	// Output: "10\ndone\n" <nil>
+}
+
+func ExampleCodeContext_Run() {
+	ctx := context.Background()
+	client := newClient()
+	sb := newSandbox(ctx, client)
+	defer sb.Close(ctx)
+	py, err := sb.CreateCodeContext(ctx, "python")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer py.Close(ctx)
+
+	// The value of the last expression.
+	res, err := py.Run(ctx, "x = 20\nx * 2 + 2").Wait()
+	fmt.Printf("%q %v\n", res.Value, err)
+
+	// An exception: exit code 1, its traceback on stderr, and its name and
+	// value in the *CommandError (and the result).
+	res, err = py.Run(ctx, "int('seven')").Wait()
+	var ce *alineo.CommandError
+	if errors.As(err, &ce) {
+		fmt.Println(ce.ExitCode, ce.Exception.Name, "-", ce.Exception.Value)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+	fmt.Println(lines[0])
+	fmt.Println(lines[len(lines)-1])
+	// Output:
+	// "42" <nil>
+	// 1 ValueError - invalid literal for int() with base 10: 'seven'
+	// Traceback (most recent call last):
+	// ValueError: invalid literal for int() with base 10: 'seven'
 }

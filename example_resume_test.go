@@ -184,6 +184,65 @@ func ExampleSandbox_Fork() {
 	// true true
 }
 
+func ExampleSandbox_Fork_options() {
+	ctx := context.Background()
+	client := newClient()
+	sb, err := client.Sandbox(ctx, alineo.SandboxOptions{Image: "host", Env: map[string]string{"STAGE": "build"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close(ctx)
+
+	// The TypeScript SDK's sb.fork(tag, runId), with the fork's own
+	// resources and env (over the parent's, which the fork keeps).
+	fork, err := sb.Fork(ctx, "before-tests", alineo.ForkOptions{
+		RunID:     "tests-run",
+		Resources: alineo.Resources{Memory: "256Mi"},
+		Env:       map[string]string{"SHARD": "2"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fork.Close(ctx)
+	res, err := fork.Exec(ctx, `echo "$STAGE $SHARD"`).Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+	fmt.Println(fork.RunID())
+	// Output:
+	// build 2
+	// tests-run
+}
+
+func ExampleClient_RestoreSnapshot_options() {
+	ctx := context.Background()
+	client := newClient()
+	sb := newSandbox(ctx, client)
+	snapshotID, err := sb.Checkpoint(ctx, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sb.Close(ctx)
+
+	// The TypeScript SDK's restoreSnapshot(snapshotId, name, resources, runId).
+	restored, err := client.RestoreSnapshot(ctx, snapshotID, "nightly", alineo.Resources{},
+		alineo.RestoreOptions{RunID: "nightly-2024-05-01", Env: map[string]string{"MODE": "replay"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer restored.Close(ctx)
+	res, err := restored.Exec(ctx, "echo $MODE").Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+	fmt.Println(restored.RunID())
+	// Output:
+	// replay
+	// nightly-2024-05-01
+}
+
 func ExampleClient_Environment() {
 	ctx := context.Background()
 	client := newClient()
@@ -221,6 +280,29 @@ func ExampleClient_Environment() {
 	// true
 	// v1
 	// tools true
+}
+
+func ExampleEnvironment_Sandbox() {
+	ctx := context.Background()
+	client := newClient()
+	env := client.Environment("shells", alineo.EnvOptions{Image: "host", Shell: "/bin/sh"})
+
+	// The TypeScript SDK's env.sandbox({env, shell}): each sandbox of the
+	// environment with its own variables and shell.
+	sb, err := env.Sandbox(ctx, alineo.EnvSandboxOptions{
+		Env:   map[string]string{"WORKER": "7"},
+		Shell: "/bin/bash",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	res, err := sb.Exec(ctx, `echo "$0 $WORKER"`).Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+	// Output: /bin/bash 7
 }
 
 func ExampleEnvironment_Rebuild() {

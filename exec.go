@@ -17,6 +17,14 @@ type ExecResult struct {
 	Stdout   string
 	Stderr   string
 	ExitCode int
+	// Value is the value of code's last expression, as its interpreter
+	// renders it (execd's result event: Python's repr, Node's
+	// util.inspect); "" when there is none (a command, a last statement
+	// that is not an expression, None or undefined).
+	Value string
+	// Exception is the exception code raised, nil for none; its traceback
+	// is also at the end of Stderr.
+	Exception *Exception
 }
 
 // Exec is one running command (or code run), returned by Sandbox.Exec and
@@ -42,9 +50,10 @@ type Exec struct {
 	out    *output
 	red    *outputRedaction // redacts bound credential values; nil for none
 
-	// exitCode is set before out is finished; valid once it is (-1 if the exec
-	// never completed).
+	// exitCode and code are set before out is finished; valid once it is
+	// (exitCode is -1 if the exec never completed).
 	exitCode int
+	code     codeResult
 
 	waitOnce sync.Once
 	res      ExecResult
@@ -75,7 +84,8 @@ func (e *Exec) Wait() (ExecResult, error) {
 			}
 			return true
 		})
-		e.res = ExecResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: e.exitCode}
+		e.res = ExecResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: e.exitCode,
+			Value: e.code.value, Exception: e.code.exception}
 		var ce *CommandError
 		if errors.As(err, &ce) {
 			c := *ce

@@ -6,8 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/opensandbox"
@@ -163,8 +167,21 @@ func (o SandboxOptions) validate() error {
 	if err := o.NetworkPolicy.validate(); err != nil {
 		return err
 	}
-	if strings.ContainsRune(o.Shell, 0) {
-		return &OptionError{Field: "Shell", Reason: "contains a NUL byte"}
+	return validateSpawn("", o.RunID, o.Env, o.Shell)
+}
+
+// validateSpawn checks the options every way of creating a sandbox takes: a
+// run id (empty for the default), env and shell. prefix names the options'
+// type in the *OptionError's Field ("ForkOptions.").
+func validateSpawn(prefix, runID string, env map[string]string, shell string) error {
+	if err := validateRunID(prefix+"RunID", runID); err != nil {
+		return err
+	}
+	if err := validateEnv(prefix+"Env", env); err != nil {
+		return err
+	}
+	if strings.ContainsRune(shell, 0) {
+		return &OptionError{Field: prefix + "Shell", Reason: "contains a NUL byte"}
 	}
 	return nil
 }
@@ -181,6 +198,138 @@ func validTimeout(d time.Duration) error {
 		return &OptionError{Field: "Timeout", Reason: "must be whole seconds, got " + d.String()}
 	}
 	return nil
+}
+
+// maxRunID bounds a run id: it travels in the sandbox's metadata, whose
+// values OpenSandbox servers take up to 1 KiB.
+const maxRunID = 1024
+
+// validateRunID checks a run id given as an option: empty (the default), or
+// at most maxRunID bytes of printable UTF-8 that is not all spaces.
+func validateRunID(field, id string) error {
+	switch {
+	case id == "":
+		return nil
+	case strings.TrimSpace(id) == "":
+		return &OptionError{Field: field, Reason: "is blank"}
+	case len(id) > maxRunID:
+		return &OptionError{Field: field, Reason: fmt.Sprintf("is longer than %d bytes", maxRunID)}
+	case !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		return &OptionError{Field: field, Reason: "contains a control character or invalid UTF-8: " + strconv.Quote(id)}
+	}
+	return nil
+}
+
+// validateEnv checks environment variables given as an option: no name is
+// empty or holds '=' or NUL, no value holds NUL; no server could set them.
+func validateEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		switch {
+		case k == "":
+			return &OptionError{Field: field, Reason: "has an empty name"}
+		case strings.ContainsAny(k, "=\x00"):
+			return &OptionError{Field: field, Reason: "name " + strconv.Quote(k) + " contains '=' or NUL"}
+		case strings.IndexByte(v, 0) >= 0:
+			return &OptionError{Field: field, Reason: "the value of " + k + " contains a NUL byte"}
+		}
+	}
+	return nil
+}
+
+// validate checks resource quantities given as an option: each set field is
+// a Kubernetes quantity ("500m", "2", "0.5", "512Mi", "1e9"), and GPU a
+// count.
+func (r Resources) validate(field string) error {
+	for _, q := range []struct{ name, v string }{{"CPU", r.CPU}, {"Memory", r.Memory}} {
+		if q.v != "" && !quantity.MatchString(q.v) {
+			return &OptionError{Field: field + "." + q.name, Reason: "is not a quantity (e.g. \"500m\", \"2\", \"512Mi\"): " + strconv.Quote(q.v)}
+		}
+	}
+	if n, err := strconv.ParseUint(r.GPU, 10, 32); r.GPU != "" && (err != nil || n > 1<<16) {
+		return &OptionError{Field: field + ".GPU", Reason: "is not a count: " + strconv.Quote(r.GPU)}
+	}
+	return nil
+}
+
+// quantity is a Kubernetes resource quantity without a sign: a decimal
+// number, then a decimal (m, k, M, ...), binary (Ki, Mi, ...) or exponent
+// suffix.
+var quantity = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkKMGTPE]|[eE][+-]?[0-9]+)?$`)
+
+// merged returns r's fields, those left empty taken from base.
+func (r Resources) merged(base Resources) Resources {
+	if r.CPU == "" {
+		r.CPU = base.CPU
+	}
+	if r.Memory == "" {
+		r.Memory = base.Memory
+	}
+	if r.GPU == "" {
+		r.GPU = base.GPU
+	}
+	return r
+}
+
+// ForkOptions configure one Sandbox.Fork: the TypeScript SDK's
+// sb.fork(tag, runId), and the fork's resources and environment.
+type ForkOptions struct {
+	// RunID is the fork's run id (sandbox.created's runId, the sandbox's
+	// "runId" metadata), inherited in turn by its own forks. Default: this
+	// sandbox's. Set it to give the fork a run of its own, or, as the
+	// TypeScript SDK's runId argument is used, to carry a run id known only
+	// outside this handle.
+	RunID string
+	// Resources are the fork's limits, recorded in its sandbox.created; a
+	// field left empty is this sandbox's. Given CPU or Memory, a handle
+	// whose own resources are unknown (Connect without them) can fork.
+	Resources Resources
+	// Env is set in the fork over the variables this sandbox was given when
+	// it was created (SandboxOptions.Env, EnvSandboxOptions.Env,
+	// RestoreOptions.Env, ForkOptions.Env), which the fork keeps on any
+	// server, whatever its snapshots hold. A resumed or connected handle
+	// does not know its sandbox's: its forks get Env alone. Never recorded,
+	// as the TypeScript SDK never records env: the values may be secrets.
+	Env map[string]string
+}
+
+func (o ForkOptions) validate() error {
+	if err := o.Resources.validate("ForkOptions.Resources"); err != nil {
+		return err
+	}
+	return validateSpawn("ForkOptions.", o.RunID, o.Env, "")
+}
+
+// RestoreOptions configure one Client.RestoreSnapshot: the TypeScript
+// SDK's runId argument, and the new sandbox's environment and shell.
+type RestoreOptions struct {
+	// RunID is the new sandbox's run id. Default: the run id of the session
+	// of the sandbox the snapshot was taken of, when the ledger has exactly
+	// one such session; otherwise a new one.
+	RunID string
+	// Env is set in the new sandbox; never recorded.
+	Env map[string]string
+	// Shell is the handle's shell, as SandboxOptions.Shell.
+	Shell string
+}
+
+func (o RestoreOptions) validate() error {
+	return validateSpawn("RestoreOptions.", o.RunID, o.Env, o.Shell)
+}
+
+// EnvSandboxOptions configure one sandbox spawned by Environment.Sandbox:
+// the TypeScript SDK's env.sandbox({env, shell}), and a run id.
+type EnvSandboxOptions struct {
+	// Env is set in the sandbox; never recorded.
+	Env map[string]string
+	// Shell is the sandbox's shell, instead of EnvOptions.Shell.
+	Shell string
+	// RunID is the sandbox's run id; default a new one (the TypeScript
+	// SDK's only choice).
+	RunID string
+}
+
+func (o EnvSandboxOptions) validate() error {
+	return validateSpawn("EnvSandboxOptions.", o.RunID, o.Env, o.Shell)
 }
 
 // ExecOptions configure one Exec. The zero value runs the command strictly in the

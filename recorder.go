@@ -147,8 +147,8 @@ func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-c
 func (r *recorder) read(pctx context.Context) {
 	defer close(r.evc)
 	for r.stream.Next() {
-		ev := r.stream.Event()
-		if ev.Kind != opensandbox.EventStdout && ev.Kind != opensandbox.EventStderr {
+		ev, ok := r.output(r.stream.Event())
+		if !ok {
 			continue
 		}
 		select {
@@ -360,13 +360,13 @@ func (r *recorder) queueLast(pctx context.Context, s events.Stream, data []byte)
 		return false
 	}
 	e := r.e
-	var done [2]<-chan error
-	r.emitErr = e.sb.ledger.writeMany(pctx, e.chain, done[:],
-		emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)},
-		emission{ev: events.ExecCompleted, step: e.step, payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: r.res.ExitCode}})
+	var buf [4]emission
+	var done [4]<-chan error
+	ems := e.appendCompletion(append(buf[:0], emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)}), r.res)
+	r.emitErr = e.sb.ledger.writeMany(pctx, e.chain, done[:len(ems)], ems...)
 	<-r.inFlight // not deliver's to deliver
 	if r.emitErr == nil {
-		r.lastOut, r.completed = done[0], done[1]
+		r.lastOut, r.completed = done[0], done[len(ems)-1]
 		r.last = &chunk{stream: s, data: data}
 	}
 	return true
@@ -421,11 +421,12 @@ func (r *recorder) complete(ctx, pctx context.Context) {
 		return
 	}
 	e := r.e
-	var done [1]<-chan error
-	r.emitErr = e.sb.ledger.writeMany(ctx, e.chain, done[:], emission{ev: events.ExecCompleted, step: e.step,
-		payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: r.res.ExitCode}})
+	var buf [3]emission
+	var done [3]<-chan error
+	ems := e.appendCompletion(buf[:0], r.res)
+	r.emitErr = e.sb.ledger.writeMany(ctx, e.chain, done[:len(ems)], ems...)
 	if r.emitErr == nil {
-		r.completed = done[0]
+		r.completed = done[len(ems)-1]
 	}
 }
 
@@ -465,10 +466,8 @@ func (r *recorder) end(pctx context.Context) {
 	if cerr := <-r.completed; cerr != nil {
 		err = &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("record exec %d completed", e.step), Err: cerr}
 	} else {
-		e.exitCode = r.res.ExitCode
-		if e.strict && r.res.ExitCode != 0 {
-			err = &CommandError{ExitCode: r.res.ExitCode, Command: e.text, SandboxID: e.sb.id}
-		}
+		cr, _ := e.codeResultOf(r.res)
+		err = e.settle(r.res.ExitCode, cr)
 	}
 	if r.last == nil {
 		e.out.finish(err)

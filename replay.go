@@ -32,12 +32,14 @@ type replayResult struct {
 	fingerprint string // events.Fingerprint of kind and text
 	chunks      []chunk
 	exitCode    int
+	code        codeResult // code's value and exception (exec.output of type "result", "error")
 }
 
 // decode decodes the recorded call. Output chunks that are neither stdout nor
 // stderr (the TypeScript SDK records every execd event as an exec_event:
 // init, ping, error, execution_complete, stdin...) and empty ones are left
-// out. A call recorded by the TypeScript SDK has no fingerprint: it is
+// out; of the others, a result's text is the call's value and an error that
+// is an exception (not a shell's exit) its exception. A call recorded by the TypeScript SDK has no fingerprint: it is
 // computed from the recorded kind and text. Its output lines carry no
 // newline, and they are joined as they are: the replay gives what the
 // TypeScript SDK's own replay gives (printf 'a\nb\n' replays as "ab").
@@ -71,6 +73,8 @@ func (rec *recordedExec) decode() (replayResult, error) {
 		}
 		if b := p.Bytes(); len(b) > 0 && (p.Type == events.Stdout || p.Type == events.Stderr) {
 			res.chunks = append(res.chunks, chunk{stream: p.Type, data: b})
+		} else if err := recordedCode(raw, p.Type, &res.code); err != nil {
+			return res, fmt.Errorf("decode exec.output of step %d: %w", rec.step, err)
 		}
 	}
 	var p events.ExecCompletedPayload
@@ -303,8 +307,9 @@ func noRefetch(context.Context, int, int) ([]chunk, error) {
 
 // replayed ends e from the replay cache if its step is cached, and reports
 // whether it did. A call whose fingerprint differs from the recorded one fails
-// with a *ReplayDivergedError; otherwise e serves the recorded chunks and exit
-// code, and a non-zero exit is a *CommandError when e is strict, as live. A
+// with a *ReplayDivergedError; otherwise e serves the recorded chunks, exit
+// code, value and exception, and a non-zero exit is a *CommandError when e is
+// strict, as live. A
 // recorded entry that does not decode fails e with a *SandboxError. No ledger
 // entry is written in any case. Called with s.mu held, before e is
 // returned to its caller.
@@ -326,11 +331,6 @@ func (s *Sandbox) replayed(e *Exec, fingerprint string) bool {
 	for _, c := range res.chunks {
 		_ = e.out.publish(context.Background(), c) // never waits: the window is unbounded
 	}
-	e.exitCode = res.exitCode
-	if e.strict && res.exitCode != 0 {
-		e.out.finish(&CommandError{ExitCode: res.exitCode, Command: e.text, SandboxID: s.id})
-		return true
-	}
-	e.out.finish(nil)
+	e.out.finish(e.settle(res.exitCode, res.code))
 	return true
 }

@@ -540,3 +540,60 @@ func BenchmarkResumeCache(b *testing.B) {
 		})
 	}
 }
+
+// TestReplayedCodeResults replays code's recorded value and exception, as
+// either SDK records them (exec.output of type "result" and "error", a
+// Postgres JSONB string included): the error of a shell's exit is no
+// exception, and a row that does not decode fails the call typed.
+func TestReplayedCodeResults(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeServer(t)
+	c, err := New(Options{BaseURL: f.URL, Adapter: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandbox(ctx, SandboxOptions{Image: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	code := events.KindCode
+	withRows := func(rec *recordedExec, rows ...string) *recordedExec {
+		for _, r := range rows {
+			rec.outputs = append(rec.outputs, json.RawMessage(r))
+		}
+		return rec
+	}
+	tb := `["Traceback (most recent call last):\n","  File \"<cell>\", line 1, in <module>\n","ZeroDivisionError: division by zero\n"]`
+	sb.replay = &replayCache{steps: map[int]*recordedExec{
+		1: withRows(recorded(1, code, "1+1", 0),
+			`{"seq":1,"type":"init","text":"c-1","timestamp":1}`, // the TypeScript SDK's rows of other events
+			`{"seq":1,"type":"execution_count","execution_count":1}`,
+			`{"seq":1,"type":"result","results":{"text":"2","text/html":"<b>2</b>"},"timestamp":2}`,
+			`{"seq":1,"type":"execution_complete","execution_time":1}`),
+		2: withRows(recorded(2, code, "1/0", 1, chunk{events.Stderr, []byte("Traceback (most recent call last):\n")}),
+			`"{\"seq\":2,\"type\":\"error\",\"error\":{\"ename\":\"ZeroDivisionError\",\"evalue\":\"division by zero\",\"traceback\":`+strings.ReplaceAll(strings.ReplaceAll(tb, `\`, `\\`), `"`, `\"`)+`}}"`),
+		3: withRows(recorded(3, events.KindCommand, "exit 3", 3),
+			`{"seq":3,"type":"error","error":{"ename":"CommandExecError","evalue":"3","traceback":["exit status 3"]}}`),
+		4: withRows(recorded(4, code, "bad", 1), `{"seq":4,"type":"error","error":"not an object"}`),
+	}}
+
+	res, err := sb.ExecCode(ctx, "1+1").Wait()
+	if err != nil || res.Value != "2" || res.Exception != nil || res.Stdout != "" {
+		t.Fatalf("replayed value = %+v, %v; want Value 2", res, err)
+	}
+	res, err = sb.ExecCode(ctx, "1/0").Wait()
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.Exception == nil || ce.Exception.Name != "ZeroDivisionError" || ce.Exception.Value != "division by zero" ||
+		len(ce.Exception.Traceback) != 3 || res.Exception != ce.Exception || ce.Stderr != "Traceback (most recent call last):\n" {
+		t.Fatalf("replayed exception = %+v, %v; want a *CommandError with the ZeroDivisionError", res, err)
+	}
+	res, err = sb.Exec(ctx, "exit 3", ExecOptions{Strict: new(false)}).Wait()
+	if err != nil || res.ExitCode != 3 || res.Exception != nil {
+		t.Fatalf("replayed shell exit = %+v, %v; want exit 3 and no exception", res, err)
+	}
+	var se *SandboxError
+	if _, err := sb.ExecCode(ctx, "bad").Wait(); !errors.As(err, &se) {
+		t.Fatalf("undecodable error row: err = %v, want a *SandboxError", err)
+	}
+}

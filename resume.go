@@ -153,17 +153,26 @@ func (c *Client) sessionName(ctx context.Context, sandboxID string) (string, err
 // RestoreSnapshot creates a sandbox from a snapshot with a clean history:
 // nothing is replayed. It is recorded under name (default
 // "sandbox-<first 8 of the id>") with sandbox.created {sandboxId, fromSnapshot,
-// runId, resources}. The runId is inherited from the session of the sandbox the
-// snapshot was taken of, when the ledger has exactly one such session;
-// otherwise it is a new one. The handle can Fork.
+// runId, resources}, as the TypeScript SDK's restoreSnapshot(snapshotId, name,
+// resources, runId) records it. The runId is opts' RunID (at most one
+// RestoreOptions), else inherited from the session of the sandbox the snapshot
+// was taken of, when the ledger has exactly one such session, else a new one.
+// The handle can Fork.
 //
-// Errors: *ClientError 404 when the snapshot is unknown; otherwise those of
-// Client.Sandbox.
-func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources) (_ *Sandbox, err error) {
+// Errors: *OptionError for bad options; *ClientError 404 when the snapshot is
+// unknown; otherwise those of Client.Sandbox.
+func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, resources Resources, opts ...RestoreOptions) (_ *Sandbox, err error) {
 	ctx, span := c.tracer.Start(ctx, "sandbox.restore", trace.WithAttributes(attrSnapshotID.String(snapshotID)))
 	defer func() { spans.End(span, err) }()
 	if snapshotID == "" {
 		return nil, &OptionError{Field: "snapshotID", Reason: "is empty"}
+	}
+	o, err := oneOption("RestoreOptions", opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	snap, err := c.os.GetSnapshot(ctx, snapshotID)
 	switch {
@@ -173,10 +182,14 @@ func (c *Client) RestoreSnapshot(ctx context.Context, snapshotID, name string, r
 		return nil, &SandboxError{Op: "get snapshot " + snapshotID, Err: err}
 	}
 	res := resources.withDefaults()
-	runID := c.inheritedRunID(ctx, snap.SandboxID)
+	runID := o.RunID
+	if runID == "" {
+		runID = c.inheritedRunID(ctx, snap.SandboxID)
+	}
 	return c.spawn(ctx, spawnOptions{
 		snapshotID: snapshotID, name: defaultName(name, "sandbox-"), resources: res, runID: runID,
 		payload: events.SandboxCreatedPayload{FromSnapshot: snapshotID, RunID: runID, Resources: res.limits()},
+		shell:   o.Shell, env: o.Env,
 	})
 }
 
@@ -194,7 +207,7 @@ func defaultName(name, prefix string) func(id string) string {
 // creates one from an image (see launch).
 func (c *Client) spawn(ctx context.Context, o spawnOptions) (*Sandbox, error) {
 	return c.launch(ctx, "create from snapshot "+o.snapshotID, opensandbox.CreateSandboxRequest{
-		SnapshotID: o.snapshotID, Metadata: withRunID(o.metadata, o.runID),
+		SnapshotID: o.snapshotID, Metadata: withRunID(o.metadata, o.runID), Env: o.env,
 		ResourceLimits: o.resources.limits(), Timeout: o.timeout,
 		NetworkPolicy: o.policy.wire(), CredentialProxy: credentialProxy(o.credentialProxy),
 	}, o)

@@ -27,7 +27,8 @@ type Sandbox struct {
 	runID     string
 	resources Resources
 	shell     string
-	image     string // recorded in sandbox.created, inherited by forks
+	image     string            // recorded in sandbox.created, inherited by forks
+	env       map[string]string // given at creation (never recorded), inherited by forks; nil when unknown
 	ledger    *ledger
 	release   func() // frees the concurrency slot; idempotent
 	// lineOutput asks execd for its line format instead of exact output
@@ -171,6 +172,8 @@ func (s *Sandbox) Exec(ctx context.Context, cmd string, opts ...ExecOptions) *Ex
 // ExecCode runs code through execd's code interpreter (POST /code) and returns
 // its handle, like Exec. Without a Language the code runs as a shell script. A
 // non-zero exit or an exception (exit code 1) is a *CommandError when strict.
+// What the interpreter reports of the code, its last expression's value and
+// its exception, is in the result (see CodeContext.Run).
 func (s *Sandbox) ExecCode(ctx context.Context, code string, opts ...CodeOptions) *Exec {
 	o, bad := oneOption("CodeOptions", opts)
 	switch {

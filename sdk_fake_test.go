@@ -53,6 +53,9 @@ func TestSandboxRejectsBadOptions(t *testing.T) {
 		{Image: "x", Timeout: 30 * time.Second},
 		{Image: "x", Timeout: -time.Second},
 		{Image: "x", Timeout: 90500 * time.Millisecond},
+		{Image: "x", RunID: " "},
+		{Image: "x", Env: map[string]string{"A=B": "x"}},
+		{Image: "x", Shell: "/bin/sh\x00"},
 	} {
 		if _, err := c.Sandbox(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("Sandbox(%+v) = %v, want ErrInvalidOptions", o, err)

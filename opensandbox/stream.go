@@ -42,6 +42,18 @@ type ExecError struct {
 	Traceback []string `json:"traceback,omitempty"`
 }
 
+// CommandExecError is the EName of the error event that ends a shell command
+// (or shell code) with a non-zero exit: its EValue is the exit code.
+const CommandExecError = "CommandExecError"
+
+// Exception reports whether e is an exception raised by code (a Jupyter
+// kernel's, or a code context's: EName is the exception's class, EValue its
+// message, Traceback the interpreter's), rather than the exit of a shell
+// command (EName CommandExecError, or none).
+func (e *ExecError) Exception() bool {
+	return e != nil && e.EName != "" && e.EName != CommandExecError
+}
+
 // Event is one decoded stream event.
 type Event struct {
 	Kind           EventKind      `json:"type"`
@@ -116,16 +128,22 @@ type Result struct {
 	ID string
 	// ExitCode is 0 after execution_complete; after an error event it is the integer
 	// in Error.EValue (-1 when killed by a signal or timeout), or 1 when EValue is not
-	// an integer (start failure, code exception).
+	// an integer (start failure). An exception (Error.Exception) is 1 whatever its
+	// message, but for Python's SystemExit, whose integer EValue is the exit code
+	// (sys.exit(3) is 3).
 	ExitCode int
 	// Error is the terminal error event's payload, nil on success.
 	Error *ExecError
+	// Results are those of the run's last result event: the value of the
+	// code's last expression, MIME-keyed (execd renames text/plain to
+	// "text"); nil when there was none.
+	Results map[string]any
 	// ExecutionTime from execution_complete, 0 otherwise.
 	ExecutionTime time.Duration
 }
 
 func exitCode(e *ExecError) int {
-	if e == nil {
+	if e == nil || e.Exception() && e.EName != "SystemExit" {
 		return 1
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(e.EValue)); err == nil {
@@ -210,6 +228,8 @@ func (s *Stream) observe(ev Event) {
 		if s.res.ID == "" {
 			s.res.ID = ev.Text
 		}
+	case EventResult:
+		s.res.Results = ev.Results
 	case EventExecutionComplete:
 		s.res.ExitCode = 0
 		s.res.ExecutionTime = time.Duration(ev.ExecutionTime) * time.Millisecond

@@ -414,6 +414,9 @@ func TestRunCodeAndSessionStreams(t *testing.T) {
 	if results["text"] != "2" {
 		t.Errorf("results = %v", results)
 	}
+	if res, _ := s.Result(); res.Results["text"] != "2" || res.Results["image/png"] != "aGk=" || !res.Error.Exception() {
+		t.Errorf("Result = %+v; want the result event's results and an exception", res)
+	}
 	r := rec.last(t)
 	if r.Path != "/code" {
 		t.Errorf("path = %s", r.Path)
@@ -560,5 +563,49 @@ func TestStreamEventsOutliveTheStream(t *testing.T) {
 	}
 	if want[1][0].text != "sse one" || want[2][0].text != "over lines" {
 		t.Errorf("texts = %q, %q", want[1][0].text, want[2][0].text)
+	}
+}
+
+// TestExitCodeOfErrorEvents: a shell's error event carries the exit code in
+// evalue; an exception is exit code 1 whatever its message, but for
+// SystemExit, whose integer value is the exit code.
+func TestExitCodeOfErrorEvents(t *testing.T) {
+	for _, c := range []struct {
+		name, err string
+		want      int
+		exception bool
+	}{
+		{"exit 3", `{"ename":"CommandExecError","evalue":"3","traceback":["exit status 3"]}`, 3, false},
+		{"killed", `{"ename":"CommandExecError","evalue":"-1","traceback":["signal: killed"]}`, -1, false},
+		{"start failure", `{"ename":"CommandExecError","evalue":"fork/exec /x: no such file"}`, 1, false},
+		{"no ename", `{"evalue":"4"}`, 4, false},
+		{"exception", `{"ename":"ValueError","evalue":"boom","traceback":["Traceback...","ValueError: boom\n"]}`, 1, true},
+		{"exception with a numeric message", `{"ename":"ValueError","evalue":"2"}`, 1, true},
+		{"sys.exit(3)", `{"ename":"SystemExit","evalue":"3"}`, 3, true},
+		{"sys.exit('bye')", `{"ename":"SystemExit","evalue":"bye"}`, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ex, _ := newExecd(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				startStream(w)
+				writeEvents(w, `{"type":"init","text":"c-1"}`, `{"type":"error","error":`+c.err+`}`)
+			})
+			s, err := ex.RunCode(context.Background(), opensandbox.CodeRequest{Code: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.ExitCode; got != c.want {
+				t.Errorf("ExitCode = %d, want %d", got, c.want)
+			}
+			if got := res.Error.Exception(); got != c.exception {
+				t.Errorf("Exception() = %v, want %v", got, c.exception)
+			}
+			if res.Results != nil {
+				t.Errorf("Results = %v, want nil without a result event", res.Results)
+			}
+		})
 	}
 }

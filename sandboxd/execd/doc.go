@@ -1,7 +1,7 @@
 // Package execd is the per-sandbox execution daemon of sandboxd: an HTTP handler that speaks the
-// OpenSandbox execd API (commands, sessions, code, files, directories, metrics, the /proxy/{port}
-// reverse proxy) with the exact command-stream format of the real execd, so unmodified
-// OpenSandbox clients work against it.
+// OpenSandbox execd API (commands, sessions, code and code contexts, the /pty terminal, files,
+// directories, metrics, the /proxy/{port} reverse proxy) with the exact command-stream format of
+// the real execd, so unmodified OpenSandbox clients work against it.
 //
 // The sandbox init process serves a *Server on a loopback listener inside the sandbox's namespaces
 // (Config.Root = "/"); in development (--no-isolation) it runs on the host with Config.Root set to
@@ -29,7 +29,23 @@
 //   - Errors are JSON {code, message} with the execd codes, 401 included (code UNAUTHORIZED; the
 //     real execd sends {"error": ...} there). /code with a Jupyter language other than python
 //     answers 500 RUNTIME_ERROR as the real execd without Jupyter does; python runs with python3
-//     when it is installed. Stateful non-shell code contexts and /pty answer 501 NOT_SUPPORTED.
+//     when it is installed.
+//   - Code contexts (POST /code/context) are stateful without Jupyter. A python (python3) or
+//     javascript (js, node) context is one long-lived interpreter (python3, node) running a small
+//     driver (driver.py, driver.js) that keeps one namespace across runs; a shell context is a
+//     bash session. A run in a context streams what a Jupyter kernel's does: stdout and stderr as
+//     raw chunks, then `execution_count`, a `result` event {results: {text}} with the value of the
+//     code's last expression (Python's repr, Node's util.inspect) when it has one, and `error`
+//     {ename, evalue, traceback} for an exception (class, message, the interpreter's traceback),
+//     which ends the run, else `execution_complete`. The traceback is in the error event only, not
+//     on stderr. DELETE /code interrupts a context's run (SIGINT: Python's KeyboardInterrupt); the
+//     context survives. A context of another language answers 501 NOT_SUPPORTED (it needs Jupyter).
+//   - /pty is the real execd's terminal: POST /pty creates a session, GET /pty/{id}/ws attaches a
+//     WebSocket with execd's framing (binary frames: a channel byte, then stdin, stdout, stderr or
+//     replay bytes; JSON text frames for resize, signal, ping and exit). The session's process (a
+//     bash, or the given command, on a pseudo-terminal, or on pipes in pipe mode) starts with the
+//     first WebSocket and outlives a detached client; its last MiB of output is kept for replay
+//     (?since=), and ?takeover=1 evicts the attached client.
 //   - Commands run in their own process group. A timeout, a client disconnect, DELETE /command and
 //     Close kill the whole group. Processes a command left running after it exited (`server &`)
 //     are not tracked; in an isolated sandbox the PID namespace ends them.
@@ -38,7 +54,8 @@
 // readable cgroup they fall back to /proc/stat and /proc/meminfo, i.e. the machine. In
 // --no-isolation mode they therefore describe the parent's cgroup or the host, not one sandbox.
 //
-// Package execd imports only the standard library and sandboxd/internal/proctree (itself
-// stdlib-only). It must not import sandboxd or any other alineo package: it runs inside the
-// sandbox and knows nothing of the lifecycle server.
+// Package execd imports the standard library, github.com/coder/websocket and golang.org/x/sys/unix
+// (the /pty terminal) and sandboxd/internal/proctree and sandboxd/internal/oomscore. It must not
+// import sandboxd or any other alineo package: it runs inside the sandbox and knows nothing of the
+// lifecycle server.
 package execd
