@@ -12,6 +12,7 @@ import (
 	"sort"
 	"syscall"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/alineo-labs/alineo/checkpoints"
@@ -60,13 +61,8 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		return fmt.Errorf("restore: %w", err)
 	}
 	r := &restorer{blobs: blobs, dest: dest, opts: opts, safe: map[string]bool{".": true}, root: os.Geteuid() == 0}
-	for _, e := range sorted {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := r.entry(e); err != nil {
-			return &PathError{Op: "restore", Path: e.Path, Err: err}
-		}
+	if err := r.tree(ctx, sorted); err != nil {
+		return err
 	}
 	// Directory modes and mtimes last, deepest first: a read-only directory
 	// must still take its children, and creating them moved its mtime.
@@ -78,6 +74,50 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		}
 	}
 	return nil
+}
+
+// tree creates the entries in order, but for the contents of regular files,
+// which several goroutines copy from the blob store meanwhile (a remote
+// store downloads them). A file is a leaf that no later entry touches, and
+// its parents exist before it is queued.
+func (r *restorer) tree(ctx context.Context, sorted []checkpoints.Entry) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.blobs.cfg.Concurrency)
+	var err error
+	for _, e := range sorted {
+		if err = gctx.Err(); err != nil {
+			break
+		}
+		if e.Kind != checkpoints.KindFile {
+			if err = r.entry(e); err != nil {
+				err = &PathError{Op: "restore", Path: e.Path, Err: err}
+				break
+			}
+			continue
+		}
+		if err = r.parent(e.Path); err == nil {
+			_, err = removeExisting(filepath.Join(r.dest, filepath.FromSlash(e.Path)), false)
+		}
+		if err != nil {
+			err = &PathError{Op: "restore", Path: e.Path, Err: err}
+			break
+		}
+		g.Go(func() error {
+			if err := r.file(gctx, e); err != nil {
+				return &PathError{Op: "restore", Path: e.Path, Err: err}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		cancel()
+	}
+	if werr := g.Wait(); werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = werr // the first file that failed, rather than the cancellation it caused
+	}
+	return err
 }
 
 type restorer struct {
@@ -157,14 +197,6 @@ func (r *restorer) entry(e checkpoints.Entry) error {
 			}
 		}
 		return nil // mode and mtime at the end
-	case checkpoints.KindFile:
-		if _, err := removeExisting(p, false); err != nil {
-			return err
-		}
-		if err := r.copyBlob(p, e); err != nil {
-			return err
-		}
-		return r.attrs(p, e, true)
 	case checkpoints.KindSymlink:
 		if _, err := removeExisting(p, false); err != nil {
 			return err
@@ -195,8 +227,17 @@ func (r *restorer) entry(e checkpoints.Entry) error {
 	return fmt.Errorf("unknown kind %q", e.Kind)
 }
 
-func (r *restorer) copyBlob(p string, e checkpoints.Entry) error {
-	src, err := r.blobs.Open(e.BlobKey)
+// file writes the regular file e (its parents exist, its path is free).
+func (r *restorer) file(ctx context.Context, e checkpoints.Entry) error {
+	p := filepath.Join(r.dest, filepath.FromSlash(e.Path))
+	if err := r.copyBlob(ctx, p, e); err != nil {
+		return err
+	}
+	return r.attrs(p, e, true)
+}
+
+func (r *restorer) copyBlob(ctx context.Context, p string, e checkpoints.Entry) error {
+	src, err := r.blobs.Open(ctx, e.BlobKey)
 	if err != nil {
 		return err
 	}
@@ -205,7 +246,12 @@ func (r *restorer) copyBlob(p string, e checkpoints.Entry) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(dst, src) // copy_file_range: a reflink where the filesystem can
+	var n int64
+	if f, ok := src.(*os.File); ok {
+		n, err = io.Copy(dst, f) // a checked cached copy: copy_file_range, a reflink where the filesystem can
+	} else {
+		n, err = io.CopyBuffer(struct{ io.Writer }{dst}, ctxReader{ctx, src}, make([]byte, 1<<20)) // checked as it is read
+	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
@@ -213,7 +259,7 @@ func (r *restorer) copyBlob(p string, e checkpoints.Entry) error {
 		return err
 	}
 	if n != e.Size {
-		return fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorruptBlob, e.BlobKey, n, e.Size)
+		return &CorruptBlobError{Key: e.BlobKey, Size: n, WantSize: e.Size}
 	}
 	return nil
 }
