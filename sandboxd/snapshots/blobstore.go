@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/s3blob" // s3:// (AWS and every S3-compatible store)
@@ -95,8 +97,9 @@ type BlobStore struct {
 	cfg     BlobConfig
 	scratch string // temp files of Put (spooled readers)
 
-	cache *cache    // remote stores only
-	known *knownSet // remote stores only: keys known to be stored
+	cache  *cache    // remote stores only
+	known  *knownSet // remote stores only: keys known to be stored
+	behind *behind   // remote stores only: caches what restores downloaded
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,6 +182,7 @@ func OpenBlobStoreURL(ctx context.Context, rawURL string, cfg BlobConfig) (*Blob
 		return nil, fmt.Errorf("open blob store %s: %w", b.url, err)
 	}
 	b.scratch = b.cache.tmpDir()
+	b.behind = startBehind(b.cache)
 	return b, nil
 }
 
@@ -241,10 +245,27 @@ func redactErr(err error) error {
 	return err
 }
 
-// Close closes the bucket. It is idempotent.
+// Close finishes caching what restores downloaded, then closes the bucket.
+// It is idempotent.
 func (b *BlobStore) Close() error {
-	b.closeOnce.Do(func() { b.closeErr = b.bucket.Close() })
+	b.closeOnce.Do(func() {
+		if b.behind != nil {
+			b.behind.close()
+		}
+		b.closeErr = b.bucket.Close()
+	})
 	return b.closeErr
+}
+
+// WaitCache returns once the blobs that restores so far downloaded straight
+// into their destinations are in the local cache (a restore returns before
+// they are: it writes each byte once before the sandbox may start, and the
+// cache is filled right after). It does nothing for a file:// store.
+func (b *BlobStore) WaitCache(ctx context.Context) error {
+	if b.behind == nil {
+		return nil
+	}
+	return b.behind.wait(ctx)
 }
 
 // Dir returns the folder of a file:// store, "" for a remote one.
@@ -450,14 +471,14 @@ func (b *BlobStore) remember(key string) {
 // it to the end checks the content against the key: a mismatch is a
 // *CorruptBlobError (wrapping ErrCorruptBlob) from Read. A remote store
 // serves it from its cache, downloading (and checking) it first when
-// missing. A missing blob gives an error wrapping ErrBlobNotFound, and an
-// unreachable bucket one wrapping ErrUnavailable.
+// missing. A missing blob gives an error wrapping ErrBlobNotFound; any other
+// failure names the key and the bucket.
 func (b *BlobStore) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	if b.cache != nil {
-		f, err := b.cache.open(ctx, key, b.download)
+		f, err := b.cache.open(ctx, key, b.download, nil)
 		if !errors.Is(err, errTooBig) {
 			return f, err
 		}
@@ -469,6 +490,44 @@ func (b *BlobStore) Open(ctx context.Context, key string) (io.ReadCloser, error)
 	return &verifier{r: r, key: key, h: sha256.New()}, nil
 }
 
+// copyTo writes key's content, checked, into dst (an empty file) and
+// returns its size. A remote store copies a cached blob with
+// copy_file_range; it downloads a missing one straight into dst and has it
+// cached right after (see behind).
+func (b *BlobStore) copyTo(ctx context.Context, key string, dst *os.File) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	if b.cache == nil {
+		r, err := b.Open(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		defer r.Close()
+		return io.CopyBuffer(struct{ io.Writer }{dst}, ctxReader{ctx, r}, make([]byte, 1<<20))
+	}
+	if b.cache.has(key) || b.cache.downloading(key) {
+		f, err := b.cache.open(ctx, key, b.download, nil)
+		if err == nil {
+			defer f.Close()
+			return io.Copy(dst, f)
+		}
+		if !errors.Is(err, errTooBig) {
+			return 0, err
+		}
+	}
+	n, err := b.fetch(ctx, key, dst)
+	if err != nil {
+		return 0, err
+	}
+	if n <= b.cache.max {
+		if fd, err := unix.Dup(int(dst.Fd())); err == nil {
+			b.behind.add(key, os.NewFile(uintptr(fd), dst.Name()), n)
+		}
+	}
+	return n, nil
+}
+
 func (b *BlobStore) readErr(key string, err error) error {
 	if notFound(err) {
 		return fmt.Errorf("%w: %s in %s", ErrBlobNotFound, key, b.url)
@@ -476,8 +535,9 @@ func (b *BlobStore) readErr(key string, err error) error {
 	return fmt.Errorf("read blob %s from %s: %w", key, b.url, err)
 }
 
-// download copies key's object into f, checking it, for the cache.
-func (b *BlobStore) download(ctx context.Context, key string, f *os.File) (int64, error) {
+// download copies key's object into w, checking it, for the cache. It
+// returns errTooBig, writing nothing, for a blob larger than the cache.
+func (b *BlobStore) download(ctx context.Context, key string, w io.Writer) (int64, error) {
 	r, err := b.bucket.NewReader(ctx, objectKey(key), nil)
 	if err != nil {
 		return 0, b.readErr(key, err)
@@ -486,8 +546,22 @@ func (b *BlobStore) download(ctx context.Context, key string, f *os.File) (int64
 	if r.Size() > b.cache.max {
 		return 0, errTooBig
 	}
+	return b.copyChecked(key, w, r)
+}
+
+// fetch copies key's object into w, checking it.
+func (b *BlobStore) fetch(ctx context.Context, key string, w io.Writer) (int64, error) {
+	r, err := b.bucket.NewReader(ctx, objectKey(key), nil)
+	if err != nil {
+		return 0, b.readErr(key, err)
+	}
+	defer r.Close()
+	return b.copyChecked(key, w, r)
+}
+
+func (b *BlobStore) copyChecked(key string, w io.Writer, r io.ReadCloser) (int64, error) {
 	v := &verifier{r: r, key: key, h: sha256.New()}
-	n, err := io.CopyBuffer(f, v, make([]byte, 1<<20))
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, v, make([]byte, 1<<20))
 	if err != nil {
 		return 0, fmt.Errorf("read blob %s from %s: %w", key, b.url, err)
 	}

@@ -3,14 +3,18 @@ package snapshots
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/alineo-labs/alineo/checkpoints"
 )
 
 // errTooBig: a blob larger than the whole cache is read from the bucket
@@ -50,6 +54,11 @@ func openCache(dir string, max int64, now time.Time) (*cache, error) {
 	c := &cache{dir: dir, max: max, lru: list.New(), index: map[string]*list.Element{}, inflight: map[string]*fetch{}}
 	if err := os.MkdirAll(c.tmpDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("open blob cache: %w", err)
+	}
+	for i := range 256 { // every sha256/xx, once, rather than a MkdirAll per blob
+		if err := os.MkdirAll(filepath.Join(dir, "sha256", fmt.Sprintf("%02x", i)), 0o700); err != nil {
+			return nil, fmt.Errorf("open blob cache: %w", err)
+		}
 	}
 	ents, _ := os.ReadDir(c.tmpDir())
 	for _, e := range ents {
@@ -93,10 +102,16 @@ func (c *cache) has(key string) bool {
 	return ok
 }
 
+// filler downloads key's content into w, checked, returning its size, or
+// errTooBig before writing anything.
+type filler func(ctx context.Context, key string, w io.Writer) (int64, error)
+
 // open returns key's cached file, calling fill to download it into a temp
 // file first when it is not cached (or waiting for the download under way).
-// It returns errTooBig, from fill, for a blob larger than the cache.
-func (c *cache) open(ctx context.Context, key string, fill func(ctx context.Context, key string, f *os.File) (int64, error)) (*os.File, error) {
+// When this call downloads and also is not nil, the content is written to
+// also as well and open returns a nil file: the caller has it. It returns
+// errTooBig, from fill, for a blob larger than the cache.
+func (c *cache) open(ctx context.Context, key string, fill filler, also io.Writer) (*os.File, error) {
 	for {
 		c.mu.Lock()
 		if el, ok := c.index[key]; ok {
@@ -127,33 +142,33 @@ func (c *cache) open(ctx context.Context, key string, fill func(ctx context.Cont
 		fe := &fetch{done: make(chan struct{})}
 		c.inflight[key] = fe
 		c.mu.Unlock()
-		fe.err = c.download(ctx, key, fill)
+		fe.err = c.download(ctx, key, fill, also)
 		c.mu.Lock()
 		delete(c.inflight, key)
 		c.mu.Unlock()
 		close(fe.done)
-		if fe.err != nil {
+		if fe.err != nil || also != nil {
 			return nil, fe.err
 		}
 	}
 }
 
-// download fills a temp file with fill and moves it into the cache.
-func (c *cache) download(ctx context.Context, key string, fill func(ctx context.Context, key string, f *os.File) (int64, error)) error {
-	f, err := os.CreateTemp(c.tmpDir(), key+"-*")
+// download fills a temp file (and also, if not nil) with fill and moves it
+// into the cache.
+func (c *cache) download(ctx context.Context, key string, fill filler, also io.Writer) error {
+	// Read-only from the start: the descriptor still writes.
+	f, err := os.OpenFile(filepath.Join(c.tmpDir(), key+"-"+checkpoints.NewToken()[:8]), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return fmt.Errorf("cache blob %s: %w", key, err)
 	}
 	defer func() { _ = os.Remove(f.Name()) }() // fails once renamed
-	n, err := fill(ctx, key, f)
+	var w io.Writer = f
+	if also != nil {
+		w = io.MultiWriter(f, also)
+	}
+	n, err := fill(ctx, key, w)
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o444)
-	}
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(c.path(key)), 0o700)
 	}
 	if err == nil {
 		err = os.Rename(f.Name(), c.path(key))
@@ -264,4 +279,112 @@ func (k *knownSet) remove(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.keys, key)
+}
+
+// inflight reports whether key is being downloaded into the cache.
+func (c *cache) downloading(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.inflight[key]
+	return ok
+}
+
+// behind fills the cache after the fact with blobs that a restore
+// downloaded straight into their destination files, so that a cold restore
+// writes each byte once before the sandbox may start: it reads a duplicate
+// of the destination's descriptor (never its path, which the sandbox owns),
+// checks the content against the key again (the sandbox may have written to
+// the file meanwhile; such a copy is dropped) and moves it into the cache.
+// Its queue is bounded: a blob that does not fit is simply not cached.
+// One goroutine, stopped by close.
+type behind struct {
+	c    *cache
+	jobs chan behindJob
+	done chan struct{} // closed when the goroutine has returned
+
+	mu     sync.Mutex
+	closed bool
+}
+
+type behindJob struct {
+	key  string
+	f    *os.File // nil for a barrier
+	size int64
+	ack  chan struct{} // a barrier's, closed when reached
+}
+
+// behindQueue bounds the blobs waiting to be cached (and their descriptors).
+const behindQueue = 256
+
+func startBehind(c *cache) *behind {
+	w := &behind{c: c, jobs: make(chan behindJob, behindQueue), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *behind) run() {
+	defer close(w.done)
+	buf := make([]byte, 1<<20)
+	for j := range w.jobs {
+		if j.f == nil {
+			close(j.ack)
+			continue
+		}
+		if !w.c.has(j.key) && !w.c.downloading(j.key) {
+			_ = w.c.download(context.Background(), j.key, func(_ context.Context, key string, dst io.Writer) (int64, error) {
+				v := &verifier{r: io.NopCloser(io.NewSectionReader(j.f, 0, j.size)), key: key, h: sha256.New()}
+				return io.CopyBuffer(dst, v, buf)
+			}, nil)
+		}
+		_ = j.f.Close()
+	}
+}
+
+// add queues f (a descriptor of key's size bytes, which add closes) for the
+// cache; when the queue is full or closed, f is closed and not cached.
+func (w *behind) add(key string, f *os.File, size int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		select {
+		case w.jobs <- behindJob{key: key, f: f, size: size}:
+			return
+		default:
+		}
+	}
+	_ = f.Close()
+}
+
+// wait returns once the blobs queued before it are cached (or dropped).
+func (w *behind) wait(ctx context.Context) error {
+	ack := make(chan struct{})
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	select {
+	case w.jobs <- behindJob{ack: ack}:
+		w.mu.Unlock()
+	case <-ctx.Done():
+		w.mu.Unlock()
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close caches what is queued, then stops the goroutine.
+func (w *behind) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.jobs)
+	}
+	w.mu.Unlock()
+	<-w.done
 }

@@ -67,6 +67,7 @@ func TestRestoreOnAnotherHost(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "dest")
 	must(t, b.Restore(ctx, c.ID, dest, snapshots.RestoreOptions{}))
 	diff(t, "restore on host B", describe(t, dest, true), want)
+	must(t, b.Blobs().WaitCache(ctx)) // the restore wrote the files first; the cache is filled right after
 
 	must(t, f.bucket.srv.Stop())
 	dest2 := filepath.Join(t.TempDir(), "dest")

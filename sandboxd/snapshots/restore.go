@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -237,21 +236,11 @@ func (r *restorer) file(ctx context.Context, e checkpoints.Entry) error {
 }
 
 func (r *restorer) copyBlob(ctx context.Context, p string, e checkpoints.Entry) error {
-	src, err := r.blobs.Open(ctx, e.BlobKey)
+	dst, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600) // read: the cache is filled from it (copyTo)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	var n int64
-	if f, ok := src.(*os.File); ok {
-		n, err = io.Copy(dst, f) // a checked cached copy: copy_file_range, a reflink where the filesystem can
-	} else {
-		n, err = io.CopyBuffer(struct{ io.Writer }{dst}, ctxReader{ctx, src}, make([]byte, 1<<20)) // checked as it is read
-	}
+	n, err := r.blobs.copyTo(ctx, e.BlobKey, dst)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
