@@ -20,7 +20,6 @@ type slowBlobs struct {
 	listFor time.Duration
 	blobs   map[string]checkpoints.BlobInfo
 	rewrite map[string]time.Time // Stat's answer, when set
-	stat    bool
 	deleted []string
 }
 

@@ -192,12 +192,10 @@ func (c *cache) evict(keep string) {
 		if el == nil {
 			return
 		}
-		e := el.Value.(*cacheEntry)
-		if e.key == keep {
+		if el.Value.(*cacheEntry).key == keep {
 			if el = el.Prev(); el == nil {
 				return
 			}
-			e = el.Value.(*cacheEntry)
 		}
 		c.drop(el)
 	}
