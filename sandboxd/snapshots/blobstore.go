@@ -490,6 +490,15 @@ func (b *BlobStore) Open(ctx context.Context, key string) (io.ReadCloser, error)
 	return &verifier{r: r, key: key, h: sha256.New()}, nil
 }
 
+// holdFills keeps the cache from being filled until the returned function
+// is called: a restore's files come first.
+func (b *BlobStore) holdFills() (release func()) {
+	if b.behind == nil {
+		return func() {}
+	}
+	return b.behind.hold()
+}
+
 // copyTo writes key's content, checked, into dst (an empty file) and
 // returns its size. A remote store copies a cached blob with
 // copy_file_range; it downloads a missing one straight into dst and has it

@@ -289,19 +289,25 @@ func (c *cache) downloading(key string) bool {
 
 // behind fills the cache after the fact with blobs that a restore
 // downloaded straight into their destination files, so that a cold restore
-// writes each byte once before the sandbox may start: it reads a duplicate
-// of the destination's descriptor (never its path, which the sandbox owns),
-// checks the content against the key again (the sandbox may have written to
-// the file meanwhile; such a copy is dropped) and moves it into the cache.
-// Its queue is bounded: a blob that does not fit is simply not cached.
-// One goroutine, stopped by close.
+// writes each byte once before the sandbox may start: it waits until no
+// restore runs, reads a duplicate of the destination's descriptor (never
+// its path, which the sandbox owns), checks the content against the key
+// again (the sandbox may have written to the file meanwhile; such a copy is
+// dropped) and moves it into the cache. Its queue is bounded: a blob that
+// does not fit is simply not cached. One goroutine, stopped by close.
 type behind struct {
 	c    *cache
 	jobs chan behindJob
 	done chan struct{} // closed when the goroutine has returned
 
-	mu     sync.Mutex
+	// sendMu is held shared while sending on jobs, exclusively to close it.
+	sendMu sync.RWMutex
 	closed bool
+
+	busyMu   sync.Mutex
+	idle     *sync.Cond // signalled when busy drops to 0 or stopping is set
+	busy     int        // restores running
+	stopping bool
 }
 
 type behindJob struct {
@@ -312,10 +318,11 @@ type behindJob struct {
 }
 
 // behindQueue bounds the blobs waiting to be cached (and their descriptors).
-const behindQueue = 256
+const behindQueue = 1024
 
 func startBehind(c *cache) *behind {
 	w := &behind{c: c, jobs: make(chan behindJob, behindQueue), done: make(chan struct{})}
+	w.idle = sync.NewCond(&w.busyMu)
 	go w.run()
 	return w
 }
@@ -328,6 +335,11 @@ func (w *behind) run() {
 			close(j.ack)
 			continue
 		}
+		w.busyMu.Lock()
+		for w.busy > 0 && !w.stopping {
+			w.idle.Wait()
+		}
+		w.busyMu.Unlock()
 		if !w.c.has(j.key) && !w.c.downloading(j.key) {
 			_ = w.c.download(context.Background(), j.key, func(_ context.Context, key string, dst io.Writer) (int64, error) {
 				v := &verifier{r: io.NopCloser(io.NewSectionReader(j.f, 0, j.size)), key: key, h: sha256.New()}
@@ -338,11 +350,29 @@ func (w *behind) run() {
 	}
 }
 
+// hold marks a restore running until the returned function is called;
+// meanwhile the cache is not filled.
+func (w *behind) hold() (release func()) {
+	w.busyMu.Lock()
+	w.busy++
+	w.busyMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.busyMu.Lock()
+			if w.busy--; w.busy == 0 {
+				w.idle.Broadcast()
+			}
+			w.busyMu.Unlock()
+		})
+	}
+}
+
 // add queues f (a descriptor of key's size bytes, which add closes) for the
 // cache; when the queue is full or closed, f is closed and not cached.
 func (w *behind) add(key string, f *os.File, size int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
 	if !w.closed {
 		select {
 		case w.jobs <- behindJob{key: key, f: f, size: size}:
@@ -353,19 +383,20 @@ func (w *behind) add(key string, f *os.File, size int64) {
 	_ = f.Close()
 }
 
-// wait returns once the blobs queued before it are cached (or dropped).
+// wait returns once the blobs queued before it are cached (or dropped),
+// which is after the restores that queued them have returned.
 func (w *behind) wait(ctx context.Context) error {
 	ack := make(chan struct{})
-	w.mu.Lock()
+	w.sendMu.RLock()
 	if w.closed {
-		w.mu.Unlock()
+		w.sendMu.RUnlock()
 		return nil
 	}
 	select {
 	case w.jobs <- behindJob{ack: ack}:
-		w.mu.Unlock()
+		w.sendMu.RUnlock()
 	case <-ctx.Done():
-		w.mu.Unlock()
+		w.sendMu.RUnlock()
 		return ctx.Err()
 	}
 	select {
@@ -376,13 +407,18 @@ func (w *behind) wait(ctx context.Context) error {
 	}
 }
 
-// close caches what is queued, then stops the goroutine.
+// close caches what is queued, without waiting for running restores, then
+// stops the goroutine.
 func (w *behind) close() {
-	w.mu.Lock()
+	w.busyMu.Lock()
+	w.stopping = true
+	w.idle.Broadcast()
+	w.busyMu.Unlock()
+	w.sendMu.Lock()
 	if !w.closed {
 		w.closed = true
 		close(w.jobs)
 	}
-	w.mu.Unlock()
+	w.sendMu.Unlock()
 	<-w.done
 }

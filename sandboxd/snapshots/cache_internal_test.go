@@ -125,3 +125,36 @@ func TestKnownSetBounded(t *testing.T) {
 		t.Fatalf("fifo grew to %d", len(k.fifo))
 	}
 }
+
+// TestBehindWaitsForRestores: nothing is cached while a restore runs.
+func TestBehindWaitsForRestores(t *testing.T) {
+	c, err := openCache(t.TempDir(), 1<<20, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startBehind(c)
+	defer w.close()
+	p := filepath.Join(t.TempDir(), "f")
+	content := []byte("restored")
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := w.hold()
+	w.add(sum(content), f, int64(len(content)))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.wait(ctx); err == nil || c.has(sum(content)) {
+		t.Fatalf("cache filled while a restore runs (wait: %v)", err)
+	}
+	release()
+	if err := w.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !c.has(sum(content)) {
+		t.Fatal("not cached once the restore returned")
+	}
+}

@@ -60,6 +60,8 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		return fmt.Errorf("restore: %w", err)
 	}
 	r := &restorer{blobs: blobs, dest: dest, opts: opts, safe: map[string]bool{".": true}, root: os.Geteuid() == 0}
+	release := blobs.holdFills()
+	defer release()
 	if err := r.tree(ctx, sorted); err != nil {
 		return err
 	}
