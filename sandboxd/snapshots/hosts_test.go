@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,13 +268,13 @@ func TestGCAcrossHosts(t *testing.T) {
 	bcfg := snapshots.BlobConfig{RefreshAfter: grace / 4}
 	mcfg := snapshots.ManagerConfig{GCMinAge: grace}
 	hosts := []*snapshots.Manager{f.host(mcfg, bcfg), f.host(mcfg, bcfg)}
-	until := time.Now().Add(3 * grace) // long enough for garbage to age past the grace period
 	collector := f.host(mcfg, bcfg)
 
 	var (
 		mu   sync.Mutex
 		kept = map[string]map[string]string{} // snapshot id → file → content
 	)
+	stopHosts, stopCollector := make(chan struct{}), make(chan struct{})
 	var hostsWG sync.WaitGroup
 	errs := make(chan error, len(hosts)+1)
 	for h, m := range hosts {
@@ -282,17 +283,16 @@ func TestGCAcrossHosts(t *testing.T) {
 		hostsWG.Add(1)
 		go func() {
 			defer hostsWG.Done()
-			errs <- takeSnapshots(ctx, m, h, src, until, &mu, kept)
+			errs <- takeSnapshots(ctx, m, h, src, stopHosts, &mu, kept)
 		}()
 	}
-	stop := make(chan struct{})
-	collected := make(chan [2]int, 1)
+	var rounds, deleted atomic.Int64
+	collected := make(chan struct{})
 	go func() {
-		rounds, deleted := 0, 0
-		defer func() { collected <- [2]int{rounds, deleted} }()
+		defer close(collected)
 		for {
 			select {
-			case <-stop:
+			case <-stopCollector:
 				return
 			default:
 			}
@@ -301,21 +301,31 @@ func TestGCAcrossHosts(t *testing.T) {
 				errs <- fmt.Errorf("collector: %w", err)
 				return
 			}
-			rounds, deleted = rounds+1, deleted+st.Deleted
+			rounds.Add(1)
+			deleted.Add(int64(st.Deleted))
 		}
 	}()
+	// The hosts go on until the collector has collected garbage (which must
+	// first age past the grace period) for a while, or a minute has passed.
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	for deleted.Load() < 10 && time.Since(start) < time.Minute {
+		<-tick.C
+	}
+	tick.Stop()
+	close(stopHosts)
 	hostsWG.Wait()
-	close(stop)
-	rd := <-collected
+	close(stopCollector)
+	<-collected
 	close(errs)
 	for err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("collector ran %d rounds and deleted %d blobs while the hosts took snapshots", rd[0], rd[1])
-	if rd[0] < 3 || rd[1] == 0 {
-		t.Fatalf("collector ran %d rounds and deleted %d blobs, want several rounds collecting garbage", rd[0], rd[1])
+	t.Logf("in %v the collector ran %d rounds and deleted %d blobs while the hosts took snapshots", time.Since(start).Round(time.Millisecond), rounds.Load(), deleted.Load())
+	if deleted.Load() < 10 {
+		t.Fatalf("the collector deleted %d blobs in a minute, want garbage collected while the hosts ran", deleted.Load())
 	}
 
 	fresh := f.host(mcfg, snapshots.BlobConfig{})
@@ -349,13 +359,18 @@ func TestGCAcrossHosts(t *testing.T) {
 }
 
 // takeSnapshots is one host of TestGCAcrossHosts: rounds of changing a few
-// files of src and snapshotting it, keeping the last 3 snapshots, until
-// until. kept records what each snapshot left holds.
-func takeSnapshots(ctx context.Context, m *snapshots.Manager, h int, src string, until time.Time, mu *sync.Mutex, kept map[string]map[string]string) error {
+// files of src and snapshotting it, keeping the last 3 snapshots, until stop
+// is closed. kept records what each snapshot left holds.
+func takeSnapshots(ctx context.Context, m *snapshots.Manager, h int, src string, stop <-chan struct{}, mu *sync.Mutex, kept map[string]map[string]string) error {
 	rng := rand.New(rand.NewPCG(uint64(h), 1))
 	files := map[string]string{}
 	var ids []string
-	for round := 0; time.Now().Before(until); round++ {
+	for round := 0; ; round++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
 		for i := range 4 {
 			name := fmt.Sprintf("f%d", rng.IntN(8))
 			content := strings.Repeat(fmt.Sprintf("host %d version %d of %s\n", h, rng.IntN(4), name), 1+i*300)
@@ -381,5 +396,4 @@ func takeSnapshots(ctx context.Context, m *snapshots.Manager, h int, src string,
 			ids = ids[1:]
 		}
 	}
-	return nil
 }

@@ -28,7 +28,9 @@ type ManagerConfig struct {
 	// it when several processes share the directory. With a remote blob
 	// store (BlobStore.Remote), which hosts share, zero means
 	// DefaultSharedGCMinAge. It must exceed the longest capture plus the
-	// blob store's BlobConfig.RefreshAfter plus the clock skew between hosts.
+	// blob store's BlobConfig.RefreshAfter plus the clock skew between hosts
+	// and the bucket, plus a second: S3 keeps modification times to the
+	// second.
 	GCMinAge time.Duration
 	// RetryInterval is the first wait before acquiring a thread's writer lease
 	// again after ErrWriterConflict (another process holds it); it doubles up to
