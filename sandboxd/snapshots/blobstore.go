@@ -367,10 +367,10 @@ func (b *BlobStore) put(ctx context.Context, r io.Reader) (key string, size int6
 	attrs, err := b.bucket.Attributes(ctx, objectKey(key))
 	whole := err == nil && attrs.Size == size // an object of another size is corrupt: write it again
 	switch {
-	case err == nil && attrs.Size == size && b.fresh(attrs.ModTime):
+	case whole && b.fresh(attrs.ModTime):
 		b.remember(key)
 		return key, size, false, nil
-	case err == nil && attrs.Size == size && b.dir != "":
+	case whole && b.dir != "": // a file:// blob is touched rather than written again
 		now := b.cfg.Now()
 		if err := os.Chtimes(b.filePath(key), now, now); err != nil {
 			return "", 0, false, fmt.Errorf("put blob %s: %w", key, err)
