@@ -3,6 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?=
 BENCHTIME ?= 1x
+VERSITYGW_VERSION ?= v1.8.0
 
 # Every binary is statically linked: sandboxd bind-mounts itself into each
 # sandbox as its init and execd, and a root built from an image has no libc
@@ -29,6 +30,14 @@ deps: deps-runc
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "missing:$$need (install them as root: apt-get install$$need)"; exit 1; fi; \
 	  echo "installing:$$need"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
+	fi
+	@# The snapshot blob store's S3 tests run a real S3 server, versitygw, built
+	@# from the Go module proxy (about two minutes) when missing: into
+	@# /usr/local/bin as root, else into go env GOPATH's bin, where testenv looks.
+	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x /usr/local/bin/versitygw ] && [ ! -x "$$($(GO) env GOPATH)/bin/versitygw" ]; then \
+	  echo "installing: versitygw $(VERSITYGW_VERSION)"; \
+	  if [ "$$(id -u)" = 0 ]; then export GOBIN=/usr/local/bin; fi; \
+	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
 	fi
 
 deps-runc:

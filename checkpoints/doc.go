@@ -22,8 +22,9 @@
 // checkpoint, not only the head) and Store.Threads. The conversation is kept
 // as opaque JSON.
 //
-// Implementations live in memory and sqlite; both pass the conformance suite in
-// checkpointtest. Validation, error codes and the lease type live here once.
+// Implementations live in memory, sqlite and postgres; all pass the
+// conformance suite in checkpointtest. The postgres store is the one several
+// hosts share. Validation, error codes and the lease type live here once.
 //
 // Of this module it imports nothing: only the standard library.
 package checkpoints

@@ -21,12 +21,23 @@ type BlobStore interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// BlobStatter is implemented by blob stores that can read one blob's info
+// again. GC then checks each candidate right before deleting it and spares
+// it when it was written again since the listing (a capture on another host
+// stored the same content, and will reference it).
+type BlobStatter interface {
+	// Stat returns the blob's info, or an error (any error spares the blob).
+	Stat(ctx context.Context, key string) (BlobInfo, error)
+}
+
 // GCOptions configure GC. The zero value deletes every unreferenced blob.
 type GCOptions struct {
-	// MinAge spares blobs written less than MinAge ago, which a writer in
-	// another process may be about to reference (it put the blob, but has not
-	// appended its checkpoint yet). Zero is safe only when no capture runs
-	// concurrently with GC.
+	// MinAge spares blobs written less than MinAge before GC read the
+	// references, which a writer in another process may be about to
+	// reference (it put the blob, but has not appended its checkpoint yet).
+	// It must cover the longest capture, from its first put to its append,
+	// plus the clock skew between hosts and the blob store. Zero is safe only
+	// when no capture runs concurrently with GC.
 	MinAge time.Duration
 	// Now is the clock for MinAge; time.Now when nil.
 	Now func() time.Time
@@ -41,14 +52,19 @@ type GCStats struct {
 	Spared int
 }
 
-// GC deletes every blob in blobs that no checkpoint in s references. It reads
-// the references first and the blob list second, so a blob put after the
-// reference read is seen without a reference: MinAge guards it.
+// GC deletes every blob in blobs that no checkpoint in s references and that
+// was written more than MinAge before the references were read. It reads the
+// references first and the blob list second, so a blob put after the
+// reference read is seen without a reference: MinAge, counted from before
+// the reference read however long the listing takes, guards it. When blobs
+// is a BlobStatter each candidate is checked again right before it is
+// deleted.
 func GC(ctx context.Context, s Store, blobs BlobStore, opts GCOptions) (GCStats, error) {
 	var st GCStats
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	cutoff := opts.Now().Add(-opts.MinAge)
 	refs, err := s.ListBlobReferences(ctx)
 	if err != nil {
 		return st, fmt.Errorf("gc: list references: %w", err)
@@ -61,7 +77,7 @@ func GC(ctx context.Context, s Store, blobs BlobStore, opts GCOptions) (GCStats,
 	if err != nil {
 		return st, fmt.Errorf("gc: list blobs: %w", err)
 	}
-	cutoff := opts.Now().Add(-opts.MinAge)
+	statter, _ := blobs.(BlobStatter)
 	for _, b := range infos {
 		st.Scanned++
 		if live[b.Key] {
@@ -73,6 +89,12 @@ func GC(ctx context.Context, s Store, blobs BlobStore, opts GCOptions) (GCStats,
 		}
 		if err := ctx.Err(); err != nil {
 			return st, err
+		}
+		if statter != nil && opts.MinAge > 0 {
+			if now, err := statter.Stat(ctx, b.Key); err != nil || now.ModTime.After(cutoff) {
+				st.Spared++
+				continue
+			}
 		}
 		if err := blobs.Delete(ctx, b.Key); err != nil {
 			return st, fmt.Errorf("gc: delete %s: %w", b.Key, err)

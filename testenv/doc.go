@@ -1,6 +1,7 @@
 // Package testenv hands tests and development tools raw resources: a temp SQLite
 // path, an ephemeral Postgres server, embedded NATS servers (one node or a
-// 3-node cluster) and an in-process sandboxd. It returns raw handles (a path, a
+// 3-node cluster), a real S3 server (versitygw, as a process) and an
+// in-process sandboxd. It returns raw handles (a path, a
 // DSN, a URL, a *nats.Conn) so no adapter forms an import cycle with it.
 //
 // It also finds the module's fixtures (testdata/, FixturesDir and Fixture).

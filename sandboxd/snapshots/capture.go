@@ -237,7 +237,7 @@ func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, inf
 	c.st.Files++
 	c.st.Bytes += e.Size
 	if old, ok := c.reuse[e.Path]; ok && old.Size == e.Size && old.ModTime == e.ModTime && old.Mode == e.Mode && e.ModTime < c.racyAfter {
-		if has, _ := c.blobs.Has(old.BlobKey); has {
+		if has, _ := c.blobs.Has(ctx, old.BlobKey); has {
 			if err := c.charge(max(allocated(sys), old.DataSize())); err != nil {
 				return err
 			}

@@ -19,11 +19,17 @@ var (
 	// ErrUnsupportedOverlay reports an overlay upper dir written with
 	// metacopy=on or redirect_dir=on, whose entries depend on the lower layer.
 	ErrUnsupportedOverlay = errors.New("unsupported overlay feature (metacopy or redirect_dir)")
-	// ErrCorruptBlob reports a blob whose size differs from its manifest entry.
+	// ErrCorruptBlob reports a blob whose content does not hash to its key,
+	// or whose size differs from its manifest entry (see CorruptBlobError).
+	// sandboxd answers a restore that fails with it SNAPSHOT_CORRUPT.
 	ErrCorruptBlob = errors.New("corrupt blob")
 	// ErrOverQuota reports a capture of a tree that takes more disk than
 	// CaptureOptions.MaxBytes (see QuotaError).
 	ErrOverQuota = errors.New("snapshot larger than the disk quota")
+	// ErrInvalidURL reports a blob store URL that cannot be used.
+	ErrInvalidURL = errors.New("invalid blob store URL")
+	// ErrUnavailable reports a blob store that cannot be reached.
+	ErrUnavailable = errors.New("blob store unavailable")
 )
 
 // QuotaError is a capture over CaptureOptions.MaxBytes. It unwraps to
@@ -38,6 +44,29 @@ func (e *QuotaError) Error() string {
 
 // Unwrap returns ErrOverQuota.
 func (e *QuotaError) Unwrap() error { return ErrOverQuota }
+
+// CorruptBlobError reports a blob whose content does not match: it hashes
+// to Got instead of its key, or it has Size bytes where the manifest says
+// WantSize. A restore wraps it in a *PathError naming the file. It unwraps
+// to ErrCorruptBlob.
+type CorruptBlobError struct {
+	Key string
+	// Got is the sha256 of the content read ("" when only the size is wrong).
+	Got string
+	// Size is how many bytes were read; WantSize the manifest's (-1 when not
+	// compared).
+	Size, WantSize int64
+}
+
+func (e *CorruptBlobError) Error() string {
+	if e.Got != "" && e.Got != e.Key {
+		return fmt.Sprintf("corrupt blob %s: its %d bytes hash to %s", e.Key, e.Size, e.Got)
+	}
+	return fmt.Sprintf("corrupt blob %s: %d bytes, the manifest says %d", e.Key, e.Size, e.WantSize)
+}
+
+// Unwrap returns ErrCorruptBlob.
+func (e *CorruptBlobError) Unwrap() error { return ErrCorruptBlob }
 
 // ErrInvalidEntry is checkpoints.ErrInvalidEntry: a manifest entry is invalid
 // (for instance a path with ".." or an absolute path).

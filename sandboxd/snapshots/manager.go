@@ -21,15 +21,29 @@ type ManagerConfig struct {
 	// NewID makes ids for snapshots created without one; "snap-" + 24 hex
 	// digits when nil.
 	NewID func() string
-	// GCMinAge is passed to checkpoints.GC. Snapshots and GC of one Manager
-	// exclude each other, so zero is safe with one Manager per blob directory;
-	// set it (say to an hour) when several processes share the directory.
+	// GCMinAge is passed to checkpoints.GC: the grace period that spares
+	// unreferenced blobs written since, which a capture on another host may
+	// be about to reference. Snapshots and GC of one Manager exclude each
+	// other, so zero is safe with one Manager per file:// blob directory; set
+	// it when several processes share the directory. With a remote blob
+	// store (BlobStore.Remote), which hosts share, zero means
+	// DefaultSharedGCMinAge. It must exceed the longest capture plus the
+	// blob store's BlobConfig.RefreshAfter plus the clock skew between hosts
+	// and the bucket, plus a second: S3 keeps modification times to the
+	// second.
 	GCMinAge time.Duration
 	// RetryInterval is the first wait before acquiring a thread's writer lease
 	// again after ErrWriterConflict (another process holds it); it doubles up to
 	// 50 times as much. 5ms when zero. Snapshot retries until ctx is done.
 	RetryInterval time.Duration
 }
+
+// errCollected: a blob of a snapshot was collected before the snapshot's
+// checkpoint referenced it.
+var errCollected = errors.New("collected before the checkpoint referenced it")
+
+// DefaultSharedGCMinAge is GCMinAge's default with a remote blob store.
+const DefaultSharedGCMinAge = time.Hour
 
 // Manager takes, restores and deletes snapshots of directory trees, keeping
 // their lineage in a checkpoints.Store and their content in a BlobStore. Calls
@@ -53,7 +67,11 @@ type threadLock struct {
 	refs int           // guarded by Manager.mu
 }
 
-// NewManager returns a Manager over store and blobs.
+// NewManager returns a Manager over store and blobs, which the caller opened
+// (checkpoints/sqlite or checkpoints/postgres; OpenBlobStore or
+// OpenBlobStoreURL) and closes after the Manager's last call. Hosts that
+// share a snapshot lineage share both: one Postgres checkpoint store and one
+// bucket.
 func NewManager(store checkpoints.Store, blobs *BlobStore, cfg ManagerConfig) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,6 +84,9 @@ func NewManager(store checkpoints.Store, blobs *BlobStore, cfg ManagerConfig) *M
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 5 * time.Millisecond
+	}
+	if cfg.GCMinAge == 0 && blobs.Remote() {
+		cfg.GCMinAge = DefaultSharedGCMinAge
 	}
 	return &Manager{store: store, blobs: blobs, cfg: cfg, threads: map[string]*threadLock{}}
 }
@@ -209,7 +230,12 @@ type SnapshotInput struct {
 // Snapshot captures in.Root against the thread's head checkpoint and appends
 // the result as the new head. It holds the thread's writer lease from before
 // reading the head until after the append, so concurrent snapshots of one
-// thread serialize and each one's parent is the previous one. Errors are the
+// thread serialize and each one's parent is the previous one. The blobs are
+// stored before the checkpoint is appended, so a snapshot that fails (a blob
+// store outage) leaves no checkpoint. When blobs may be collected by another
+// host, Snapshot checks after the append that the blobs it stored are still
+// there; if a collector deleted one meanwhile (see checkStored) it removes
+// the checkpoint and takes the snapshot once more. Errors are the
 // store's (ErrInvalidID, ErrWriterLost, ...) or the capture's (*PathError).
 func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
 	var st CaptureStats
@@ -230,7 +256,30 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 	}
 	m.gc.RLock()
 	defer m.gc.RUnlock()
-	var out *checkpoints.Checkpoint
+	out, st, err := m.snapshot(ctx, in)
+	if errors.Is(err, errCollected) {
+		// A collector on another host deleted a blob this capture stored
+		// again, in the instant between its last check and its delete; the
+		// checkpoint was removed. Captured again, the blob is stored anew.
+		m.cfg.Logger.Warn("a blob of the snapshot was collected while it was taken; taking it again", "snapshot", in.ID, "thread", in.ThreadID, "err", err)
+		out, st, err = m.snapshot(ctx, in)
+	}
+	if err != nil {
+		return nil, st, fmt.Errorf("snapshot %s of %s: %w", in.ID, in.ThreadID, err)
+	}
+	got, err := m.store.Get(ctx, out.ID)
+	if err != nil {
+		return nil, st, err
+	}
+	return got, st, nil
+}
+
+// snapshot is one attempt of Snapshot.
+func (m *Manager) snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+	var (
+		out *checkpoints.Checkpoint
+		st  CaptureStats
+	)
 	err := m.withLease(ctx, in.ThreadID, func(ctx context.Context, w checkpoints.Writer) error {
 		head, err := m.store.Head(ctx, in.ThreadID)
 		if err != nil {
@@ -265,17 +314,49 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 		if _, err := m.store.Append(ctx, checkpoints.AppendInput{Checkpoint: c, ExpectedHead: head, Writer: w}); err != nil {
 			return err
 		}
+		if err := m.checkStored(ctx, c, prev, w); err != nil {
+			return err
+		}
 		out = c
 		return nil
 	})
-	if err != nil {
-		return nil, st, fmt.Errorf("snapshot %s of %s: %w", in.ID, in.ThreadID, err)
+	return out, st, err
+}
+
+// checkStored makes sure, when blobs may be collected by another host, that
+// every blob c stored (those prev does not reference, which may have been
+// collected between its put and the append) is still there; otherwise it
+// deletes c again and fails. The blobs of prev cannot be collected: prev
+// references them and cannot be deleted while w holds the lease.
+func (m *Manager) checkStored(ctx context.Context, c, prev *checkpoints.Checkpoint, w checkpoints.Writer) error {
+	if m.cfg.GCMinAge == 0 && !m.blobs.Remote() {
+		return nil // only this Manager collects, and not during a snapshot
 	}
-	got, err := m.store.Get(ctx, out.ID)
-	if err != nil {
-		return nil, st, err
+	old := map[string]bool{}
+	if prev != nil {
+		for _, k := range prev.BlobKeys() {
+			old[k] = true
+		}
 	}
-	return got, st, nil
+	for _, k := range c.BlobKeys() {
+		if old[k] {
+			continue
+		}
+		old[k] = true
+		ok, err := m.blobs.Exists(ctx, k)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %w: %s", errCollected, ErrBlobNotFound, k)
+		}
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if derr := m.store.DeleteCheckpoint(rctx, checkpoints.DeleteHeadInput{ThreadID: c.ThreadID, CheckpointID: c.ID, Writer: w}); derr != nil {
+				return fmt.Errorf("check blobs: %w (and remove the checkpoint: %w)", err, derr)
+			}
+			return fmt.Errorf("check blobs: %w", err)
+		}
+	}
+	return nil
 }
 
 // Restore recreates checkpoint id's tree under dest (see Restore). An unknown

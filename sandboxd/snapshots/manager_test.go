@@ -192,7 +192,7 @@ func TestDeleteAndGC(t *testing.T) {
 	if st.Deleted != 1 {
 		t.Fatalf("GC deleted %d, want 1 (the stray blob)", st.Deleted)
 	}
-	if has, _ := m.Blobs().Has(stray); has {
+	if has, _ := m.Blobs().Has(ctx, stray); has {
 		t.Fatal("stray blob survived GC")
 	}
 

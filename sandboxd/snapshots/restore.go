@@ -12,6 +12,7 @@ import (
 	"sort"
 	"syscall"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/alineo-labs/alineo/checkpoints"
@@ -66,13 +67,10 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		return fmt.Errorf("restore: %w", err)
 	}
 	r := &restorer{blobs: blobs, dest: dest, opts: opts, safe: map[string]bool{".": true}, root: os.Geteuid() == 0}
-	for _, e := range sorted {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := r.entry(e); err != nil {
-			return &PathError{Op: "restore", Path: e.Path, Err: err}
-		}
+	release := blobs.holdFills()
+	defer release()
+	if err := r.tree(ctx, sorted); err != nil {
+		return err
 	}
 	// Directory modes and mtimes last, deepest first: a read-only directory
 	// must still take its children, and creating them moved its mtime.
@@ -84,6 +82,50 @@ func Restore(ctx context.Context, entries []checkpoints.Entry, blobs *BlobStore,
 		}
 	}
 	return nil
+}
+
+// tree creates the entries in order, but for the contents of regular files,
+// which several goroutines copy from the blob store meanwhile (a remote
+// store downloads them). A file is a leaf that no later entry touches, and
+// its parents exist before it is queued.
+func (r *restorer) tree(ctx context.Context, sorted []checkpoints.Entry) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.blobs.cfg.Concurrency)
+	var err error
+	for _, e := range sorted {
+		if err = gctx.Err(); err != nil {
+			break
+		}
+		if e.Kind != checkpoints.KindFile {
+			if err = r.entry(e); err != nil {
+				err = &PathError{Op: "restore", Path: e.Path, Err: err}
+				break
+			}
+			continue
+		}
+		if err = r.parent(e.Path); err == nil {
+			_, err = removeExisting(filepath.Join(r.dest, filepath.FromSlash(e.Path)), false)
+		}
+		if err != nil {
+			err = &PathError{Op: "restore", Path: e.Path, Err: err}
+			break
+		}
+		g.Go(func() error {
+			if err := r.file(gctx, e); err != nil {
+				return &PathError{Op: "restore", Path: e.Path, Err: err}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		cancel()
+	}
+	if werr := g.Wait(); werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = werr // the first file that failed, rather than the cancellation it caused
+	}
+	return err
 }
 
 type restorer struct {
@@ -163,14 +205,6 @@ func (r *restorer) entry(e checkpoints.Entry) error {
 			}
 		}
 		return nil // mode and mtime at the end
-	case checkpoints.KindFile:
-		if _, err := removeExisting(p, false); err != nil {
-			return err
-		}
-		if err := r.copyBlob(p, e); err != nil {
-			return err
-		}
-		return r.attrs(p, e, true)
 	case checkpoints.KindSymlink:
 		if _, err := removeExisting(p, false); err != nil {
 			return err
@@ -201,21 +235,44 @@ func (r *restorer) entry(e checkpoints.Entry) error {
 	return fmt.Errorf("unknown kind %q", e.Kind)
 }
 
-func (r *restorer) copyBlob(p string, e checkpoints.Entry) error {
-	src, err := r.blobs.Open(e.BlobKey)
+// file writes the regular file e (its parents exist, its path is free).
+func (r *restorer) file(ctx context.Context, e checkpoints.Entry) error {
+	p := filepath.Join(r.dest, filepath.FromSlash(e.Path))
+	if err := r.copyBlob(ctx, p, e); err != nil {
+		return err
+	}
+	return r.attrs(p, e, true)
+}
+
+func (r *restorer) copyBlob(ctx context.Context, p string, e checkpoints.Entry) error {
+	dst, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600) // read: the cache is filled from it (copyTo)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	dst, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
+	if len(e.Holes) == 0 {
+		var n int64
+		n, err = r.blobs.copyTo(ctx, e.BlobKey, dst)
+		if err == nil && n != e.Size {
+			err = &CorruptBlobError{Key: e.BlobKey, Size: n, WantSize: e.Size}
+		}
+	} else {
+		err = r.fillSparse(ctx, dst, e)
 	}
-	err = fill(dst, src, e)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// fillSparse writes the sparse file entry e into dst from its blob, which
+// holds e's data ranges one after the other (see fill).
+func (r *restorer) fillSparse(ctx context.Context, dst *os.File, e checkpoints.Entry) error {
+	src, err := r.blobs.Open(ctx, e.BlobKey) // checked against the key as it is read
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	return fill(dst, src, e)
 }
 
 // fill writes file entry e's content to the empty file dst from its blob
@@ -237,10 +294,10 @@ func fill(dst *os.File, src io.Reader, e checkpoints.Entry) error {
 		}
 	}
 	if n != e.DataSize() {
-		return fmt.Errorf("%w: blob %s has %d bytes, manifest says %d", ErrCorruptBlob, e.BlobKey, n, e.DataSize())
+		return &CorruptBlobError{Key: e.BlobKey, Size: n, WantSize: e.DataSize()}
 	}
 	if k, err := io.CopyN(io.Discard, src, 1); k > 0 {
-		return fmt.Errorf("%w: blob %s has more than the %d bytes the manifest says", ErrCorruptBlob, e.BlobKey, n)
+		return &CorruptBlobError{Key: e.BlobKey, Size: n + k, WantSize: e.DataSize()}
 	} else if !errors.Is(err, io.EOF) {
 		return err
 	}

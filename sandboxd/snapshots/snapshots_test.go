@@ -38,7 +38,7 @@ func TestBlobStore(t *testing.T) {
 	if len(list) != 2 {
 		t.Fatalf("List = %v, want 2 blobs", list)
 	}
-	f, err := b.Open(key)
+	f, err := b.Open(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,19 +47,19 @@ func TestBlobStore(t *testing.T) {
 	if string(got) != "hello" {
 		t.Fatalf("Open read %q, want hello", got)
 	}
-	if has, _ := b.Has(key); !has {
+	if has, _ := b.Has(ctx, key); !has {
 		t.Fatal("Has = false after Put")
 	}
 	must(t, b.Delete(ctx, key))
 	must(t, b.Delete(ctx, key))
-	if has, _ := b.Has(key); has {
+	if has, _ := b.Has(ctx, key); has {
 		t.Fatal("Has = true after Delete")
 	}
-	if _, err := b.Open(key); !errors.Is(err, snapshots.ErrBlobNotFound) {
+	if _, err := b.Open(ctx, key); !errors.Is(err, snapshots.ErrBlobNotFound) {
 		t.Fatalf("Open(deleted) err = %v, want ErrBlobNotFound", err)
 	}
 	for _, bad := range []string{"", "../../etc/passwd", strings.Repeat("A", 64), strings.Repeat("a", 63)} {
-		if _, err := b.Open(bad); !errors.Is(err, snapshots.ErrInvalidKey) {
+		if _, err := b.Open(ctx, bad); !errors.Is(err, snapshots.ErrInvalidKey) {
 			t.Errorf("Open(%q) err = %v, want ErrInvalidKey", bad, err)
 		}
 	}
