@@ -470,3 +470,39 @@ func TestDashboardExecLiveInChromium(t *testing.T) {
 	}
 	b.screenshot(t, s, "sandbox-live")
 }
+
+// TestDashboardJobsLiveFromListInChromium: the jobs page, opened on a list
+// the server rendered, follows a job's change without a reload, and its
+// live indicator says live (not "reconnecting…" as it did when a rendered
+// row's cells did not match the script's).
+func TestDashboardJobsLiveFromListInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	spec, err := jobs.Parse([]byte(`{"name": "listed", "image": "host", "steps": [{"exec": {"command": "true"}}, {"exec": {"command": "true"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.queue.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/jobs")
+	row := `document.querySelector('tr.job[data-id="` + st.ID + `"]')`
+	if got := b.mustEval(t, s, row+`.getAttribute("data-state") + " " + `+row+`.querySelector(".worker").textContent`); got != "queued —" {
+		t.Fatalf("rendered row = %q, want queued —", got)
+	}
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+
+	// A worker picks the job up and finishes a step: the row follows.
+	st.State, st.Worker, st.Attempt, st.Done = jobs.StateRunning, "worker-live", 1, 1
+	st.UpdatedAt = time.Now().UnixMilli()
+	putStatus(t, e, st)
+	b.waitEval(t, s, row+`.querySelector(".worker").textContent + " " + `+row+`.querySelector(".steps").textContent`, "worker-live 1/2")
+	if got := b.mustEval(t, s, row+`.querySelector(".badge").textContent + " " + document.getElementById("live-status").textContent`); got != "running live" {
+		t.Errorf("state badge and live status = %q, want running live", got)
+	}
+	b.screenshot(t, s, "jobs-live")
+}

@@ -429,14 +429,19 @@
     jobCells(tr, j);
     return tr;
   }
+  // poll calls f with url's JSON every few seconds. The indicator says live
+  // once f has shown an answer; a failure of f itself (the page's fault, not
+  // the connection's) says so instead of "reconnecting…".
   function poll(url, every, f) {
+    function say(text, cls) { var s = $("#live-status"); s.textContent = text; s.className = "live-status " + cls; }
     function tick() {
       fetch(url, {credentials: "same-origin", cache: "no-store"}).then(function (r) {
-        var status = $("#live-status");
-        if (!r.ok) { status.textContent = "jobs: HTTP " + r.status; status.className = "live-status retry"; return; }
-        status.textContent = "live"; status.className = "live-status on";
-        return r.json().then(f);
-      }).catch(function () { var s = $("#live-status"); s.textContent = "reconnecting…"; s.className = "live-status retry"; })
+        if (!r.ok) { say("HTTP " + r.status, "retry"); return; }
+        return r.json().then(function (v) {
+          try { f(v); } catch (err) { say("page error: " + err.message, "retry"); if (window.console) console.error(err); return; }
+          say("live", "on");
+        });
+      }, function () { say("reconnecting…", "retry"); })
         .then(function () { setTimeout(tick, every); });
     }
     tick();
