@@ -143,6 +143,9 @@ type execPage struct {
 	Details *adapters.SandboxDetails
 	Exec    *execView
 	LastSeq uint64
+	// Closed is the session's sandbox.closed, when it has one: why an
+	// interrupted exec was.
+	Closed *events.SandboxClosedPayload
 }
 
 type jobsPage struct {
@@ -335,7 +338,7 @@ func (s *Server) dashboardExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "exec.html", page{Title: "exec " + k.String() + " · " + d.Name, Nav: "sandboxes",
-		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq}})
+		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq, Closed: v.Closed}})
 }
 
 func (s *Server) dashboardRun(w http.ResponseWriter, r *http.Request) {

@@ -506,3 +506,59 @@ func TestDashboardJobsLiveFromListInChromium(t *testing.T) {
 	}
 	b.screenshot(t, s, "jobs-live")
 }
+
+// TestDashboardInterruptedExecInChromium: an exec whose attempt died (its
+// sandbox closed, taken over, before exec.completed) reads as interrupted,
+// not running: on the sandbox page, on its own page, and live when the
+// sandbox.closed arrives while the page is open.
+func TestDashboardInterruptedExecInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	job := jobs.NewID()
+	e.publish("job", "sb-dead",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-dead"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "true"}),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}),
+		events.New(0, "", "", 2, events.ExecStarted, events.ExecStartedPayload{Seq: 2, Kind: events.KindCommand, Cmd: "make build"}),
+		events.New(0, "", "", 2, events.ExecOutput, events.NewOutput(2, events.Stdout, []byte("compiling\n"))),
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, events.SandboxClosedPayload{Reason: events.ClosedTakenOver, By: "worker-2", Job: job}))
+	e.publish("job", "sb-dying",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-dying"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "sleep 600"}))
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	badge := func(key string) string {
+		return `document.querySelector('li.exec[data-key="` + key + `"] .exit').className + " " + document.querySelector('li.exec[data-key="` + key + `"] .exit').textContent`
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dead")
+	if got := b.mustEval(t, s, badge("1")+` + " | " + `+badge("2")); got != "exit ok exit 0 | exit interrupted interrupted" {
+		t.Errorf("exec badges = %q, want exec 2 interrupted", got)
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dead/execs/2")
+	if got := b.mustEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " | " + document.getElementById("exec-interrupted").hidden + " | " + document.getElementById("exec-interrupted").textContent`); !strings.HasPrefix(got, "interrupted | false | ") || !strings.Contains(got, "taken over by worker-2") {
+		t.Errorf("exec page = %q, want interrupted and why", got)
+	}
+	b.screenshot(t, s, "exec-interrupted")
+
+	// Live: the sandbox closes while its exec runs, on both pages.
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dying/execs/1")
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	if got := b.mustEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " " + document.getElementById("exec-interrupted").hidden`); got != "running true" {
+		t.Fatalf("exec page before the close = %q, want running", got)
+	}
+	s2 := b.open(t, "about:blank")
+	b.navigate(t, s2, e.srv.URL+"/ui/sandboxes/job/sb-dying")
+	b.waitEval(t, s2, `document.getElementById("live-status").textContent`, "live")
+	if got := b.mustEval(t, s2, badge("1")); got != "exit running running" {
+		t.Fatalf("sandbox page before the close = %q, want running", got)
+	}
+	e.publish("job", "sb-dying", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed,
+		events.SandboxClosedPayload{Reason: events.ClosedJobFailed, By: "worker-3", Job: job}))
+	b.waitEval(t, s2, badge("1"), "exit interrupted interrupted")
+	b.waitEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " " + document.getElementById("exec-interrupted").hidden`, "interrupted false")
+	if got := b.mustEval(t, s, `document.getElementById("exec-interrupted").textContent`); !strings.Contains(got, "job failed by worker-3") {
+		t.Errorf("live interruption note = %q", got)
+	}
+}

@@ -46,7 +46,8 @@
 //     each exec (command, start, duration, exit-code badge, stdout and
 //     stderr as terminal text with ANSI colours, the first 4 KiB, live while
 //     it runs) between checkpoint, pause, resume and close markers; the raw
-//     events one click away.
+//     events one click away. An exec without exec.completed in a session
+//     that closed reads as interrupted (its attempt died), not running.
 //   - /ui/sandboxes/{name}/{id}/execs/{step} is one exec: command, exit code,
 //     duration, and stdout and stderr exactly as recorded (CR kept), the
 //     first 64 KiB rendered and the rest paged from

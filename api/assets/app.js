@@ -274,6 +274,12 @@
     tl.appendChild(li);
     return li;
   }
+  // interrupt marks a running exec's badge as interrupted: its sandbox closed.
+  function interrupt(node) {
+    node.className = "exit interrupted";
+    node.textContent = "interrupted";
+    node.title = "the sandbox closed before the exec completed";
+  }
   function setExit(node, p, done) {
     node.className = "exit " + (!done ? "running" : (p.exitCode || 0) === 0 ? "ok" : "fail");
     node.textContent = done ? "exit " + (p.exitCode || 0) : "running";
@@ -331,6 +337,7 @@
         var empty = $("#timeline-empty");
         if (empty) empty.remove();
         if (ev === "sandbox.closed") {
+          $$("li.exec .exit.running", tl).forEach(function (x) { interrupt(x); flash(x.closest("li")); });
           var s = $("#sandbox-status");
           s.textContent = "";
           s.setAttribute("data-status", "completed");
@@ -380,8 +387,18 @@
     $$("button.load-more").forEach(function (b) { b.onclick = function () { more($("#" + b.getAttribute("data-for")), false); }; });
     $$("button.load-all").forEach(function (b) { b.onclick = function () { more($("#" + b.getAttribute("data-for")), true); }; });
     live(function (e) {
-      if (keyOf(e) !== key) return;
       var ev = canon(e.event), p = payloadOf(e);
+      if (ev === "sandbox.closed") {
+        var r = $("#exec-exit .exit.running");
+        if (r) {
+          interrupt(r);
+          var note = $("#exec-interrupted");
+          $(".closed-reason", note).textContent = p.reason ? " (" + p.reason + (p.by ? " by " + p.by : "") + ")" : "";
+          note.hidden = false;
+        }
+        return;
+      }
+      if (keyOf(e) !== key) return;
       if (ev === "exec.output" && (p.type === "stdout" || p.type === "stderr")) {
         var pre = $("#" + p.type), n = outputBytes(p), shown = Number(pre.getAttribute("data-shown")), total = Number(pre.getAttribute("data-total"));
         if (shown === total) {
