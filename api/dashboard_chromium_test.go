@@ -246,8 +246,27 @@ func TestDashboardLineageInChromium(t *testing.T) {
 		t.Errorf("sessions under environment py311 = %q, want sb-e", got)
 	}
 	children := `Array.prototype.map.call(document.querySelectorAll('#lineage-tree > li.node[data-id="sb-a"] > ul.children > li.node'), function (n) { return n.getAttribute("data-id") + ":" + n.querySelector(".rel").textContent.replace(/\s+/g, " ").trim() }).join(" | ")`
-	if got := b.mustEval(t, s, children); got != "sb-b:resumed from | sb-c:forked from checkpoint snap-a" {
+	if got := b.mustEval(t, s, children); got != "sb-b:resumed from sb-a | sb-c:forked from checkpoint snap-a of sb-a" {
 		t.Errorf("children of sb-a = %q", got)
+	}
+	// Each node reads the right way round: the session, then where it came
+	// from (not "resumed from" followed by its own id).
+	head := func(id string) string {
+		return b.mustEval(t, s, `document.querySelector('li.node[data-id="`+id+`"] > .node-head').textContent.replace(/\s+/g, " ").trim()`)
+	}
+	for id, want := range map[string]string{
+		"sb-b": "agent sb-b resumed from sb-a running",
+		"sb-c": "agent-fork sb-c forked from checkpoint snap-a of sb-a running",
+		"sb-d": "agent-fork sb-d restored from checkpoint snap-elsewhere (not in this run) running",
+		"sb-e": "agent-env sb-e spawned from environment py311 running",
+		"sb-a": "agent sb-a completed",
+	} {
+		if got := head(id); !strings.HasPrefix(got, want) {
+			t.Errorf("node %s reads %q, want it to start %q", id, got, want)
+		}
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.node[data-id="sb-b"] .rel a').getAttribute("href")`); got != "/ui/sandboxes/agent/sb-a" {
+		t.Errorf("sb-b's parent link = %q, want sb-a's page", got)
 	}
 	roots := `Array.prototype.map.call(document.querySelectorAll("#lineage-tree > li.node:not(.env)"), function (n) { return n.getAttribute("data-id") }).join(",")`
 	if got := b.mustEval(t, s, roots); got != "sb-a,sb-d" {
