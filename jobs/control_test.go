@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/opensandbox"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -99,8 +101,10 @@ func TestCancelRunningJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Step 1 waits until the test opens its gate, so the cancel lands while
+	// it runs, however slow the machine.
 	st, err := q.Submit(ctx, mustParse(t, `{"name":"canceled","image":"host","steps":[
-		{"exec":{"command":"sleep 2"}},{"exec":{"command":"echo never"}}]}`))
+		{"exec":{"command":"while [ ! -e /tmp/gate ]; do sleep 0.05; done"}},{"exec":{"command":"echo never"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +137,17 @@ func TestCancelRunningJob(t *testing.T) {
 		}
 		return nil
 	})
-	if got, err := q.Cancel(ctx, st.ID, "alice"); err != nil || got.State != jobs.StateRunning || !got.CancelRequested {
+	got, err := q.Cancel(ctx, st.ID, "alice")
+	if err != nil || got.State != jobs.StateRunning || !got.CancelRequested {
 		t.Fatalf("cancel of the running job = %+v, %v; want running with the cancel requested", got, err)
+	}
+	x, err := client.OpenSandbox().Execd(ctx, got.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := x.UploadFile(ctx, "/tmp/gate", strings.NewReader("go"), opensandbox.Permission{Mode: 0o644}); err != nil {
+		t.Fatal(err)
 	}
 	var final jobs.Status
 	testenv.Eventually(t, 30*time.Second, func() error {
