@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 )
@@ -38,8 +39,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"outputURL": func(name, id string, x *execView, stream string) string {
 		return "/v1/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id) + "/execs/" + x.Step() + "/output?stream=" + stream
 	},
-	"runURL":  func(run string) string { return "/ui/runs/" + url.PathEscape(run) },
-	"jobURL":  func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
+	"runURL": func(run string) string { return "/ui/runs/" + url.PathEscape(run) },
+	"jobURL": func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
+	"retryable": func(st jobs.Status) bool {
+		return (st.State == jobs.StateFailed || st.State == jobs.StateCanceled) && st.RetriedAs == ""
+	},
 	"summary": summary,
 	"card":    cardOutput,
 	"list":    func(xs ...string) []string { return xs },
@@ -150,6 +154,11 @@ type execPage struct {
 
 type jobsPage struct {
 	Jobs []jobs.Status
+}
+
+type executorsPage struct {
+	ExecutorList
+	Live, Running int
 }
 
 type jobPage struct {
@@ -393,4 +402,24 @@ func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "job.html", page{Title: "job " + st.Name, Nav: "jobs", Data: jobPage{Job: st, Attempts: as, Takeovers: takeovers(as)}})
+}
+
+func (s *Server) dashboardExecutors(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Queue == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "No jobs queue", "this API serves no jobs queue (start it with a bus)")
+		return
+	}
+	l, err := executors(r.Context(), s.cfg.Queue, time.Now())
+	if err != nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "The jobs queue is not available", err.Error())
+		return
+	}
+	p := executorsPage{ExecutorList: l}
+	for _, x := range l.Executors {
+		if x.State == wire.ExecutorLive || x.State == wire.ExecutorDraining {
+			p.Live++
+		}
+		p.Running += len(x.Jobs)
+	}
+	s.render(w, http.StatusOK, "executors.html", page{Title: "executors", Nav: "executors", Data: p})
 }

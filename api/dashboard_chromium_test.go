@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // jsQuote is s as a JavaScript string literal.
@@ -579,5 +582,199 @@ func TestDashboardInterruptedExecInChromium(t *testing.T) {
 	b.waitEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " " + document.getElementById("exec-interrupted").hidden`, "interrupted false")
 	if got := b.mustEval(t, s, `document.getElementById("exec-interrupted").textContent`); !strings.Contains(got, "job failed by worker-3") {
 		t.Errorf("live interruption note = %q", got)
+	}
+}
+
+// TestDashboardExecutorsInChromium: the executors page lists a running
+// worker with its jobs and last heartbeat, and follows it live: the
+// heartbeat moves on, a job it takes appears, and once it stops it is known
+// only from its job's status.
+func TestDashboardExecutorsInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	client, err := alineo.New(alineo.Options{BaseURL: "http://127.0.0.1:1", Adapter: e.ledger}) // never given a job
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &jobs.Worker{Queue: e.queue, Client: client, ID: "w-ui", Heartbeat: 300 * time.Millisecond, Concurrency: 2}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	now := time.Now().UnixMilli()
+	first := jobs.Status{ID: jobs.NewID(), Name: "building", State: jobs.StateRunning, Attempt: 1, Worker: "w-ui", Steps: 3, Done: 1, SubmittedAt: now, UpdatedAt: now}
+	putStatus(t, e, first)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		ws, err := e.queue.Workers(ctx)
+		if err != nil || len(ws) != 1 {
+			return fmt.Errorf("workers = %+v, %v", ws, err)
+		}
+		return nil
+	})
+
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/executors")
+	row := `document.querySelector('tr.executor[data-id="w-ui"]')`
+	cells := `Array.from(` + row + `.cells).map(function (td) { return td.textContent.replace(/\s+/g, " ").trim() }).join("|")`
+	got := strings.Split(b.mustEval(t, s, cells), "|")
+	when := regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$`)
+	if len(got) != 7 || got[0] != "w-ui" || got[1] != "live" || !strings.Contains(got[2], "(pid ") || !when.MatchString(got[3]) || !when.MatchString(got[4]) || got[6] != "building 1/3" {
+		t.Fatalf("rendered row = %q, want w-ui live with its host, times and job", got)
+	}
+	if got := b.mustEval(t, s, row+`.querySelector('a.job').getAttribute("href")`); got != "/ui/jobs/"+first.ID {
+		t.Errorf("job link = %q", got)
+	}
+	// Live: the heartbeat moves on.
+	beat := b.mustEval(t, s, row+`.querySelector(".heartbeat").getAttribute("data-at")`)
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	b.waitEval(t, s, `(function () { var r = `+row+`; return r !== null && r.querySelector(".heartbeat").getAttribute("data-at") !== `+jsQuote(beat)+` })()`, "true")
+	if after := strings.Split(b.mustEval(t, s, cells), "|"); len(after) != 7 || after[0] != got[0] || after[1] != "live" || after[2] != got[2] ||
+		after[3] != got[3] || !when.MatchString(after[4]) || after[5] != got[5] || after[6] != got[6] {
+		t.Errorf("row after a live update = %q, want it formatted as the server formats %q", after, got)
+	}
+	// A second job of the worker appears without a reload.
+	second := jobs.Status{ID: jobs.NewID(), Name: "testing", State: jobs.StateRunning, Attempt: 1, Worker: "w-ui", Steps: 2, SubmittedAt: now + 1, UpdatedAt: now + 1}
+	putStatus(t, e, second)
+	b.waitEval(t, s, row+` && `+row+`.querySelectorAll("a.job").length`, "2")
+	b.waitEval(t, s, `document.getElementById("fig-live").textContent + " " + document.getElementById("fig-jobs").textContent`, "1 2")
+	b.screenshot(t, s, "executors")
+
+	// The worker stops: its record goes, its jobs' statuses still name it.
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.waitEval(t, s, row+` && `+row+`.getAttribute("data-state")`, "unknown")
+	if got := b.mustEval(t, s, `document.getElementById("fig-live").textContent + " " + `+row+`.querySelector(".heartbeat").textContent`); got != "0 —" {
+		t.Errorf("after the worker stopped: %q, want no live worker and no heartbeat", got)
+	}
+}
+
+// TestDashboardCancelRetryInChromium: a job running on a real worker is
+// canceled from its page (two clicks, with the bearer header): the cancel
+// reaches it before its next step, the page follows it to canceled, the
+// ledger records it, and Retry submits it again as a new job that names it.
+func TestDashboardCancelRetryInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: e.ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan int, 16)
+	w := &jobs.Worker{Queue: e.queue, Client: client, Ledger: e.ledger, ID: "w-run", Heartbeat: 300 * time.Millisecond, DrainTimeout: time.Second,
+		Progress: func(_ string, ev jobs.Event) {
+			if ev.State == jobs.StepStarted {
+				started <- ev.Index
+			}
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/executors")
+	// Step 1 waits until the test opens its gate (release), so the cancel
+	// lands while it runs, however slow the machine.
+	st, err := e.queue.Submit(ctx, mustSpec(t, `{"name":"long","image":"host","steps":[
+		{"exec":{"command":"while [ ! -e /tmp/gate ]; do sleep 0.05; done"}},{"exec":{"command":"echo never"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the job's first step never started")
+	}
+	// The executors page shows the worker running the job.
+	b.waitEval(t, s, `(function () { var a = document.querySelector('tr.executor[data-id="w-run"] a.job[data-job="`+st.ID+`"]'); return a ? a.textContent.replace(/\s+/g, " ").trim() : "" })()`, "long 0/2")
+
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
+	visible := func(id string) string { return `!document.getElementById("` + id + `").hidden` }
+	if got := b.mustEval(t, s, `document.getElementById("job-state").textContent.trim() + " " + `+visible("job-cancel")+` + " " + `+visible("job-retry")); got != "running true false" {
+		t.Fatalf("running job's page = %q, want running with Cancel and no Retry", got)
+	}
+	b.mustEval(t, s, `document.getElementById("job-cancel").click()`)
+	if got := b.mustEval(t, s, `document.getElementById("job-action-result").textContent`); got != "" {
+		t.Fatalf("one click canceled: %q", got)
+	}
+	b.mustEval(t, s, `document.getElementById("job-cancel").click()`)
+	b.waitEval(t, s, `document.getElementById("job-action-result").textContent`, "cancel requested")
+	if got := b.mustEval(t, s, visible("job-cancel-requested")+` + " " + `+visible("job-cancel")); got != "true false" {
+		t.Errorf("after the cancel: chip visible, Cancel visible = %q, want true false", got)
+	}
+	release(t, client, e.queue, st.ID)
+	// The worker stops the job before step 2; the page follows.
+	b.waitEval(t, s, `document.getElementById("job-state").textContent.trim()`, "canceled")
+	b.waitEval(t, s, visible("job-retry")+` + " " + `+visible("job-cancel-requested"), "true false")
+	if got := b.mustEval(t, s, `document.getElementById("job-error").textContent`); got != "job canceled by api before step 2" {
+		t.Errorf("job error = %q", got)
+	}
+	select {
+	case i := <-started:
+		t.Errorf("step %d started after the cancel", i+1)
+	default:
+	}
+	final, err := e.queue.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := e.ledger.ReadAll(ctx, final.SandboxName, final.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p events.SandboxClosedPayload
+	if last := es[len(es)-1]; last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Reason != jobs.ClosedCanceled || p.Job != st.ID {
+		t.Errorf("the session ends with %s %s, want sandbox.closed of reason %q", last.Event, last.Payload, jobs.ClosedCanceled)
+	}
+	e.waitProjected()
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
+	if got := b.mustEval(t, s, `document.querySelector("#attempts .closed-reason").textContent`); !strings.Contains(got, "job canceled, by w-run") {
+		t.Errorf("attempt's end = %q, want job canceled by w-run", got)
+	}
+	b.screenshot(t, s, "job-canceled")
+
+	// Retry: a new job with the same spec, linked both ways.
+	b.mustEval(t, s, `document.getElementById("job-retry").click()`)
+	b.waitEval(t, s, `document.getElementById("job-action-result").className`, "ok")
+	next := b.mustEval(t, s, `document.getElementById("retry-job").textContent`)
+	if !jobs.ValidID(next) || next == st.ID {
+		t.Fatalf("retry job id = %q", next)
+	}
+	if got := b.mustEval(t, s, visible("job-retry")+` + " " + `+visible("job-retried")+` + " " + document.getElementById("job-retried-as").getAttribute("href")`); got != "false true /ui/jobs/"+next {
+		t.Errorf("after the retry = %q", got)
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+next)
+	if got := b.mustEval(t, s, `document.getElementById("job-retry-of").getAttribute("href")`); got != "/ui/jobs/"+st.ID {
+		t.Errorf("retry-of link = %q", got)
+	}
+	if ns, err := e.queue.Status(ctx, next); err != nil || ns.RetryOf != st.ID || ns.Name != "long" {
+		t.Errorf("the retry's status = %+v, %v", ns, err)
+	}
+}
+
+// release opens the gate the first step of job id waits for (a file in its
+// sandbox, written past the ledger).
+func release(t *testing.T, client *alineo.Client, q *jobs.Queue, id string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := q.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := client.OpenSandbox().Execd(ctx, st.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := x.UploadFile(ctx, "/tmp/gate", strings.NewReader("go"), opensandbox.Permission{Mode: 0o644}); err != nil {
+		t.Fatal(err)
 	}
 }

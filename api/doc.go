@@ -1,6 +1,6 @@
 // Package api is the HTTP API of cmd/api: the read model (sandboxes, their
-// events and checkpoints, environments), job submission and status on the
-// jobs queue, the live audit stream (Server-Sent Events from the ledger
+// events and checkpoints, environments), job submission, status, cancel and
+// retry on the jobs queue, the queue's executors, the live audit stream (Server-Sent Events from the ledger
 // stream, resumable with Last-Event-ID), Prometheus metrics, the OpenAPI 3
 // document and a server-rendered dashboard.
 //
@@ -55,23 +55,30 @@
 //     exact bytes.
 //   - /ui/runs/{run} is the tree of the sessions sharing a run id: a resume
 //     under the sandbox it resumed, a fork or a restore under the sandbox
-//     whose checkpoint it started from, environments at the roots.
+//     whose checkpoint it started from, environments at the roots; each
+//     node names itself, then where it came from.
 //   - /ui/jobs lists the jobs (state, worker, attempt, steps done, checkpoint,
 //     sandbox), refreshed every 2 s, and submits a spec; /ui/jobs/{id} shows
 //     a job's attempts, which sandbox each ran in and the takeover that
-//     ended it.
+//     ended it, cancels it (two clicks; a running job stops before its next
+//     step) and retries a failed or canceled one as a new job.
+//   - /ui/executors lists the queue's workers (GET /v1/executors): live,
+//     draining, silent (missed three heartbeats) or unknown (a running job
+//     names it, it keeps no presence record), their jobs and last heartbeat,
+//     refreshed every 2 s.
 //
-// Writes from the dashboard (submit a job, delete a session) send
-// "Authorization: Bearer" with the token the user signed in with, kept in
-// the tab's sessionStorage; without one the page asks for it. Empty lists
-// and failures (404, a read model or queue that is down: 503) have pages of
-// their own.
+// Writes from the dashboard (submit, cancel or retry a job, delete a
+// session) send "Authorization: Bearer" with the token the user signed in
+// with, kept in the tab's sessionStorage; without one the page asks for it.
+// Empty lists and failures (404, a read model or queue that is down: 503)
+// have pages of their own.
 //
 // # Errors
 //
 // Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a
-// bad job spec), with 400 for bad input, 401, 404 for unknown ids, 503 when a
-// dependency (the store, the bus) fails.
+// bad job spec), with 400 for bad input, 401, 404 for unknown ids, 409 for a
+// job whose state refuses the write (cancel a settled job, retry one that
+// did not fail), 503 when a dependency (the store, the bus) fails.
 //
 // # Client
 //

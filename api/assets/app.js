@@ -487,14 +487,89 @@
       }, function (err) { out.className = "err"; out.textContent = err.message; });
     };
   }
+  function terminal(state) { return state === "succeeded" || state === "failed" || state === "canceled"; }
   function jobPage() {
-    var id = $("#job-head").getAttribute("data-id");
-    poll("/v1/jobs/" + id, 2000, function (j) {
+    var id = $("#job-head").getAttribute("data-id"), cancel = $("#job-cancel"), retry = $("#job-retry"), out = $("#job-action-result");
+    function show(j) {
       var st = $("#job-state");
       if (st.textContent !== j.state) { st.textContent = ""; st.appendChild(el("span", "badge job-" + j.state, j.state)); flash(st); }
       $("#job-worker").textContent = j.worker || "—";
       $("#job-attempt").textContent = j.attempt;
       $("#job-steps").textContent = j.done + "/" + j.steps;
+      var e = $("#job-error");
+      e.textContent = j.error || "";
+      e.hidden = !j.error;
+      cancel.hidden = terminal(j.state) || !!j.cancelRequested;
+      retry.hidden = !(j.state === "failed" || j.state === "canceled") || !!j.retriedAs;
+      var cr = $("#job-cancel-requested");
+      cr.hidden = terminal(j.state) || !j.cancelRequested;
+      $(".by", cr).textContent = j.canceledBy || "";
+      if (j.retriedAs) retried(j.retriedAs);
+    }
+    function retried(next) {
+      var a = $("#job-retried-as");
+      a.href = "/ui/jobs/" + next;
+      a.firstChild.textContent = next.slice(0, 12) + "…";
+      $("#job-retried").hidden = false;
+      retry.hidden = true;
+    }
+    poll("/v1/jobs/" + id, 2000, show);
+    // Cancel takes two clicks; both write with the bearer header.
+    cancel.onclick = function () {
+      if (!cancel.classList.contains("armed")) { cancel.classList.add("armed"); cancel.textContent = "Click again to cancel"; return; }
+      cancel.disabled = true;
+      write("POST", cancel.getAttribute("data-url"), "{}").then(function (j) {
+        out.className = "ok"; out.textContent = j.state === "canceled" ? "canceled" : "cancel requested";
+        show(j);
+      }, function (err) { out.className = "err"; out.textContent = err.message; })
+        .then(function () { cancel.disabled = false; cancel.classList.remove("armed"); cancel.textContent = "Cancel the job"; });
+    };
+    retry.onclick = function () {
+      retry.disabled = true;
+      write("POST", retry.getAttribute("data-url"), "{}").then(function (j) {
+        out.className = "ok"; out.textContent = "retried as ";
+        var a = el("a", "", j.id);
+        a.href = "/ui/jobs/" + j.id;
+        a.id = "retry-job";
+        out.appendChild(a);
+        retried(j.id);
+      }, function (err) { out.className = "err"; out.textContent = err.message; })
+        .then(function () { retry.disabled = false; });
+    };
+  }
+
+  function executorRow(x) {
+    var tr = el("tr", "executor");
+    tr.setAttribute("data-id", x.id);
+    tr.setAttribute("data-state", x.state);
+    var st = el("td", "state"), hb = el("td", "heartbeat", fmtMs(x.heartbeatAt)), js = el("td", "jobs"), n = (x.jobs || []).length;
+    st.appendChild(el("span", "badge x-" + x.state, x.state));
+    hb.setAttribute("data-at", x.heartbeatAt || 0);
+    (x.jobs || []).forEach(function (j) {
+      var a = el("a", "job", j.name + " ");
+      a.href = "/ui/jobs/" + j.id;
+      a.setAttribute("data-job", j.id);
+      a.appendChild(el("span", "muted", j.done + "/" + j.steps));
+      js.appendChild(a);
+      js.appendChild(document.createTextNode(" "));
+    });
+    if (!n) js.textContent = "—";
+    [el("td", "mono id", x.id), st, el("td", "host", x.host ? x.host + " (pid " + x.pid + ")" : "—"), el("td", "started", fmtMs(x.startedAt)), hb,
+     el("td", "num slots", x.concurrency ? (x.running || []).length + "/" + x.concurrency : "—"), js].forEach(function (td) { tr.appendChild(td); });
+    return tr;
+  }
+  function executorsPage() {
+    poll("/v1/executors", 2000, function (v) {
+      var body = $("#executors-body"), xs = v.executors || [], live = 0, running = 0;
+      body.textContent = "";
+      xs.forEach(function (x) {
+        body.appendChild(executorRow(x));
+        if (x.state === "live" || x.state === "draining") live++;
+        running += (x.jobs || []).length;
+      });
+      $("#fig-live").textContent = live;
+      $("#fig-jobs").textContent = running;
+      $("#executors-empty").hidden = xs.length > 0;
     });
   }
 
@@ -508,8 +583,8 @@
     loginPage();
     var box = $("#live"), kind = box ? box.getAttribute("data-page") : "";
     // Pages with neither the stream nor polling have no live indicator.
-    if (!(box && (box.getAttribute("data-src") || kind === "jobs" || kind === "job"))) $("#live-status").hidden = true;
-    ({list: listPage, sandbox: sandboxPage, exec: execPage, jobs: jobsPage, job: jobPage}[kind] || function () {})();
+    if (!(box && (box.getAttribute("data-src") || kind === "jobs" || kind === "job" || kind === "executors"))) $("#live-status").hidden = true;
+    ({list: listPage, sandbox: sandboxPage, exec: execPage, jobs: jobsPage, job: jobPage, executors: executorsPage}[kind] || function () {})();
     document.body.setAttribute("data-ready", "1");
   });
 })();
