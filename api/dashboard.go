@@ -121,18 +121,6 @@ type errorPage struct {
 	Back    string
 }
 
-type listPage struct {
-	Status, Name, Run string
-	// Event filters the live tail (one canonical event name, "" for all);
-	// Events are the names it can take.
-	Event      string
-	Events     []events.Event
-	Sandboxes  []adapters.SandboxDetails
-	Counts     statusCounts
-	Limit      int
-	NextBefore int64
-}
-
 type sandboxPage struct {
 	Details     *adapters.SandboxDetails
 	View        sessionView
@@ -255,37 +243,6 @@ const (
 	// route pages through the rest.
 	maxRawEvents = 1000
 )
-
-func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	st := adapters.SandboxStatus(q.Get("status"))
-	if st != adapters.StatusRunning && st != adapters.StatusCompleted {
-		st = ""
-	}
-	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit, Events: events.All}
-	if ev := events.Event(q.Get("event")).Canonical(); ev.Known() {
-		p.Event = string(ev)
-	}
-	o := adapters.ListOptions{Status: st, Limit: listLimit + 1, RunID: p.Run, Before: max(before, 0)}
-	var ds []adapters.SandboxDetails
-	var err error
-	if p.Name != "" {
-		ds, err = s.cfg.Store.ListSandboxDetails(r.Context(), p.Name, o)
-	} else {
-		ds, err = s.cfg.Store.ListAllSandboxDetails(r.Context(), o)
-	}
-	if err != nil {
-		s.renderStoreError(w, r, err)
-		return
-	}
-	if len(ds) > listLimit {
-		ds = ds[:listLimit]
-		p.NextBefore = ds[len(ds)-1].StartedAt
-	}
-	p.Sandboxes, p.Counts = ds, countStatus(ds)
-	s.render(w, http.StatusOK, "list.html", page{Title: "sandboxes", Nav: "sandboxes", Data: p})
-}
 
 // session reads the session the path names, or renders the error page.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*adapters.SandboxDetails, []events.Entry, bool) {

@@ -778,3 +778,97 @@ func release(t *testing.T, client *alineo.Client, q *jobs.Queue, id string) {
 		t.Fatal(err)
 	}
 }
+
+// TestDashboardListFiltersInChromium: the list keeps the sessions with a
+// failed exec (a non-zero exit, or interrupted) and those started in a time
+// range, each filter keeping the others, and a new sandbox does not appear
+// live where the filters exclude it.
+func TestDashboardListFiltersInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	at := func(hhmm string) int64 {
+		ts, err := time.Parse(time.RFC3339, "2025-06-01T"+hhmm+":00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts.UnixMilli()
+	}
+	// session records a session started at hhmm whose execs exit with codes
+	// (-1: started, never completed), closed when closed.
+	session := func(id, hhmm string, closed bool, codes ...int) {
+		ts := at(hhmm)
+		es := []events.Entry{events.New(ts, "filtered", id, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: id})}
+		for i, code := range codes {
+			step := i + 1
+			ts++
+			es = append(es, events.New(ts, "filtered", id, step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: "run"}))
+			if code >= 0 {
+				ts++
+				es = append(es, events.New(ts, "filtered", id, step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step, ExitCode: code}))
+			}
+		}
+		if closed {
+			es = append(es, events.New(ts+1, "filtered", id, events.SandboxLevel, events.SandboxClosed, nil))
+		}
+		if err := e.ledger.AppendBatch(ctx, es); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ledger.Sync(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	session("ok-old", "10:00", true, 0)
+	session("bad-old", "11:00", true, 2)
+	session("bad-new", "12:00", true, 0, 1, 3)
+	session("dead", "13:00", true, 0, -1) // its attempt died mid-exec
+	session("ok-new", "14:00", false, 0, -1)
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	rows := `Array.prototype.map.call(document.querySelectorAll("tr.sandbox"), function (r) { var f = r.querySelector(".failed-execs"); return r.getAttribute("data-id") + (f ? ":" + f.textContent : "") }).join(" ")`
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new bad-old ok-old" {
+		t.Fatalf("unfiltered rows = %q", got)
+	}
+
+	// Failed execs only.
+	b.mustEval(t, s, `document.getElementById("filter-failed").click()`)
+	b.ready(t, s, e.srv.URL+"/?failed=1")
+	if got := b.mustEval(t, s, rows); got != "dead:1 failed bad-new:2 failed bad-old:1 failed" {
+		t.Errorf("failed rows = %q, want dead, bad-new (2) and bad-old", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("scan-note").textContent`); !strings.HasPrefix(got, "Read 5 sessions") {
+		t.Errorf("scan note = %q", got)
+	}
+
+	// A time range, with the failed filter kept.
+	b.mustEval(t, s, `(document.getElementById("range-from").value = "2025-06-01T11:30:00", document.getElementById("range-to").value = "2025-06-01T14:30:00", document.getElementById("range-form").requestSubmit(), "")`)
+	b.ready(t, s, e.srv.URL+"/?failed=1&from=2025-06-01T11%3A30&to=2025-06-01T14%3A30") // the browser drops :00 seconds
+	if got := b.mustEval(t, s, rows); got != "dead:1 failed bad-new:2 failed" {
+		t.Errorf("failed rows started 11:30 to 14:30 = %q, want dead and bad-new", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("chip-range").textContent`); !strings.Contains(got, "from 2025-06-01T11:30:00 before 2025-06-01T14:30:00") {
+		t.Errorf("range chip = %q", got)
+	}
+	b.screenshot(t, s, "list-filtered")
+	// Any exec, the range kept.
+	b.mustEval(t, s, `document.getElementById("filter-any").click()`)
+	b.ready(t, s, e.srv.URL+"/?from=2025-06-01T11%3A30%3A00&to=2025-06-01T14%3A30%3A00")
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new" {
+		t.Errorf("rows started 11:30 to 14:30 = %q, want ok-new, dead and bad-new", got)
+	}
+
+	// A new sandbox starts now: outside the range, so not added live (the
+	// tail shows the event, so the page has handled it).
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	e.publish("filtered", "sb-now", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-now"}))
+	b.waitEval(t, s, fmt.Sprintf(`document.querySelector('#tail-body tr.live[data-seq="%d"]') !== null`, e.ledger.LastSeq()), "true")
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new" {
+		t.Errorf("rows after a new sandbox outside the range = %q", got)
+	}
+	// Bad input is a page that says which.
+	b.navigate(t, s, e.srv.URL+"/?from=yesterday")
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status") + " " + document.getElementById("error-message").textContent`); !strings.HasPrefix(got, "400 from must be") {
+		t.Errorf("bad range page = %q", got)
+	}
+}

@@ -36,10 +36,13 @@
 // stream:
 //
 //   - / lists the sessions, newest first, 200 a page; filters are links
-//     (status, name, run, and the event shown in the live tail). Rows and
-//     the header figures (shown, running, completed, execs) change as
-//     sandbox.created, exec.completed and sandbox.closed arrive; a new
-//     sandbox appears on top without a reload.
+//     and forms, each keeping the others (status, name, run, the sessions
+//     with a failed exec, a range of start times, and the event shown in the
+//     live tail). Rows and the header figures (shown, running, completed,
+//     execs) change as sandbox.created, exec.completed and sandbox.closed
+//     arrive; a new sandbox the filters admit appears on top without a
+//     reload. The failed-exec filter (an exit code not 0, an error, or
+//     interrupted) reads each session from the ledger, at most 1000 a page.
 //   - /ui/sandboxes/{name}/{id} is a session: its header (status, execs,
 //     completion) live, how it came to be (resumed from, forked from,
 //     restored from, spawned from an environment), and a timeline grouping

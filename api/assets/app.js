@@ -186,7 +186,8 @@
   // ---- pages.
   function listPage() {
     var table = $("#sandboxes"), body = $("#sandboxes-body");
-    var f = {status: table.getAttribute("data-filter-status"), name: table.getAttribute("data-filter-name"), run: table.getAttribute("data-filter-run")};
+    var f = {status: table.getAttribute("data-filter-status"), name: table.getAttribute("data-filter-name"), run: table.getAttribute("data-filter-run"),
+      failed: table.getAttribute("data-filter-failed") === "1", from: Number(table.getAttribute("data-filter-from")), to: Number(table.getAttribute("data-filter-to"))};
     var firstPage = !/[?&]before=/.test(location.search);
     function row(e) { return $('tr.sandbox[data-id="' + CSS.escape(e.sandboxId) + '"][data-name="' + CSS.escape(e.name) + '"]', body); }
     function figures() {
@@ -200,7 +201,10 @@
     }
     function insert(e) {
       var p = payloadOf(e), run = p.runId || e.sandboxId;
-      if (!firstPage || f.status === "completed" || (f.name && f.name !== e.name) || (f.run && f.run !== run)) return;
+      // A new session has no failed exec yet, and starts now: outside a
+      // range that ended.
+      if (!firstPage || f.status === "completed" || (f.name && f.name !== e.name) || (f.run && f.run !== run) ||
+        f.failed || (f.to && e.ts >= f.to) || (f.from && e.ts < f.from)) return;
       var tr = el("tr", "sandbox");
       tr.setAttribute("data-name", e.name);
       tr.setAttribute("data-id", e.sandboxId);
@@ -228,13 +232,13 @@
       if (ev === "sandbox.created" && !tr) tr = insert(e);
       if (!tr) return;
       if (ev === "exec.completed") {
-        var n = $(".execs", tr);
+        var n = $(".execs", tr), fe = $(".failed-execs", tr), p = payloadOf(e);
         n.textContent = (Number(n.textContent) || 0) + 1;
+        if (fe && ((p.exitCode || 0) !== 0 || e.error)) fe.textContent = (parseInt(fe.textContent, 10) + 1) + " failed";
       } else if (ev === "sandbox.closed") {
         tr.setAttribute("data-status", "completed");
         var s = $(".status", tr);
-        s.textContent = "";
-        s.appendChild(badge("completed"));
+        s.replaceChild(badge("completed"), $(".badge", s));
         $(".completed-at", tr).textContent = fmtMs(e.ts);
         if (f.status === "running") body.removeChild(tr);
       } else if (ev !== "sandbox.created") return;
