@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/alineo-labs/alineo/events"
@@ -54,13 +56,22 @@ func (q *Queue) openControlBuckets(ctx context.Context, replicas func(stream str
 	return nil
 }
 
-// keepSpec stores job id's spec in the specs bucket.
+// keepSpec stores job id's spec in the specs bucket, retrying with backoff
+// for statusRetryFor while the bucket does not answer (a put of the same
+// value twice is harmless).
 func (q *Queue) keepSpec(ctx context.Context, id string, spec Spec) error {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return err
 	}
-	if _, err := q.specs.Put(ctx, id, data); err != nil {
+	err = backoff.Retry(func() error {
+		_, err := q.specs.Put(ctx, id, data)
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, statusBackoff(ctx))
+	if err != nil {
 		return fmt.Errorf("keep the spec of job %s: %w", id, err)
 	}
 	return nil

@@ -282,11 +282,12 @@ func (q *Queue) publish(ctx context.Context, id string, body []byte) error {
 // Config returns the configuration in effect, defaults filled in.
 func (q *Queue) Config() QueueConfig { return q.cfg }
 
-// Submit validates spec, keeps it (for Retry), records its status (queued)
-// and publishes it on the jobs stream with its id as the message id, so a
-// retried submit is stored once. A publish that fails for good (after
-// retries, or when ctx ends) leaves the status failed with the error, not
-// queued. Errors: *SpecError; stream and bucket errors.
+// Submit validates spec, records its status (queued), keeps the spec (for
+// Retry) and publishes it on the jobs stream with its id as the message id,
+// so a retried submit is stored once. A spec that cannot be kept or a
+// publish that fails for good (after retries, or when ctx ends) leaves the
+// status failed with the error, not queued. Errors: *SpecError; stream and
+// bucket errors.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	return q.submit(ctx, spec, NewID(), "")
 }
@@ -294,9 +295,6 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 // submit is Submit of the job id, retrying the job retryOf ("" for none).
 func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Status, error) {
 	if err := spec.Validate(); err != nil {
-		return Status{}, err
-	}
-	if err := q.keepSpec(ctx, id, spec); err != nil {
 		return Status{}, err
 	}
 	now := time.Now().UnixMilli()
@@ -309,6 +307,9 @@ func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Stat
 	if err != nil {
 		return Status{}, fmt.Errorf("record job %s: %w", st.ID, err)
 	}
+	if err := q.keepSpec(ctx, st.ID, spec); err != nil {
+		return q.abandon(ctx, st, rev, err)
+	}
 	body, err := json.Marshal(Message{ID: st.ID, Spec: spec})
 	if err == nil {
 		err = q.publish(ctx, st.ID, body)
@@ -320,8 +321,9 @@ func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Stat
 	return st, nil
 }
 
-// abandon settles the queued status (revision rev) of a job whose message
-// could not be published (cause): it is recorded failed with cause, so
+// abandon settles the queued status (revision rev) of a job whose spec could
+// not be kept or whose message could not be published (cause): it is
+// recorded failed with cause, so
 // nothing waits on a job nobody will run, and a copy of the message that
 // did reach the stream after all (its acknowledgement lost) is acknowledged
 // unrun by the worker it reaches. It returns cause, joined with the error of
