@@ -697,7 +697,10 @@ func TestDashboardCancelRetryInChromium(t *testing.T) {
 	b.waitEval(t, s, `(function () { var a = document.querySelector('tr.executor[data-id="w-run"] a.job[data-job="`+st.ID+`"]'); return a ? a.textContent.replace(/\s+/g, " ").trim() : "" })()`, "long 0/2")
 
 	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
-	visible := func(id string) string { return `!document.getElementById("` + id + `").hidden` }
+	// Shown as the user sees it: hidden, and no style that shows it anyway.
+	visible := func(id string) string {
+		return `(getComputedStyle(document.getElementById("` + id + `")).display !== "none")`
+	}
 	if got := b.mustEval(t, s, `document.getElementById("job-state").textContent.trim() + " " + `+visible("job-cancel")+` + " " + `+visible("job-retry")); got != "running true false" {
 		t.Fatalf("running job's page = %q, want running with Cancel and no Retry", got)
 	}
@@ -738,6 +741,9 @@ func TestDashboardCancelRetryInChromium(t *testing.T) {
 	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
 	if got := b.mustEval(t, s, `document.querySelector("#attempts .closed-reason").textContent`); !strings.Contains(got, "job canceled, by w-run") {
 		t.Errorf("attempt's end = %q, want job canceled by w-run", got)
+	}
+	if got := b.mustEval(t, s, visible("job-cancel")+` + " " + `+visible("job-cancel-requested")+` + " " + `+visible("job-retry")); got != "false false true" {
+		t.Errorf("canceled job's page shows Cancel, the cancel chip, Retry = %q, want false false true", got)
 	}
 	b.screenshot(t, s, "job-canceled")
 
