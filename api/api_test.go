@@ -310,6 +310,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 		{"/v1/sandboxes/{name}/{id}/events", "get"}, {"/v1/sandboxes/{name}/{id}/checkpoints", "get"},
 		{"/v1/sandboxes/{name}/{id}/execs/{step}/output", "get"},
 		{"/v1/environments", "get"}, {"/v1/jobs", "post"}, {"/v1/jobs/{jobId}", "get"}, {"/v1/events/stream", "get"},
+		{"/v1/jobs/{jobId}/cancel", "post"}, {"/v1/jobs/{jobId}/retry", "post"}, {"/v1/executors", "get"},
 	} {
 		if _, ok := doc.Paths[r.path][r.method]; !ok {
 			t.Errorf("openapi lacks %s %s", strings.ToUpper(r.method), r.path)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -30,6 +31,11 @@ func TestWritesNeedBearer(t *testing.T) {
 	e.waitProjected()
 	spec := `{"name":"ok","image":"ubuntu:22.04","steps":[{"exec":{"command":"true"}}]}`
 	cookie := &http.Cookie{Name: "alineo_token", Value: token}
+	queued, err := e.queue.Submit(t.Context(), mustSpec(t, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := queued.ID
 	for _, tc := range []struct {
 		name, method, path, body, ctype, origin string
 		bearer, cookie                          bool
@@ -45,6 +51,12 @@ func TestWritesNeedBearer(t *testing.T) {
 		{"null origin refused", "DELETE", "/v1/sandboxes/svc/sbw", "", "", "null", true, false, http.StatusForbidden},
 		{"own origin accepted", "POST", "/v1/jobs", spec, "application/json; charset=utf-8", e.srv.URL, true, false, http.StatusAccepted},
 		{"bearer deletes", "DELETE", "/v1/sandboxes/svc/sbw", "", "", "", true, false, http.StatusNoContent},
+		{"cookie cannot cancel", "POST", "/v1/jobs/" + job + "/cancel", "{}", "application/json", "", false, true, http.StatusUnauthorized},
+		{"cookie cannot retry", "POST", "/v1/jobs/" + job + "/retry", "{}", "application/json", "", false, true, http.StatusUnauthorized},
+		{"cancel as a form refused", "POST", "/v1/jobs/" + job + "/cancel", "a=b", "application/x-www-form-urlencoded", "", true, false, http.StatusUnsupportedMediaType},
+		{"retry without a body type refused", "POST", "/v1/jobs/" + job + "/retry", "", "", "", true, false, http.StatusUnsupportedMediaType},
+		{"cancel from a foreign origin refused", "POST", "/v1/jobs/" + job + "/cancel", "{}", "application/json", "http://127.0.0.1:1", true, false, http.StatusForbidden},
+		{"bearer cancels", "POST", "/v1/jobs/" + job + "/cancel", "{}", "application/json", e.srv.URL, true, false, http.StatusOK},
 	} {
 		req, err := http.NewRequest(tc.method, e.srv.URL+tc.path, strings.NewReader(tc.body))
 		if err != nil {
@@ -164,4 +176,13 @@ func TestCrossSiteFormFromSandbox(t *testing.T) {
 	if len(sts) != 0 {
 		t.Errorf("jobs queued by the cross-site form: %+v", sts)
 	}
+}
+
+func mustSpec(t *testing.T, doc string) jobs.Spec {
+	t.Helper()
+	spec, err := jobs.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

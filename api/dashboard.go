@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 )
@@ -38,8 +39,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"outputURL": func(name, id string, x *execView, stream string) string {
 		return "/v1/sandboxes/" + url.PathEscape(name) + "/" + url.PathEscape(id) + "/execs/" + x.Step() + "/output?stream=" + stream
 	},
-	"runURL":  func(run string) string { return "/ui/runs/" + url.PathEscape(run) },
-	"jobURL":  func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
+	"runURL": func(run string) string { return "/ui/runs/" + url.PathEscape(run) },
+	"jobURL": func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
+	"retryable": func(st jobs.Status) bool {
+		return (st.State == jobs.StateFailed || st.State == jobs.StateCanceled) && st.RetriedAs == ""
+	},
 	"summary": summary,
 	"card":    cardOutput,
 	"list":    func(xs ...string) []string { return xs },
@@ -117,18 +121,6 @@ type errorPage struct {
 	Back    string
 }
 
-type listPage struct {
-	Status, Name, Run string
-	// Event filters the live tail (one canonical event name, "" for all);
-	// Events are the names it can take.
-	Event      string
-	Events     []events.Event
-	Sandboxes  []adapters.SandboxDetails
-	Counts     statusCounts
-	Limit      int
-	NextBefore int64
-}
-
 type sandboxPage struct {
 	Details     *adapters.SandboxDetails
 	View        sessionView
@@ -143,10 +135,18 @@ type execPage struct {
 	Details *adapters.SandboxDetails
 	Exec    *execView
 	LastSeq uint64
+	// Closed is the session's sandbox.closed, when it has one: why an
+	// interrupted exec was.
+	Closed *events.SandboxClosedPayload
 }
 
 type jobsPage struct {
 	Jobs []jobs.Status
+}
+
+type executorsPage struct {
+	ExecutorList
+	Live, Running int
 }
 
 type jobPage struct {
@@ -244,37 +244,6 @@ const (
 	maxRawEvents = 1000
 )
 
-func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	st := adapters.SandboxStatus(q.Get("status"))
-	if st != adapters.StatusRunning && st != adapters.StatusCompleted {
-		st = ""
-	}
-	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit, Events: events.All}
-	if ev := events.Event(q.Get("event")).Canonical(); ev.Known() {
-		p.Event = string(ev)
-	}
-	o := adapters.ListOptions{Status: st, Limit: listLimit + 1, RunID: p.Run, Before: max(before, 0)}
-	var ds []adapters.SandboxDetails
-	var err error
-	if p.Name != "" {
-		ds, err = s.cfg.Store.ListSandboxDetails(r.Context(), p.Name, o)
-	} else {
-		ds, err = s.cfg.Store.ListAllSandboxDetails(r.Context(), o)
-	}
-	if err != nil {
-		s.renderStoreError(w, r, err)
-		return
-	}
-	if len(ds) > listLimit {
-		ds = ds[:listLimit]
-		p.NextBefore = ds[len(ds)-1].StartedAt
-	}
-	p.Sandboxes, p.Counts = ds, countStatus(ds)
-	s.render(w, http.StatusOK, "list.html", page{Title: "sandboxes", Nav: "sandboxes", Data: p})
-}
-
 // session reads the session the path names, or renders the error page.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*adapters.SandboxDetails, []events.Entry, bool) {
 	name, id := r.PathValue("name"), r.PathValue("id")
@@ -335,7 +304,7 @@ func (s *Server) dashboardExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "exec.html", page{Title: "exec " + k.String() + " · " + d.Name, Nav: "sandboxes",
-		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq}})
+		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq, Closed: v.Closed}})
 }
 
 func (s *Server) dashboardRun(w http.ResponseWriter, r *http.Request) {
@@ -390,4 +359,24 @@ func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "job.html", page{Title: "job " + st.Name, Nav: "jobs", Data: jobPage{Job: st, Attempts: as, Takeovers: takeovers(as)}})
+}
+
+func (s *Server) dashboardExecutors(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Queue == nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "No jobs queue", "this API serves no jobs queue (start it with a bus)")
+		return
+	}
+	l, err := executors(r.Context(), s.cfg.Queue, time.Now())
+	if err != nil {
+		s.renderError(w, r, http.StatusServiceUnavailable, "The jobs queue is not available", err.Error())
+		return
+	}
+	p := executorsPage{ExecutorList: l}
+	for _, x := range l.Executors {
+		if x.State == wire.ExecutorLive || x.State == wire.ExecutorDraining {
+			p.Live++
+		}
+		p.Running += len(x.Jobs)
+	}
+	s.render(w, http.StatusOK, "executors.html", page{Title: "executors", Nav: "executors", Data: p})
 }

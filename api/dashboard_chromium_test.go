@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
+	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // jsQuote is s as a JavaScript string literal.
@@ -246,8 +249,27 @@ func TestDashboardLineageInChromium(t *testing.T) {
 		t.Errorf("sessions under environment py311 = %q, want sb-e", got)
 	}
 	children := `Array.prototype.map.call(document.querySelectorAll('#lineage-tree > li.node[data-id="sb-a"] > ul.children > li.node'), function (n) { return n.getAttribute("data-id") + ":" + n.querySelector(".rel").textContent.replace(/\s+/g, " ").trim() }).join(" | ")`
-	if got := b.mustEval(t, s, children); got != "sb-b:resumed from | sb-c:forked from checkpoint snap-a" {
+	if got := b.mustEval(t, s, children); got != "sb-b:resumed from sb-a | sb-c:forked from checkpoint snap-a of sb-a" {
 		t.Errorf("children of sb-a = %q", got)
+	}
+	// Each node reads the right way round: the session, then where it came
+	// from (not "resumed from" followed by its own id).
+	head := func(id string) string {
+		return b.mustEval(t, s, `document.querySelector('li.node[data-id="`+id+`"] > .node-head').textContent.replace(/\s+/g, " ").trim()`)
+	}
+	for id, want := range map[string]string{
+		"sb-b": "agent sb-b resumed from sb-a running",
+		"sb-c": "agent-fork sb-c forked from checkpoint snap-a of sb-a running",
+		"sb-d": "agent-fork sb-d restored from checkpoint snap-elsewhere (not in this run) running",
+		"sb-e": "agent-env sb-e spawned from environment py311 running",
+		"sb-a": "agent sb-a completed",
+	} {
+		if got := head(id); !strings.HasPrefix(got, want) {
+			t.Errorf("node %s reads %q, want it to start %q", id, got, want)
+		}
+	}
+	if got := b.mustEval(t, s, `document.querySelector('li.node[data-id="sb-b"] .rel a').getAttribute("href")`); got != "/ui/sandboxes/agent/sb-a" {
+		t.Errorf("sb-b's parent link = %q, want sb-a's page", got)
 	}
 	roots := `Array.prototype.map.call(document.querySelectorAll("#lineage-tree > li.node:not(.env)"), function (n) { return n.getAttribute("data-id") }).join(",")`
 	if got := b.mustEval(t, s, roots); got != "sb-a,sb-d" {
@@ -469,4 +491,390 @@ func TestDashboardExecLiveInChromium(t *testing.T) {
 		t.Errorf("completion time not filled in")
 	}
 	b.screenshot(t, s, "sandbox-live")
+}
+
+// TestDashboardJobsLiveFromListInChromium: the jobs page, opened on a list
+// the server rendered, follows a job's change without a reload, and its
+// live indicator says live (not "reconnecting…" as it did when a rendered
+// row's cells did not match the script's).
+func TestDashboardJobsLiveFromListInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	spec, err := jobs.Parse([]byte(`{"name": "listed", "image": "host", "steps": [{"exec": {"command": "true"}}, {"exec": {"command": "true"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.queue.Submit(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/jobs")
+	row := `document.querySelector('tr.job[data-id="` + st.ID + `"]')`
+	if got := b.mustEval(t, s, row+`.getAttribute("data-state") + " " + `+row+`.querySelector(".worker").textContent`); got != "queued —" {
+		t.Fatalf("rendered row = %q, want queued —", got)
+	}
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+
+	// A worker picks the job up and finishes a step: the row follows.
+	st.State, st.Worker, st.Attempt, st.Done = jobs.StateRunning, "worker-live", 1, 1
+	st.UpdatedAt = time.Now().UnixMilli()
+	putStatus(t, e, st)
+	b.waitEval(t, s, row+`.querySelector(".worker").textContent + " " + `+row+`.querySelector(".steps").textContent`, "worker-live 1/2")
+	if got := b.mustEval(t, s, row+`.querySelector(".badge").textContent + " " + document.getElementById("live-status").textContent`); got != "running live" {
+		t.Errorf("state badge and live status = %q, want running live", got)
+	}
+	b.screenshot(t, s, "jobs-live")
+}
+
+// TestDashboardInterruptedExecInChromium: an exec whose attempt died (its
+// sandbox closed, taken over, before exec.completed) reads as interrupted,
+// not running: on the sandbox page, on its own page, and live when the
+// sandbox.closed arrives while the page is open.
+func TestDashboardInterruptedExecInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	job := jobs.NewID()
+	e.publish("job", "sb-dead",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-dead"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "true"}),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}),
+		events.New(0, "", "", 2, events.ExecStarted, events.ExecStartedPayload{Seq: 2, Kind: events.KindCommand, Cmd: "make build"}),
+		events.New(0, "", "", 2, events.ExecOutput, events.NewOutput(2, events.Stdout, []byte("compiling\n"))),
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, events.SandboxClosedPayload{Reason: events.ClosedTakenOver, By: "worker-2", Job: job}))
+	e.publish("job", "sb-dying",
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-dying"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "sleep 600"}))
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+
+	badge := func(key string) string {
+		return `document.querySelector('li.exec[data-key="` + key + `"] .exit').className + " " + document.querySelector('li.exec[data-key="` + key + `"] .exit').textContent`
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dead")
+	if got := b.mustEval(t, s, badge("1")+` + " | " + `+badge("2")); got != "exit ok exit 0 | exit interrupted interrupted" {
+		t.Errorf("exec badges = %q, want exec 2 interrupted", got)
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dead/execs/2")
+	if got := b.mustEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " | " + document.getElementById("exec-interrupted").hidden + " | " + document.getElementById("exec-interrupted").textContent`); !strings.HasPrefix(got, "interrupted | false | ") || !strings.Contains(got, "taken over by worker-2") {
+		t.Errorf("exec page = %q, want interrupted and why", got)
+	}
+	b.screenshot(t, s, "exec-interrupted")
+
+	// Live: the sandbox closes while its exec runs, on both pages.
+	b.navigate(t, s, e.srv.URL+"/ui/sandboxes/job/sb-dying/execs/1")
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	if got := b.mustEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " " + document.getElementById("exec-interrupted").hidden`); got != "running true" {
+		t.Fatalf("exec page before the close = %q, want running", got)
+	}
+	s2 := b.open(t, "about:blank")
+	b.navigate(t, s2, e.srv.URL+"/ui/sandboxes/job/sb-dying")
+	b.waitEval(t, s2, `document.getElementById("live-status").textContent`, "live")
+	if got := b.mustEval(t, s2, badge("1")); got != "exit running running" {
+		t.Fatalf("sandbox page before the close = %q, want running", got)
+	}
+	e.publish("job", "sb-dying", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed,
+		events.SandboxClosedPayload{Reason: events.ClosedJobFailed, By: "worker-3", Job: job}))
+	b.waitEval(t, s2, badge("1"), "exit interrupted interrupted")
+	b.waitEval(t, s, `document.getElementById("exec-exit").textContent.trim() + " " + document.getElementById("exec-interrupted").hidden`, "interrupted false")
+	if got := b.mustEval(t, s, `document.getElementById("exec-interrupted").textContent`); !strings.Contains(got, "job failed by worker-3") {
+		t.Errorf("live interruption note = %q", got)
+	}
+}
+
+// TestDashboardExecutorsInChromium: the executors page lists a running
+// worker with its jobs and last heartbeat, and follows it live: the
+// heartbeat moves on, a job it takes appears, and once it stops it is known
+// only from its job's status.
+func TestDashboardExecutorsInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	client, err := alineo.New(alineo.Options{BaseURL: "http://127.0.0.1:1", Adapter: e.ledger}) // never given a job
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &jobs.Worker{Queue: e.queue, Client: client, ID: "w-ui", Heartbeat: 300 * time.Millisecond, Concurrency: 2}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	now := time.Now().UnixMilli()
+	first := jobs.Status{ID: jobs.NewID(), Name: "building", State: jobs.StateRunning, Attempt: 1, Worker: "w-ui", Steps: 3, Done: 1, SubmittedAt: now, UpdatedAt: now}
+	putStatus(t, e, first)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		ws, err := e.queue.Workers(ctx)
+		if err != nil || len(ws) != 1 {
+			return fmt.Errorf("workers = %+v, %v", ws, err)
+		}
+		return nil
+	})
+
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/executors")
+	row := `document.querySelector('tr.executor[data-id="w-ui"]')`
+	cells := `Array.from(` + row + `.cells).map(function (td) { return td.textContent.replace(/\s+/g, " ").trim() }).join("|")`
+	got := strings.Split(b.mustEval(t, s, cells), "|")
+	when := regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$`)
+	if len(got) != 7 || got[0] != "w-ui" || got[1] != "live" || !strings.Contains(got[2], "(pid ") || !when.MatchString(got[3]) || !when.MatchString(got[4]) || got[6] != "building 1/3" {
+		t.Fatalf("rendered row = %q, want w-ui live with its host, times and job", got)
+	}
+	if got := b.mustEval(t, s, row+`.querySelector('a.job').getAttribute("href")`); got != "/ui/jobs/"+first.ID {
+		t.Errorf("job link = %q", got)
+	}
+	// Live: the heartbeat moves on.
+	beat := b.mustEval(t, s, row+`.querySelector(".heartbeat").getAttribute("data-at")`)
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	b.waitEval(t, s, `(function () { var r = `+row+`; return r !== null && r.querySelector(".heartbeat").getAttribute("data-at") !== `+jsQuote(beat)+` })()`, "true")
+	if after := strings.Split(b.mustEval(t, s, cells), "|"); len(after) != 7 || after[0] != got[0] || after[1] != "live" || after[2] != got[2] ||
+		after[3] != got[3] || !when.MatchString(after[4]) || after[5] != got[5] || after[6] != got[6] {
+		t.Errorf("row after a live update = %q, want it formatted as the server formats %q", after, got)
+	}
+	// A second job of the worker appears without a reload.
+	second := jobs.Status{ID: jobs.NewID(), Name: "testing", State: jobs.StateRunning, Attempt: 1, Worker: "w-ui", Steps: 2, SubmittedAt: now + 1, UpdatedAt: now + 1}
+	putStatus(t, e, second)
+	b.waitEval(t, s, row+` && `+row+`.querySelectorAll("a.job").length`, "2")
+	b.waitEval(t, s, `document.getElementById("fig-live").textContent + " " + document.getElementById("fig-jobs").textContent`, "1 2")
+	b.screenshot(t, s, "executors")
+
+	// The worker stops: its record goes, its jobs' statuses still name it.
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.waitEval(t, s, row+` && `+row+`.getAttribute("data-state")`, "unknown")
+	if got := b.mustEval(t, s, `document.getElementById("fig-live").textContent + " " + `+row+`.querySelector(".heartbeat").textContent`); got != "0 —" {
+		t.Errorf("after the worker stopped: %q, want no live worker and no heartbeat", got)
+	}
+}
+
+// TestDashboardCancelRetryInChromium: a job running on a real worker is
+// canceled from its page (two clicks, with the bearer header): the cancel
+// reaches it before its next step, the page follows it to canceled, the
+// ledger records it, and Retry submits it again as a new job that names it.
+func TestDashboardCancelRetryInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	client, err := alineo.New(alineo.Options{BaseURL: testenv.Sandboxd(t), Adapter: e.ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan int, 16)
+	w := &jobs.Worker{Queue: e.queue, Client: client, Ledger: e.ledger, ID: "w-run", Heartbeat: 300 * time.Millisecond, DrainTimeout: time.Second,
+		Progress: func(_ string, ev jobs.Event) {
+			if ev.State == jobs.StepStarted {
+				started <- ev.Index
+			}
+		}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	b.navigate(t, s, e.srv.URL+"/ui/executors")
+	// Step 1 waits until the test opens its gate (release), so the cancel
+	// lands while it runs, however slow the machine.
+	st, err := e.queue.Submit(ctx, mustSpec(t, `{"name":"long","image":"host","steps":[
+		{"exec":{"command":"while [ ! -e /tmp/gate ]; do sleep 0.05; done"}},{"exec":{"command":"echo never"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the job's first step never started")
+	}
+	// The executors page shows the worker running the job.
+	b.waitEval(t, s, `(function () { var a = document.querySelector('tr.executor[data-id="w-run"] a.job[data-job="`+st.ID+`"]'); return a ? a.textContent.replace(/\s+/g, " ").trim() : "" })()`, "long 0/2")
+
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
+	// Shown as the user sees it: hidden, and no style that shows it anyway.
+	visible := func(id string) string {
+		return `(getComputedStyle(document.getElementById("` + id + `")).display !== "none")`
+	}
+	if got := b.mustEval(t, s, `document.getElementById("job-state").textContent.trim() + " " + `+visible("job-cancel")+` + " " + `+visible("job-retry")); got != "running true false" {
+		t.Fatalf("running job's page = %q, want running with Cancel and no Retry", got)
+	}
+	b.mustEval(t, s, `document.getElementById("job-cancel").click()`)
+	if got := b.mustEval(t, s, `document.getElementById("job-action-result").textContent`); got != "" {
+		t.Fatalf("one click canceled: %q", got)
+	}
+	b.mustEval(t, s, `document.getElementById("job-cancel").click()`)
+	b.waitEval(t, s, `document.getElementById("job-action-result").textContent`, "cancel requested")
+	if got := b.mustEval(t, s, visible("job-cancel-requested")+` + " " + `+visible("job-cancel")); got != "true false" {
+		t.Errorf("after the cancel: chip visible, Cancel visible = %q, want true false", got)
+	}
+	release(t, client, e.queue, st.ID)
+	// The worker stops the job before step 2; the page follows.
+	b.waitEval(t, s, `document.getElementById("job-state").textContent.trim()`, "canceled")
+	b.waitEval(t, s, visible("job-retry")+` + " " + `+visible("job-cancel-requested"), "true false")
+	if got := b.mustEval(t, s, `document.getElementById("job-error").textContent`); got != "job canceled by api before step 2" {
+		t.Errorf("job error = %q", got)
+	}
+	select {
+	case i := <-started:
+		t.Errorf("step %d started after the cancel", i+1)
+	default:
+	}
+	final, err := e.queue.Status(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := e.ledger.ReadAll(ctx, final.SandboxName, final.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p events.SandboxClosedPayload
+	if last := es[len(es)-1]; last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Reason != jobs.ClosedCanceled || p.Job != st.ID {
+		t.Errorf("the session ends with %s %s, want sandbox.closed of reason %q", last.Event, last.Payload, jobs.ClosedCanceled)
+	}
+	e.waitProjected()
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+st.ID)
+	if got := b.mustEval(t, s, `document.querySelector("#attempts .closed-reason").textContent`); !strings.Contains(got, "job canceled, by w-run") {
+		t.Errorf("attempt's end = %q, want job canceled by w-run", got)
+	}
+	if got := b.mustEval(t, s, visible("job-cancel")+` + " " + `+visible("job-cancel-requested")+` + " " + `+visible("job-retry")); got != "false false true" {
+		t.Errorf("canceled job's page shows Cancel, the cancel chip, Retry = %q, want false false true", got)
+	}
+	b.screenshot(t, s, "job-canceled")
+
+	// Retry: a new job with the same spec, linked both ways.
+	b.mustEval(t, s, `document.getElementById("job-retry").click()`)
+	b.waitEval(t, s, `document.getElementById("job-action-result").className`, "ok")
+	next := b.mustEval(t, s, `document.getElementById("retry-job").textContent`)
+	if !jobs.ValidID(next) || next == st.ID {
+		t.Fatalf("retry job id = %q", next)
+	}
+	if got := b.mustEval(t, s, visible("job-retry")+` + " " + `+visible("job-retried")+` + " " + document.getElementById("job-retried-as").getAttribute("href")`); got != "false true /ui/jobs/"+next {
+		t.Errorf("after the retry = %q", got)
+	}
+	b.navigate(t, s, e.srv.URL+"/ui/jobs/"+next)
+	if got := b.mustEval(t, s, `document.getElementById("job-retry-of").getAttribute("href")`); got != "/ui/jobs/"+st.ID {
+		t.Errorf("retry-of link = %q", got)
+	}
+	if ns, err := e.queue.Status(ctx, next); err != nil || ns.RetryOf != st.ID || ns.Name != "long" {
+		t.Errorf("the retry's status = %+v, %v", ns, err)
+	}
+}
+
+// release opens the gate the first step of job id waits for (a file in its
+// sandbox, written past the ledger).
+func release(t *testing.T, client *alineo.Client, q *jobs.Queue, id string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := q.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := client.OpenSandbox().Execd(ctx, st.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := x.UploadFile(ctx, "/tmp/gate", strings.NewReader("go"), opensandbox.Permission{Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDashboardListFiltersInChromium: the list keeps the sessions with a
+// failed exec (a non-zero exit, or interrupted) and those started in a time
+// range, each filter keeping the others, and a new sandbox does not appear
+// live where the filters exclude it.
+func TestDashboardListFiltersInChromium(t *testing.T) {
+	e := newEnv(t, token)
+	ctx := context.Background()
+	at := func(hhmm string) int64 {
+		ts, err := time.Parse(time.RFC3339, "2025-06-01T"+hhmm+":00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts.UnixMilli()
+	}
+	// session records a session started at hhmm whose execs exit with codes
+	// (-1: started, never completed), closed when closed.
+	session := func(id, hhmm string, closed bool, codes ...int) {
+		ts := at(hhmm)
+		es := []events.Entry{events.New(ts, "filtered", id, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: id})}
+		for i, code := range codes {
+			step := i + 1
+			ts++
+			es = append(es, events.New(ts, "filtered", id, step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: "run"}))
+			if code >= 0 {
+				ts++
+				es = append(es, events.New(ts, "filtered", id, step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step, ExitCode: code}))
+			}
+		}
+		if closed {
+			es = append(es, events.New(ts+1, "filtered", id, events.SandboxLevel, events.SandboxClosed, nil))
+		}
+		if err := e.ledger.AppendBatch(ctx, es); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ledger.Sync(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	session("ok-old", "10:00", true, 0)
+	session("bad-old", "11:00", true, 2)
+	session("bad-new", "12:00", true, 0, 1, 3)
+	session("dead", "13:00", true, 0, -1) // its attempt died mid-exec
+	session("ok-new", "14:00", false, 0, -1)
+	e.waitProjected()
+	b := chromium(t)
+	s := b.open(t, "about:blank")
+	b.signIn(t, s, e.srv.URL, token)
+	rows := `Array.prototype.map.call(document.querySelectorAll("tr.sandbox"), function (r) { var f = r.querySelector(".failed-execs"); return r.getAttribute("data-id") + (f ? ":" + f.textContent : "") }).join(" ")`
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new bad-old ok-old" {
+		t.Fatalf("unfiltered rows = %q", got)
+	}
+
+	// Failed execs only.
+	b.mustEval(t, s, `document.getElementById("filter-failed").click()`)
+	b.ready(t, s, e.srv.URL+"/?failed=1")
+	if got := b.mustEval(t, s, rows); got != "dead:1 failed bad-new:2 failed bad-old:1 failed" {
+		t.Errorf("failed rows = %q, want dead, bad-new (2) and bad-old", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("scan-note").textContent`); !strings.HasPrefix(got, "Read 5 sessions") {
+		t.Errorf("scan note = %q", got)
+	}
+
+	// A time range, with the failed filter kept.
+	b.mustEval(t, s, `(document.getElementById("range-from").value = "2025-06-01T11:30:00", document.getElementById("range-to").value = "2025-06-01T14:30:00", document.getElementById("range-form").requestSubmit(), "")`)
+	b.ready(t, s, e.srv.URL+"/?failed=1&from=2025-06-01T11%3A30&to=2025-06-01T14%3A30") // the browser drops :00 seconds
+	if got := b.mustEval(t, s, rows); got != "dead:1 failed bad-new:2 failed" {
+		t.Errorf("failed rows started 11:30 to 14:30 = %q, want dead and bad-new", got)
+	}
+	if got := b.mustEval(t, s, `document.getElementById("chip-range").textContent`); !strings.Contains(got, "from 2025-06-01T11:30:00 before 2025-06-01T14:30:00") {
+		t.Errorf("range chip = %q", got)
+	}
+	b.screenshot(t, s, "list-filtered")
+	// Any exec, the range kept.
+	b.mustEval(t, s, `document.getElementById("filter-any").click()`)
+	b.ready(t, s, e.srv.URL+"/?from=2025-06-01T11%3A30%3A00&to=2025-06-01T14%3A30%3A00")
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new" {
+		t.Errorf("rows started 11:30 to 14:30 = %q, want ok-new, dead and bad-new", got)
+	}
+
+	// A new sandbox starts now: outside the range, so not added live (the
+	// tail shows the event, so the page has handled it).
+	b.waitEval(t, s, `document.getElementById("live-status").textContent`, "live")
+	e.publish("filtered", "sb-now", events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sb-now"}))
+	b.waitEval(t, s, fmt.Sprintf(`document.querySelector('#tail-body tr.live[data-seq="%d"]') !== null`, e.ledger.LastSeq()), "true")
+	if got := b.mustEval(t, s, rows); got != "ok-new dead bad-new" {
+		t.Errorf("rows after a new sandbox outside the range = %q", got)
+	}
+	// Bad input is a page that says which.
+	b.navigate(t, s, e.srv.URL+"/?from=yesterday")
+	if got := b.mustEval(t, s, `document.getElementById("error").getAttribute("data-status") + " " + document.getElementById("error-message").textContent`); !strings.HasPrefix(got, "400 from must be") {
+		t.Errorf("bad range page = %q", got)
+	}
 }

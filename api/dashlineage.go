@@ -14,10 +14,12 @@ const maxRunSessions = 500
 
 // lineageNode is one session of a run and the sessions that came from it.
 type lineageNode struct {
-	Details  adapters.SandboxDetails
-	Rel      relation
-	Via      string // the parent's checkpoint the child came from, or ""
-	Orphan   bool   // Rel names a parent that is not in this run
+	Details adapters.SandboxDetails
+	Rel     relation
+	Via     string       // the parent's checkpoint the child came from, or ""
+	Parent  *lineageNode // the session this one came from, when it is in this run
+	Orphan  bool         // Rel names a parent that is not in this run
+	// Children came from this session.
 	Children []*lineageNode
 }
 
@@ -99,6 +101,7 @@ func buildLineage(ctx context.Context, st Store, runID string) (*lineage, error)
 			l.Roots = append(l.Roots, n)
 			continue
 		}
+		n.Parent = parent
 		parent.Children = append(parent.Children, n)
 	}
 	if len(envs) > 0 {

@@ -55,13 +55,24 @@ type execView struct {
 	StartedAt   int64
 	CompletedAt int64
 	Done        bool
+	// Interrupted is set when the session closed before the exec completed:
+	// its attempt died (a takeover or a failed job ended the sandbox), so
+	// no exec.completed will ever come.
+	Interrupted bool
 	ExitCode    int
 	Error       string
 	Chunks      []chunk
 }
 
-// Running reports whether the exec has no exec.completed yet.
-func (x *execView) Running() bool { return !x.Done }
+// Running reports whether the exec may still complete: it has no
+// exec.completed and its session is open.
+func (x *execView) Running() bool { return !x.Done && !x.Interrupted }
+
+// Failed reports whether the exec failed: it completed with a non-zero exit
+// code or an error, or it was interrupted.
+func (x *execView) Failed() bool {
+	return x.Interrupted || x.Done && (x.ExitCode != 0 || x.Error != "")
+}
 
 // Duration is the time from exec.started to exec.completed, "" while running.
 func (x *execView) Duration() string {
@@ -207,6 +218,13 @@ func buildSession(es []events.Entry) sessionView {
 			}
 		default:
 			v.addMarker(e, ev)
+		}
+	}
+	if v.Closed != nil {
+		// Nothing runs in a closed sandbox: an exec without its
+		// exec.completed will not get one.
+		for _, x := range v.Execs {
+			x.Interrupted = !x.Done
 		}
 	}
 	return v

@@ -69,6 +69,17 @@ func TestBuildSession(t *testing.T) {
 	if y == nil || y.Kind != "code" || y.Text != "print(1)" || y.Done || y.Duration() != "" || y.Step() != "2-2" {
 		t.Errorf("exec 2-2 = %+v", y)
 	}
+	// The sandbox closed (taken over) before exec 2-2 completed: its attempt
+	// died, and it reads as interrupted, not running.
+	if !y.Interrupted || y.Running() || !y.Failed() || x.Interrupted || !x.Failed() {
+		t.Errorf("exec 2-2 interrupted %v running %v failed %v; exec 1 interrupted %v failed %v, want true false true, false true",
+			y.Interrupted, y.Running(), y.Failed(), x.Interrupted, x.Failed())
+	}
+	// While the session is open, an exec without exec.completed runs.
+	ov := buildSession(es[:8])
+	if open := ov.find(execKey{2, 2}); open.Interrupted || !open.Running() || open.Failed() {
+		t.Errorf("exec 2-2 of the open session: interrupted %v running %v failed %v, want false true false", open.Interrupted, open.Running(), open.Failed())
+	}
 	if r := relationOf(v.Created); r != (relation{"resumed from", "p"}) {
 		t.Errorf("relation = %+v", r)
 	}

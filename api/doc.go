@@ -1,6 +1,6 @@
 // Package api is the HTTP API of cmd/api: the read model (sandboxes, their
-// events and checkpoints, environments), job submission and status on the
-// jobs queue, the live audit stream (Server-Sent Events from the ledger
+// events and checkpoints, environments), job submission, status, cancel and
+// retry on the jobs queue, the queue's executors, the live audit stream (Server-Sent Events from the ledger
 // stream, resumable with Last-Event-ID), Prometheus metrics, the OpenAPI 3
 // document and a server-rendered dashboard.
 //
@@ -36,17 +36,21 @@
 // stream:
 //
 //   - / lists the sessions, newest first, 200 a page; filters are links
-//     (status, name, run, and the event shown in the live tail). Rows and
-//     the header figures (shown, running, completed, execs) change as
-//     sandbox.created, exec.completed and sandbox.closed arrive; a new
-//     sandbox appears on top without a reload.
+//     and forms, each keeping the others (status, name, run, the sessions
+//     with a failed exec, a range of start times, and the event shown in the
+//     live tail). Rows and the header figures (shown, running, completed,
+//     execs) change as sandbox.created, exec.completed and sandbox.closed
+//     arrive; a new sandbox the filters admit appears on top without a
+//     reload. The failed-exec filter (an exit code not 0, an error, or
+//     interrupted) reads each session from the ledger, at most 1000 a page.
 //   - /ui/sandboxes/{name}/{id} is a session: its header (status, execs,
 //     completion) live, how it came to be (resumed from, forked from,
 //     restored from, spawned from an environment), and a timeline grouping
 //     each exec (command, start, duration, exit-code badge, stdout and
 //     stderr as terminal text with ANSI colours, the first 4 KiB, live while
 //     it runs) between checkpoint, pause, resume and close markers; the raw
-//     events one click away.
+//     events one click away. An exec without exec.completed in a session
+//     that closed reads as interrupted (its attempt died), not running.
 //   - /ui/sandboxes/{name}/{id}/execs/{step} is one exec: command, exit code,
 //     duration, and stdout and stderr exactly as recorded (CR kept), the
 //     first 64 KiB rendered and the rest paged from
@@ -54,23 +58,30 @@
 //     exact bytes.
 //   - /ui/runs/{run} is the tree of the sessions sharing a run id: a resume
 //     under the sandbox it resumed, a fork or a restore under the sandbox
-//     whose checkpoint it started from, environments at the roots.
+//     whose checkpoint it started from, environments at the roots; each
+//     node names itself, then where it came from.
 //   - /ui/jobs lists the jobs (state, worker, attempt, steps done, checkpoint,
 //     sandbox), refreshed every 2 s, and submits a spec; /ui/jobs/{id} shows
 //     a job's attempts, which sandbox each ran in and the takeover that
-//     ended it.
+//     ended it, cancels it (two clicks; a running job stops before its next
+//     step) and retries a failed or canceled one as a new job.
+//   - /ui/executors lists the queue's workers (GET /v1/executors): live,
+//     draining, silent (missed three heartbeats) or unknown (a running job
+//     names it, it keeps no presence record), their jobs and last heartbeat,
+//     refreshed every 2 s.
 //
-// Writes from the dashboard (submit a job, delete a session) send
-// "Authorization: Bearer" with the token the user signed in with, kept in
-// the tab's sessionStorage; without one the page asks for it. Empty lists
-// and failures (404, a read model or queue that is down: 503) have pages of
-// their own.
+// Writes from the dashboard (submit, cancel or retry a job, delete a
+// session) send "Authorization: Bearer" with the token the user signed in
+// with, kept in the tab's sessionStorage; without one the page asks for it.
+// Empty lists and failures (404, a read model or queue that is down: 503)
+// have pages of their own.
 //
 // # Errors
 //
 // Every error is JSON: {"code": "...", "message": "..."} (plus "field" for a
-// bad job spec), with 400 for bad input, 401, 404 for unknown ids, 503 when a
-// dependency (the store, the bus) fails.
+// bad job spec), with 400 for bad input, 401, 404 for unknown ids, 409 for a
+// job whose state refuses the write (cancel a settled job, retry one that
+// did not fail), 503 when a dependency (the store, the bus) fails.
 //
 // # Client
 //

@@ -22,6 +22,7 @@ const (
 	// CodeUnsupportedMedia answers a write whose body is not application/json.
 	CodeUnsupportedMedia = wire.CodeUnsupportedMedia
 	CodeNotFound         = wire.CodeNotFound
+	CodeConflict         = wire.CodeConflict
 	CodeUnavailable      = wire.CodeUnavailable
 	CodeInternal         = wire.CodeInternal
 )

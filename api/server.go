@@ -146,6 +146,9 @@ func (s *Server) routes() {
 	write("POST /v1/jobs", s.submitJob)
 	api("GET /v1/jobs", s.listJobs)
 	api("GET /v1/jobs/{id}", s.getJob)
+	write("POST /v1/jobs/{id}/cancel", s.cancelJob)
+	write("POST /v1/jobs/{id}/retry", s.retryJob)
+	api("GET /v1/executors", s.listExecutors)
 	api("GET /v1/events/stream", s.stream)
 	// Anything else under /v1 is a JSON 404 (after auth, so it reveals nothing).
 	api("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -159,6 +162,7 @@ func (s *Server) routes() {
 	open("GET /ui/runs/{run}", s.requireTokenHTML(s.dashboardRun))
 	open("GET /ui/jobs", s.requireTokenHTML(s.dashboardJobs))
 	open("GET /ui/jobs/{id}", s.requireTokenHTML(s.dashboardJob))
+	open("GET /ui/executors", s.requireTokenHTML(s.dashboardExecutors))
 	open("GET /ui/assets/", s.assets())
 }
 

@@ -27,6 +27,20 @@
 // base64) or checkpoint (tag). Unknown fields are errors naming the field
 // (*SpecError, wrapping ErrInvalidSpec); so are missing and out-of-range values.
 //
+// # Cancel, retry and presence
+//
+// Queue.Cancel cancels a job: one that no worker runs at once (the worker it
+// is delivered to acknowledges it unrun), a running one by its worker before
+// its next step: the Worker's Runner.Stop reads the job's status before each
+// step, and a canceled job's session ends in the ledger with a sandbox.closed
+// of reason ClosedCanceled. Queue.Retry submits the spec of a failed or
+// canceled job again, as a new job naming it (RetryOf); the queue keeps each
+// job's spec in a bucket of its own (ALINEO_JOB_SPECS) for this.
+//
+// A running Worker keeps a presence record (WorkerInfo: its jobs, its last
+// heartbeat, whether it drains) in the ALINEO_WORKERS bucket, refreshed
+// every few seconds and removed when Run returns; Queue.Workers lists them.
+//
 // # Takeover
 //
 // A job's status records its sandbox and, after each checkpoint step, the

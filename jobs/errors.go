@@ -18,6 +18,18 @@ var (
 	ErrResumeUnavailable = errors.New("resume from a checkpoint is not available")
 	// ErrInvalidConfig reports a Queue or Worker configuration that cannot work.
 	ErrInvalidConfig = errors.New("invalid jobs config")
+	// ErrCanceled is wrapped by the error that stops a job canceled with
+	// Queue.Cancel (the Worker's Runner.Stop returns it before a step).
+	ErrCanceled = errors.New("job canceled")
+	// ErrSettled is returned by Queue.Cancel for a job that succeeded,
+	// failed or was canceled already.
+	ErrSettled = errors.New("job already settled")
+	// ErrNotRetryable is returned by Queue.Retry for a job that neither
+	// failed nor was canceled, or that was retried already.
+	ErrNotRetryable = errors.New("job cannot be retried")
+	// ErrSpecUnavailable is returned by Queue.Spec and Queue.Retry for a job
+	// whose spec was not kept (submitted before the queue kept specs).
+	ErrSpecUnavailable = errors.New("job spec not kept")
 )
 
 // SpecError says what is wrong with a job spec and where. Path is a JSON path

@@ -34,6 +34,12 @@ type QueueConfig struct {
 	Subject string
 	// Bucket is the KV bucket holding each job's Status. Default ALINEO_JOB_STATUS.
 	Bucket string
+	// SpecBucket is the KV bucket keeping each job's spec, for Retry.
+	// Default ALINEO_JOB_SPECS.
+	SpecBucket string
+	// WorkerBucket is the KV bucket of the workers' presence records
+	// (Workers). Default ALINEO_WORKERS.
+	WorkerBucket string
 	// Consumer is the durable consumer every worker pulls from. Default alineo-executor.
 	Consumer string
 	// Replicas of the stream and the bucket when OpenQueue creates them
@@ -59,6 +65,12 @@ func (c QueueConfig) withDefaults() (QueueConfig, error) {
 	}
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
+	}
+	if c.SpecBucket == "" {
+		c.SpecBucket = DefaultSpecBucket
+	}
+	if c.WorkerBucket == "" {
+		c.WorkerBucket = DefaultWorkerBucket
 	}
 	if c.Consumer == "" {
 		c.Consumer = DefaultConsumer
@@ -90,10 +102,11 @@ const (
 	StateRequeued  State = "requeued"  // handed back (drain or a transient failure); will be delivered again
 	StateSucceeded State = "succeeded" // every step done
 	StateFailed    State = "failed"    // a step failed, or deliveries ran out
+	StateCanceled  State = "canceled"  // canceled (Queue.Cancel) before it ran, or by its worker before a step
 )
 
 // Terminal reports whether the state is final.
-func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed }
+func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed || s == StateCanceled }
 
 // Status is a job's status, kept in the KV bucket under its id.
 type Status struct {
@@ -115,6 +128,15 @@ type Status struct {
 	Error       string      `json:"error,omitempty"`
 	SubmittedAt int64       `json:"submittedAt"` // Unix ms
 	UpdatedAt   int64       `json:"updatedAt"`   // Unix ms
+	// CancelRequested is set by Cancel: a job that had not started is
+	// canceled at once, a running one by its worker before its next step.
+	// CanceledBy names who asked (Cancel's by).
+	CancelRequested bool   `json:"cancelRequested,omitempty"`
+	CanceledBy      string `json:"canceledBy,omitempty"`
+	// RetryOf is the job this one retries (Retry); RetriedAs the job that
+	// retries this one.
+	RetryOf   string `json:"retryOf,omitempty"`
+	RetriedAs string `json:"retriedAs,omitempty"`
 }
 
 // Message is the body of a job message on the jobs stream.
@@ -137,10 +159,12 @@ func NewID() string {
 
 // Queue is the jobs stream and the status bucket. Safe for concurrent use.
 type Queue struct {
-	js     jetstream.JetStream
-	cfg    QueueConfig
-	stream jetstream.Stream
-	kv     jetstream.KeyValue
+	js      jetstream.JetStream
+	cfg     QueueConfig
+	stream  jetstream.Stream
+	kv      jetstream.KeyValue
+	specs   jetstream.KeyValue // each job's spec, for Retry
+	workers jetstream.KeyValue // the workers' presence records
 }
 
 // OpenQueue creates or updates the jobs stream and the status bucket. It is
@@ -192,6 +216,9 @@ func OpenQueue(ctx context.Context, js jetstream.JetStream, cfg QueueConfig) (*Q
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.Bucket, err)
+	}
+	if err := q.openControlBuckets(ctx, replicas); err != nil {
+		return nil, err
 	}
 	return q, nil
 }
@@ -255,17 +282,23 @@ func (q *Queue) publish(ctx context.Context, id string, body []byte) error {
 // Config returns the configuration in effect, defaults filled in.
 func (q *Queue) Config() QueueConfig { return q.cfg }
 
-// Submit validates spec, records its status (queued) and publishes it on the
-// jobs stream with its id as the message id, so a retried submit is stored
-// once. A publish that fails for good (after retries, or when ctx ends)
-// leaves the status failed with the error, not queued. Errors: *SpecError;
-// stream and bucket errors.
+// Submit validates spec, records its status (queued), keeps the spec (for
+// Retry) and publishes it on the jobs stream with its id as the message id,
+// so a retried submit is stored once. A spec that cannot be kept or a
+// publish that fails for good (after retries, or when ctx ends) leaves the
+// status failed with the error, not queued. Errors: *SpecError; stream and
+// bucket errors.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
+	return q.submit(ctx, spec, NewID(), "")
+}
+
+// submit is Submit of the job id, retrying the job retryOf ("" for none).
+func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Status, error) {
 	if err := spec.Validate(); err != nil {
 		return Status{}, err
 	}
 	now := time.Now().UnixMilli()
-	st := Status{ID: NewID(), Name: spec.Name, State: StateQueued, Steps: len(spec.Steps), SubmittedAt: now, UpdatedAt: now}
+	st := Status{ID: id, Name: spec.Name, State: StateQueued, Steps: len(spec.Steps), SubmittedAt: now, UpdatedAt: now, RetryOf: retryOf}
 	data, err := json.Marshal(st)
 	if err != nil {
 		return Status{}, err
@@ -273,6 +306,9 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	rev, err := q.kv.Create(ctx, st.ID, data)
 	if err != nil {
 		return Status{}, fmt.Errorf("record job %s: %w", st.ID, err)
+	}
+	if err := q.keepSpec(ctx, st.ID, spec); err != nil {
+		return q.abandon(ctx, st, rev, err)
 	}
 	body, err := json.Marshal(Message{ID: st.ID, Spec: spec})
 	if err == nil {
@@ -285,8 +321,9 @@ func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
 	return st, nil
 }
 
-// abandon settles the queued status (revision rev) of a job whose message
-// could not be published (cause): it is recorded failed with cause, so
+// abandon settles the queued status (revision rev) of a job whose spec could
+// not be kept or whose message could not be published (cause): it is
+// recorded failed with cause, so
 // nothing waits on a job nobody will run, and a copy of the message that
 // did reach the stream after all (its acknowledgement lost) is acknowledged
 // unrun by the worker it reaches. It returns cause, joined with the error of

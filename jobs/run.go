@@ -27,6 +27,7 @@ const (
 	StepFailed   StepState = "failed"   // a step failed; the job fails
 	StepSandbox  StepState = "sandbox"  // the job's sandbox is ready (Index -1)
 	StepDrained  StepState = "drained"  // the job stopped early to be handed back (Index -1)
+	StepStopped  StepState = "stopped"  // Runner.Stop stopped the job before a step (Index -1)
 )
 
 // Event is one progress report of a Runner.
@@ -97,6 +98,10 @@ type Runner struct {
 	// checkpoint (unless the step just done was one), reports it through
 	// OnCheckpoint and returns ErrDrained.
 	Drain <-chan struct{}
+	// Stop, when set, is called before each live step with the step's
+	// index; an error stops the job there: Run closes the sandbox and
+	// returns that error. The Worker stops a canceled job this way.
+	Stop func(ctx context.Context, next int) error
 	// Output receives each live exec's stdout and stderr as they are
 	// recorded, interleaved. Nil discards them.
 	Output io.Writer
@@ -210,6 +215,14 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 			res.Replayed++
 			report(ev)
 			continue
+		}
+		if r.Stop != nil {
+			if err := r.Stop(ctx, i); err != nil {
+				sspan.End()
+				r.report(Event{Job: spec.Name, SandboxID: sb.ID(), Index: -1, Total: len(spec.Steps), State: StepStopped,
+					Desc: fmt.Sprintf("stopped before step %d", i+1), Err: err})
+				return res, err
+			}
 		}
 		if i > 0 && r.draining() { // between steps: honour a drain request
 			sspan.End()

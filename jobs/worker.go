@@ -131,6 +131,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.init(); err != nil {
 		return err
 	}
+	defer w.announce(ctx)()
 	cons, err := w.Queue.consumer(ctx)
 	if err != nil {
 		return fmt.Errorf("jobs consumer: %w", err)
@@ -347,6 +348,7 @@ func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string
 			}
 			return statusFailure(err)
 		},
+		Stop: w.stopIfCanceled(id), // a canceled job stops before its next step
 	}
 }
 
@@ -459,6 +461,8 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 	switch {
 	case err == nil:
 		w.finish(jobCtx, m, id, StateSucceeded, "", attempt)
+	case errors.Is(err, ErrCanceled): // stopped before a step (Queue.Cancel)
+		w.finish(jobCtx, m, id, StateCanceled, err.Error(), attempt)
 	case errors.Is(err, adapters.ErrFenced):
 		// Another worker took the job over (this one missed its lease): the
 		// job and its status are that worker's now; leave both alone.
@@ -607,9 +611,13 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 		return
 	}
 	reason := events.ClosedTakenOver
-	if state == StateFailed {
+	switch state {
+	case StateFailed:
 		w.endFailed(ctx, id, st)
 		reason = events.ClosedJobFailed
+	case StateCanceled:
+		w.recordCancel(ctx, id, st)
+		reason = ClosedCanceled
 	}
 	// The run closed its own sandbox; anything else tagged with the job by
 	// this attempt or an earlier one is one nobody recorded (an earlier

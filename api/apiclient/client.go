@@ -130,6 +130,33 @@ func (c *Client) SubmitJob(ctx context.Context, spec []byte) (jobs.Status, error
 	return out, err
 }
 
+// CancelJob cancels a job (POST /v1/jobs/{id}/cancel) and returns its
+// status: canceled when it had not started, else running with
+// CancelRequested (its worker stops it before its next step). A job already
+// settled is an *Error with Code CodeConflict.
+func (c *Client) CancelJob(ctx context.Context, id string) (jobs.Status, error) {
+	var out jobs.Status
+	err := c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, []byte("{}"), &out)
+	return out, err
+}
+
+// RetryJob submits a failed or canceled job's spec again as a new job (POST
+// /v1/jobs/{id}/retry) and returns the new job's status (RetryOf names id). A
+// job that cannot be retried is an *Error with Code CodeConflict.
+func (c *Client) RetryJob(ctx context.Context, id string) (jobs.Status, error) {
+	var out jobs.Status
+	err := c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/retry", nil, []byte("{}"), &out)
+	return out, err
+}
+
+// Executors lists the workers of the jobs queue with their state, jobs and
+// last heartbeat (GET /v1/executors).
+func (c *Client) Executors(ctx context.Context) (wire.ExecutorList, error) {
+	var out wire.ExecutorList
+	err := c.do(ctx, "GET", "/v1/executors", nil, nil, &out)
+	return out, err
+}
+
 // StreamQuery selects the events of Client.Stream.
 type StreamQuery struct {
 	SandboxID string         // "" for every sandbox

@@ -186,7 +186,8 @@
   // ---- pages.
   function listPage() {
     var table = $("#sandboxes"), body = $("#sandboxes-body");
-    var f = {status: table.getAttribute("data-filter-status"), name: table.getAttribute("data-filter-name"), run: table.getAttribute("data-filter-run")};
+    var f = {status: table.getAttribute("data-filter-status"), name: table.getAttribute("data-filter-name"), run: table.getAttribute("data-filter-run"),
+      failed: table.getAttribute("data-filter-failed") === "1", from: Number(table.getAttribute("data-filter-from")), to: Number(table.getAttribute("data-filter-to"))};
     var firstPage = !/[?&]before=/.test(location.search);
     function row(e) { return $('tr.sandbox[data-id="' + CSS.escape(e.sandboxId) + '"][data-name="' + CSS.escape(e.name) + '"]', body); }
     function figures() {
@@ -200,7 +201,10 @@
     }
     function insert(e) {
       var p = payloadOf(e), run = p.runId || e.sandboxId;
-      if (!firstPage || f.status === "completed" || (f.name && f.name !== e.name) || (f.run && f.run !== run)) return;
+      // A new session has no failed exec yet, and starts now: outside a
+      // range that ended.
+      if (!firstPage || f.status === "completed" || (f.name && f.name !== e.name) || (f.run && f.run !== run) ||
+        f.failed || (f.to && e.ts >= f.to) || (f.from && e.ts < f.from)) return;
       var tr = el("tr", "sandbox");
       tr.setAttribute("data-name", e.name);
       tr.setAttribute("data-id", e.sandboxId);
@@ -228,13 +232,13 @@
       if (ev === "sandbox.created" && !tr) tr = insert(e);
       if (!tr) return;
       if (ev === "exec.completed") {
-        var n = $(".execs", tr);
+        var n = $(".execs", tr), fe = $(".failed-execs", tr), p = payloadOf(e);
         n.textContent = (Number(n.textContent) || 0) + 1;
+        if (fe && ((p.exitCode || 0) !== 0 || e.error)) fe.textContent = (parseInt(fe.textContent, 10) + 1) + " failed";
       } else if (ev === "sandbox.closed") {
         tr.setAttribute("data-status", "completed");
         var s = $(".status", tr);
-        s.textContent = "";
-        s.appendChild(badge("completed"));
+        s.replaceChild(badge("completed"), $(".badge", s));
         $(".completed-at", tr).textContent = fmtMs(e.ts);
         if (f.status === "running") body.removeChild(tr);
       } else if (ev !== "sandbox.created") return;
@@ -273,6 +277,12 @@
     li.appendChild(more);
     tl.appendChild(li);
     return li;
+  }
+  // interrupt marks a running exec's badge as interrupted: its sandbox closed.
+  function interrupt(node) {
+    node.className = "exit interrupted";
+    node.textContent = "interrupted";
+    node.title = "the sandbox closed before the exec completed";
   }
   function setExit(node, p, done) {
     node.className = "exit " + (!done ? "running" : (p.exitCode || 0) === 0 ? "ok" : "fail");
@@ -331,6 +341,7 @@
         var empty = $("#timeline-empty");
         if (empty) empty.remove();
         if (ev === "sandbox.closed") {
+          $$("li.exec .exit.running", tl).forEach(function (x) { interrupt(x); flash(x.closest("li")); });
           var s = $("#sandbox-status");
           s.textContent = "";
           s.setAttribute("data-status", "completed");
@@ -380,8 +391,18 @@
     $$("button.load-more").forEach(function (b) { b.onclick = function () { more($("#" + b.getAttribute("data-for")), false); }; });
     $$("button.load-all").forEach(function (b) { b.onclick = function () { more($("#" + b.getAttribute("data-for")), true); }; });
     live(function (e) {
-      if (keyOf(e) !== key) return;
       var ev = canon(e.event), p = payloadOf(e);
+      if (ev === "sandbox.closed") {
+        var r = $("#exec-exit .exit.running");
+        if (r) {
+          interrupt(r);
+          var note = $("#exec-interrupted");
+          $(".closed-reason", note).textContent = p.reason ? " (" + p.reason + (p.by ? " by " + p.by : "") + ")" : "";
+          note.hidden = false;
+        }
+        return;
+      }
+      if (keyOf(e) !== key) return;
       if (ev === "exec.output" && (p.type === "stdout" || p.type === "stderr")) {
         var pre = $("#" + p.type), n = outputBytes(p), shown = Number(pre.getAttribute("data-shown")), total = Number(pre.getAttribute("data-total"));
         if (shown === total) {
@@ -429,14 +450,19 @@
     jobCells(tr, j);
     return tr;
   }
+  // poll calls f with url's JSON every few seconds. The indicator says live
+  // once f has shown an answer; a failure of f itself (the page's fault, not
+  // the connection's) says so instead of "reconnecting…".
   function poll(url, every, f) {
+    function say(text, cls) { var s = $("#live-status"); s.textContent = text; s.className = "live-status " + cls; }
     function tick() {
       fetch(url, {credentials: "same-origin", cache: "no-store"}).then(function (r) {
-        var status = $("#live-status");
-        if (!r.ok) { status.textContent = "jobs: HTTP " + r.status; status.className = "live-status retry"; return; }
-        status.textContent = "live"; status.className = "live-status on";
-        return r.json().then(f);
-      }).catch(function () { var s = $("#live-status"); s.textContent = "reconnecting…"; s.className = "live-status retry"; })
+        if (!r.ok) { say("HTTP " + r.status, "retry"); return; }
+        return r.json().then(function (v) {
+          try { f(v); } catch (err) { say("page error: " + err.message, "retry"); if (window.console) console.error(err); return; }
+          say("live", "on");
+        });
+      }, function () { say("reconnecting…", "retry"); })
         .then(function () { setTimeout(tick, every); });
     }
     tick();
@@ -465,14 +491,89 @@
       }, function (err) { out.className = "err"; out.textContent = err.message; });
     };
   }
+  function terminal(state) { return state === "succeeded" || state === "failed" || state === "canceled"; }
   function jobPage() {
-    var id = $("#job-head").getAttribute("data-id");
-    poll("/v1/jobs/" + id, 2000, function (j) {
+    var id = $("#job-head").getAttribute("data-id"), cancel = $("#job-cancel"), retry = $("#job-retry"), out = $("#job-action-result");
+    function show(j) {
       var st = $("#job-state");
       if (st.textContent !== j.state) { st.textContent = ""; st.appendChild(el("span", "badge job-" + j.state, j.state)); flash(st); }
       $("#job-worker").textContent = j.worker || "—";
       $("#job-attempt").textContent = j.attempt;
       $("#job-steps").textContent = j.done + "/" + j.steps;
+      var e = $("#job-error");
+      e.textContent = j.error || "";
+      e.hidden = !j.error;
+      cancel.hidden = terminal(j.state) || !!j.cancelRequested;
+      retry.hidden = !(j.state === "failed" || j.state === "canceled") || !!j.retriedAs;
+      var cr = $("#job-cancel-requested");
+      cr.hidden = terminal(j.state) || !j.cancelRequested;
+      $(".by", cr).textContent = j.canceledBy || "";
+      if (j.retriedAs) retried(j.retriedAs);
+    }
+    function retried(next) {
+      var a = $("#job-retried-as");
+      a.href = "/ui/jobs/" + next;
+      a.firstChild.textContent = next.slice(0, 12) + "…";
+      $("#job-retried").hidden = false;
+      retry.hidden = true;
+    }
+    poll("/v1/jobs/" + id, 2000, show);
+    // Cancel takes two clicks; both write with the bearer header.
+    cancel.onclick = function () {
+      if (!cancel.classList.contains("armed")) { cancel.classList.add("armed"); cancel.textContent = "Click again to cancel"; return; }
+      cancel.disabled = true;
+      write("POST", cancel.getAttribute("data-url"), "{}").then(function (j) {
+        out.className = "ok"; out.textContent = j.state === "canceled" ? "canceled" : "cancel requested";
+        show(j);
+      }, function (err) { out.className = "err"; out.textContent = err.message; })
+        .then(function () { cancel.disabled = false; cancel.classList.remove("armed"); cancel.textContent = "Cancel the job"; });
+    };
+    retry.onclick = function () {
+      retry.disabled = true;
+      write("POST", retry.getAttribute("data-url"), "{}").then(function (j) {
+        out.className = "ok"; out.textContent = "retried as ";
+        var a = el("a", "", j.id);
+        a.href = "/ui/jobs/" + j.id;
+        a.id = "retry-job";
+        out.appendChild(a);
+        retried(j.id);
+      }, function (err) { out.className = "err"; out.textContent = err.message; })
+        .then(function () { retry.disabled = false; });
+    };
+  }
+
+  function executorRow(x) {
+    var tr = el("tr", "executor");
+    tr.setAttribute("data-id", x.id);
+    tr.setAttribute("data-state", x.state);
+    var st = el("td", "state"), hb = el("td", "heartbeat", fmtMs(x.heartbeatAt)), js = el("td", "jobs"), n = (x.jobs || []).length;
+    st.appendChild(el("span", "badge x-" + x.state, x.state));
+    hb.setAttribute("data-at", x.heartbeatAt || 0);
+    (x.jobs || []).forEach(function (j) {
+      var a = el("a", "job", j.name + " ");
+      a.href = "/ui/jobs/" + j.id;
+      a.setAttribute("data-job", j.id);
+      a.appendChild(el("span", "muted", j.done + "/" + j.steps));
+      js.appendChild(a);
+      js.appendChild(document.createTextNode(" "));
+    });
+    if (!n) js.textContent = "—";
+    [el("td", "mono id", x.id), st, el("td", "host", x.host ? x.host + " (pid " + x.pid + ")" : "—"), el("td", "started", fmtMs(x.startedAt)), hb,
+     el("td", "num slots", x.concurrency ? (x.running || []).length + "/" + x.concurrency : "—"), js].forEach(function (td) { tr.appendChild(td); });
+    return tr;
+  }
+  function executorsPage() {
+    poll("/v1/executors", 2000, function (v) {
+      var body = $("#executors-body"), xs = v.executors || [], live = 0, running = 0;
+      body.textContent = "";
+      xs.forEach(function (x) {
+        body.appendChild(executorRow(x));
+        if (x.state === "live" || x.state === "draining") live++;
+        running += (x.jobs || []).length;
+      });
+      $("#fig-live").textContent = live;
+      $("#fig-jobs").textContent = running;
+      $("#executors-empty").hidden = xs.length > 0;
     });
   }
 
@@ -486,8 +587,8 @@
     loginPage();
     var box = $("#live"), kind = box ? box.getAttribute("data-page") : "";
     // Pages with neither the stream nor polling have no live indicator.
-    if (!(box && (box.getAttribute("data-src") || kind === "jobs" || kind === "job"))) $("#live-status").hidden = true;
-    ({list: listPage, sandbox: sandboxPage, exec: execPage, jobs: jobsPage, job: jobPage}[kind] || function () {})();
+    if (!(box && (box.getAttribute("data-src") || kind === "jobs" || kind === "job" || kind === "executors"))) $("#live-status").hidden = true;
+    ({list: listPage, sandbox: sandboxPage, exec: execPage, jobs: jobsPage, job: jobPage, executors: executorsPage}[kind] || function () {})();
     document.body.setAttribute("data-ready", "1");
   });
 })();

@@ -29,8 +29,11 @@ const (
 	// CodeUnsupportedMedia answers a write whose body is not application/json.
 	CodeUnsupportedMedia = "unsupported_media_type"
 	CodeNotFound         = "not_found"
-	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
+	// CodeConflict answers a write the resource's state does not allow (a
+	// settled job canceled, a running job retried).
+	CodeConflict    = "conflict"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
 )
 
 // SandboxList is the answer of GET /v1/sandboxes.
@@ -51,3 +54,39 @@ type EventPage struct {
 type JobList struct {
 	Jobs []jobs.Status `json:"jobs"`
 }
+
+// ExecutorList is the answer of GET /v1/executors: the workers of the jobs
+// queue, those with a presence record first (by id), then those only a
+// running job's status names.
+type ExecutorList struct {
+	Executors []Executor `json:"executors"`
+	// Now is when the server judged the workers' states (Unix ms).
+	Now int64 `json:"now"`
+}
+
+// Executor is a worker of the jobs queue: its presence record (only ID set
+// when it has none), its state and the jobs it runs.
+type Executor struct {
+	jobs.WorkerInfo
+	State ExecutorState `json:"state"`
+	// Jobs are the statuses of the jobs it runs: those its record names and
+	// the running ones whose status names it.
+	Jobs []jobs.Status `json:"jobs"`
+}
+
+// ExecutorState says whether a worker is there.
+type ExecutorState string
+
+// Executor states.
+const (
+	// ExecutorLive: it heartbeat within three of its periods.
+	ExecutorLive ExecutorState = "live"
+	// ExecutorDraining: live, and asked to stop: it takes no new job.
+	ExecutorDraining ExecutorState = "draining"
+	// ExecutorSilent: it missed three heartbeats; presumably dead (its jobs
+	// are delivered again once their leases lapse).
+	ExecutorSilent ExecutorState = "silent"
+	// ExecutorUnknown: a running job's status names it, but it has no
+	// presence record (it died long ago, or runs a version without one).
+	ExecutorUnknown ExecutorState = "unknown"
+)
