@@ -36,4 +36,4 @@ func (s *Server) SetSnapshotRecordHook(h func(snapshotID string)) {
 }
 
 // RootDir is the host path where sandbox id's root is mounted.
-func (s *Server) RootDir(id string) string { return s.rootDir(id) }
+func (s *Server) RootDir(id string) string { return s.rt.RootDir(id) }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // HostImage is the one image name that means the host's own system
@@ -25,35 +26,6 @@ import (
 // Every other name is an image: Config.Images, an imported one, or else
 // pulled from its registry.
 const HostImage = "host"
-
-// rootfs is a resolved image.
-type rootfs struct {
-	// Lowers are the read-only lower layers of the sandbox's overlay root,
-	// top first.
-	Lowers []string
-	// Host says this is the host image (HostImage).
-	Host bool
-	// HostDirs are host directories (e.g. "usr") each mounted as a private
-	// overlay with the host directory below; set for the host image only.
-	HostDirs []string
-	// HostMask, when set, holds for some host directories (HostMask/<dir>) a
-	// layer of whiteouts laid over the host directory: it hides what other
-	// users of the host may not read (see buildHostMask).
-	HostMask string
-	// Image is the pulled image the layers are of; nil for the host image,
-	// Config.Images and imported images.
-	Image *images.Image
-	// Source says where the image came from, for logs and records.
-	Source string
-}
-
-// config is the image's config (zero for images without one).
-func (fs rootfs) config() images.ImageConfig {
-	if fs.Image == nil {
-		return images.ImageConfig{}
-	}
-	return fs.Image.Config
-}
 
 // imageDirName maps an image name to a directory name under DataDir/images.
 func imageDirName(name string) string {
@@ -78,17 +50,17 @@ func imageDirName(name string) string {
 // (with auth, if given) when the store lacks it. digest, when set, is the
 // manifest digest a snapshot recorded: that exact image, pulled again by
 // digest if its layers are gone. Errors of a pull are *images.Error.
-func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *images.Auth) (rootfs, error) {
+func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *images.Auth) (runtime.Rootfs, error) {
 	if name == HostImage {
 		return s.hostRootfs()
 	}
 	if src, ok := s.cfg.Images[name]; ok {
 		st, err := os.Stat(src)
 		if err != nil {
-			return rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
+			return runtime.Rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
 		}
 		if st.IsDir() {
-			return rootfs{Lowers: []string{src}, Source: "dir " + src}, nil
+			return runtime.Rootfs{Lowers: []string{src}, Source: "dir " + src}, nil
 		}
 		dir := filepath.Join(s.dataDir, "images", imageDirName(name))
 		if _, err := os.Stat(dir); err != nil {
@@ -96,14 +68,14 @@ func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *im
 			err = ImportImage(ctx, s.dataDir, name, src)
 			s.importMu.Unlock()
 			if err != nil {
-				return rootfs{}, err
+				return runtime.Rootfs{}, err
 			}
 		}
-		return rootfs{Lowers: []string{dir}, Source: "tarball " + src}, nil
+		return runtime.Rootfs{Lowers: []string{dir}, Source: "tarball " + src}, nil
 	}
 	dir := filepath.Join(s.dataDir, "images", imageDirName(name))
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		return rootfs{Lowers: []string{dir}, Source: "imported " + dir}, nil
+		return runtime.Rootfs{Lowers: []string{dir}, Source: "imported " + dir}, nil
 	}
 	var im *images.Image
 	var err error
@@ -113,11 +85,11 @@ func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *im
 		im, err = s.images.Ensure(ctx, name, auth)
 	}
 	if err != nil {
-		return rootfs{}, err
+		return runtime.Rootfs{}, err
 	}
 	lowers := s.images.LayerDirs(im)
 	slices.Reverse(lowers) // overlayfs: the top layer first
-	return rootfs{Lowers: lowers, Image: im, Source: "image " + im.Name + "@" + im.Digest}, nil
+	return runtime.Rootfs{Lowers: lowers, Image: im, Source: "image " + im.Name + "@" + im.Digest}, nil
 }
 
 // imageByDigest returns the image name@digest: from the store, else pulled
@@ -173,7 +145,7 @@ func (s *Server) prepareImages(ctx context.Context) error {
 // hostRootfs builds (once) the skeleton lower layer of the host image: the
 // mount points and the host's root-level symlinks (bin -> usr/bin and the
 // like). The system directories themselves are overlaid by mountRoot.
-func (s *Server) hostRootfs() (rootfs, error) {
+func (s *Server) hostRootfs() (runtime.Rootfs, error) {
 	s.hostOnce.Do(func() {
 		skel := filepath.Join(s.dataDir, "images", ".host-skeleton")
 		var dirs []string
@@ -216,11 +188,11 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 			return
 		}
-		s.host = rootfs{Lowers: []string{skel}, Host: true, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
+		s.host = runtime.Rootfs{Lowers: []string{skel}, Host: true, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
 		if !s.cfg.NoIsolation {
 			// The sandbox's root owns what host root owns (an idmapped lower
 			// layer): without the mask it could read /etc/shadow and keys.
-			mask, err := buildHostMask(filepath.Join(s.dataDir, "images"), maskedHostDirs)
+			mask, err := runtime.BuildHostMask(filepath.Join(s.dataDir, "images"), runtime.MaskedHostDirs)
 			if err != nil {
 				s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 				return
@@ -351,7 +323,7 @@ func parseImageAuth(spec *ImageSpec) (*images.Auth, error) {
 // sandboxImage resolves the image of the sandbox being started (pulling
 // it, within PullTimeout) and settles its entrypoint: the request's, else
 // the image's Entrypoint and Cmd.
-func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (rootfs, error) {
+func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (runtime.Rootfs, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
 	defer cancel()
 	name := rec.imageURI()
@@ -367,13 +339,13 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 	sb.mu.Unlock()
 	fs, err := s.resolveImage(pctx, name, rec.ImageDigest, auth)
 	if err != nil {
-		return rootfs{}, err
+		return runtime.Rootfs{}, err
 	}
 	if len(rec.Entrypoint) == 0 {
-		cfg := fs.config()
+		cfg := fs.Config()
 		rec.Entrypoint = append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
 		if len(rec.Entrypoint) == 0 {
-			return rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
+			return runtime.Rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
 		}
 	}
 	// From here the record names the image's digest, which GCImages spares;
@@ -385,7 +357,7 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 		for _, l := range fs.Lowers {
 			if !dirExists(l) {
 				if fs, err = s.resolveImage(pctx, rec.imageURI(), fs.Image.Digest, auth); err != nil {
-					return rootfs{}, err
+					return runtime.Rootfs{}, err
 				}
 				break
 			}
@@ -483,4 +455,9 @@ func RemoveImage(dataDir string, st *images.Store, ref string) error {
 		return nil
 	}
 	return st.Remove(ref)
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
-// Server is an OpenSandbox-compatible lifecycle server and the runtime of its
-// sandboxes. It is an http.Handler (routes under /v1 and at the root); Start
-// serves it on Config.Listen. Safe for concurrent use.
+// Server is an OpenSandbox-compatible lifecycle server in front of the
+// runtime of its sandboxes (package sandboxd/internal/runtime). It is an
+// http.Handler (routes under /v1 and at the root); Start serves it on
+// Config.Listen. Safe for concurrent use.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
@@ -35,17 +37,12 @@ type Server struct {
 	// recordDelay is how long persistLater waits (transitionRecordDelay).
 	recordDelay time.Duration
 
-	probeOnce sync.Once
-	probeErr  error
-	rt        *ociRuntime // set by checkIsolation
-	idmap     *idmapper
-	logs      sync.WaitGroup // entrypoint log drains (entryLog)
-	runDir    string         // Config.RunDir/<hash of DataDir>
-	disks     *diskPool      // formatted disks ready for new sandboxes (nil: no quota)
-	hostOnce  sync.Once
-	host      rootfs
-	hostErr   error
-	importMu  sync.Mutex
+	rt       *runtime.Runtime
+	runDir   string // the runtime's run directory
+	hostOnce sync.Once
+	host     runtime.Rootfs
+	hostErr  error
+	importMu sync.Mutex
 	// volumeRoots are Config.VolumeRoots, resolved.
 	volumeRoots []string
 	volMu       sync.Mutex // creates of managed volumes
@@ -54,10 +51,6 @@ type Server struct {
 	// layers are there to its record naming the digest, exclusively by
 	// GCImages.
 	gcMu sync.RWMutex
-	// initInterp is the ELF interpreter of the init binary ("" if static),
-	// initLibs the libraries it needs.
-	initInterp string
-	initLibs   []string
 
 	// apiPort is the port Start listens on, which egress proxies never dial.
 	apiPort atomic.Int32
@@ -91,7 +84,7 @@ type sandbox struct {
 
 	mu     sync.Mutex
 	rec    record
-	proc   *proc
+	proc   *runtime.Process
 	cancel context.CancelFunc // cancels a launch in progress
 	ended  time.Time          // when it reached a final state
 	// auth is the create request's image.auth, kept in memory only for
@@ -255,17 +248,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.lock = lock
-	// Idmapped lowers an earlier run left mounted (it died) go first.
-	s.idmap = &idmapper{dir: filepath.Join(s.dataDir, "run", "idmap")}
-	if err := unmountSandbox(filepath.Join(s.dataDir, "run")); err != nil {
-		s.log.Warn("sandboxd: unmount what an earlier run left", "err", err)
-	}
-	s.runDir = runDirFor(cfg.RunDir, s.dataDir)
-	// The run directory is this data directory's alone (named after it, and
-	// the data directory is locked): what is mounted there an earlier run left.
-	if err := unmountSandbox(s.runDir); err != nil {
-		s.log.Warn("sandboxd: unmount what an earlier run left", "dir", s.runDir, "err", err)
-	}
+	s.rt = runtime.New(s.runtimeConfig())
+	s.runDir = s.rt.RunDir()
+	// What an earlier run left mounted (it died) goes first.
+	s.rt.Recover()
 	if !cfg.NoIsolation {
 		if err := prepareVolumes(s.volumesDir()); err != nil {
 			lock.Close()
@@ -297,8 +283,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 			}
 			// A server that died leaves its sandboxes' containers behind (a
 			// frozen one's processes alive) and their mounts: remove them.
-			s.cleanLeftovers(r.ID)
-			s.removeRuntimeDirs(r.ID)
+			s.rt.CleanLeftovers(r.ID)
+			s.rt.RemoveRuntimeDirs(r.ID)
 		}
 		if sb.rec.Status.LastTransitionAt != nil {
 			sb.ended = *sb.rec.Status.LastTransitionAt
@@ -337,10 +323,10 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	}
 	s.started = true
 	s.mu.Unlock()
-	if err := s.checkIsolation(ctx); err != nil {
+	if err := s.rt.Check(ctx); err != nil {
 		return "", err
 	}
-	s.refillDisks()
+	s.rt.RefillDisks()
 	if err := s.prepareImages(ctx); err != nil {
 		return "", err
 	}
@@ -356,21 +342,6 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	url := "http://" + ln.Addr().String()
 	s.log.Info("sandboxd: listening", "url", url, "data", s.dataDir, "isolation", !s.cfg.NoIsolation)
 	return url, nil
-}
-
-func (s *Server) checkIsolation(ctx context.Context) error {
-	if s.cfg.NoIsolation {
-		return nil
-	}
-	s.probeOnce.Do(func() {
-		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent, s.cfg.AllowOldRuntime)
-		if s.probeErr == nil {
-			if err := s.prepareRuntime(); err != nil {
-				s.rt, s.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
-			}
-		}
-	})
-	return s.probeErr
 }
 
 // Close stops serving, kills every sandbox (each goes Terminated with reason
@@ -407,22 +378,11 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
-	s.awaitLogs(5 * time.Second)
+	if err := s.rt.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.images.Close(); err != nil {
 		errs = append(errs, err)
-	}
-	if err := s.idmap.close(); err != nil {
-		errs = append(errs, err)
-	}
-	if s.rt != nil {
-		if err := s.removeRunDirs(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.disks != nil {
-		if err := os.RemoveAll(s.disks.dir); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if err := s.snap.db.Close(); err != nil {
 		errs = append(errs, err)
@@ -436,23 +396,6 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// awaitLogs waits up to d for the entrypoint logs' drains to end, which
-// they do once every process of their sandbox is gone: one that outlived
-// its sandbox (a plain process without isolation that left its group) is
-// left to the kernel.
-func (s *Server) awaitLogs(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		s.logs.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		s.log.Warn("sandboxd: an entrypoint log is still held open by a process that outlived its sandbox")
-	}
 }
 
 // lockDataDir takes an exclusive flock on dir/.lock so that two servers never
@@ -624,7 +567,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		s.removeVolumes(sb.rec.Volumes)
 		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
 	}
-	if err := s.checkIsolation(ctx); err != nil {
+	if err := s.rt.Check(ctx); err != nil {
 		failed(ReasonRuntimeError, err)
 		return
 	}
@@ -636,24 +579,24 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	t0 := time.Now()
-	if err := s.prepareDisk(ctx, rec.ID); err != nil {
+	if err := s.rt.PrepareDisk(ctx, rec.ID); err != nil {
 		failed(ReasonRuntimeError, err)
-		s.removeRuntimeDirs(rec.ID)
+		s.rt.RemoveRuntimeDirs(rec.ID)
 		return
 	}
 	if rec.SnapshotID != "" {
 		if err := s.restoreSnapshot(ctx, &rec); err != nil {
 			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
-			s.removeRuntimeDirs(rec.ID)
+			s.rt.RemoveRuntimeDirs(rec.ID)
 			return
 		}
 	}
 	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.imageURI(), "snapshot", rec.SnapshotID, "rootfs", fs.Source)
 	t1 := time.Now()
-	p, err := s.launch(ctx, &rec, fs)
+	p, err := s.rt.Launch(ctx, launchSpec(&rec, fs))
 	if err != nil {
 		reason := ReasonRuntimeError
-		var ee *exitError
+		var ee *runtime.ExitError
 		switch {
 		case errors.As(err, &ee):
 			reason = ReasonEntrypointExit
@@ -661,19 +604,19 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 			reason = ReasonProvisionTimout
 		}
 		failed(reason, err)
-		s.removeRuntimeDirs(rec.ID)
+		s.rt.RemoveRuntimeDirs(rec.ID)
 		return
 	}
 	sb.mu.Lock()
 	if sb.rec.Status.State != StatePending {
 		sb.mu.Unlock()
-		s.kill(p)
+		s.rt.Kill(p)
 		return
 	}
 	sb.proc = p
-	sb.rec.ExecdPort = p.port
-	sb.rec.EgressAPIPort = p.eg.apiPort()
-	sb.rec.InitPID = p.pid()
+	sb.rec.ExecdPort = p.Port()
+	sb.rec.EgressAPIPort = p.EgressAPIPort()
+	sb.rec.InitPID = p.PID()
 	sb.rec.ImageSource = fs.Source
 	sb.setStatus(StateRunning, "running", "")
 	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
@@ -744,18 +687,18 @@ func (s *Server) writeVersion(sb *sandbox, v recordVersion) {
 }
 
 // watch marks the sandbox Failed when its init exits on its own.
-func (s *Server) watch(sb *sandbox, p *proc) {
+func (s *Server) watch(sb *sandbox, p *runtime.Process) {
 	defer s.bg.Done()
-	<-p.done
+	<-p.Done()
 	sb.mu.Lock()
 	if sb.proc != p || sb.rec.Status.State == StateStopping || sb.rec.Status.State.Final() {
 		sb.mu.Unlock()
 		return
 	}
 	id := sb.rec.ID
-	msg := describeMsg(p.lastMsg(), s.logTail(id))
+	msg, exited := p.Ended()
 	reason := ReasonRuntimeError
-	if p.lastMsg().Exit != nil {
+	if exited {
 		reason = ReasonEntrypointExit
 	}
 	sb.setStatus(StateFailed, reason, msg)
@@ -765,8 +708,8 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 	s.persist(sb)
 	sb.mu.Unlock()
 	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
-	s.kill(p)
-	s.removeRuntimeDirs(id)
+	s.rt.Kill(p)
+	s.rt.RemoveRuntimeDirs(id)
 	s.removeVolumes(sb.rec.Volumes)
 }
 
@@ -795,9 +738,9 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 	sb.proc = nil
 	sb.mu.Unlock()
 	if p != nil {
-		s.kill(p)
+		s.rt.Kill(p)
 	}
-	s.removeRuntimeDirs(sb.rec.ID)
+	s.rt.RemoveRuntimeDirs(sb.rec.ID)
 	s.removeVolumes(sb.rec.Volumes)
 	sb.mu.Lock()
 	if !sb.rec.Status.State.Final() {
@@ -842,7 +785,7 @@ func (s *Server) forget(id string) {
 	ctx, cancel := s.untilStop(time.Minute)
 	s.dropLineage(ctx, id)
 	cancel()
-	if m := mountsUnder(s.sandboxDir(id)); len(m) > 0 {
+	if m := s.rt.Mounts(id); len(m) > 0 {
 		s.log.Warn("sandboxd: sandbox dir still has mounts; kept", "id", id, "mounts", m)
 		return
 	}
@@ -856,16 +799,16 @@ func (s *Server) forget(id string) {
 // *OpError), as the real server answers only then. The freeze goes on in the
 // background if ctx ends first.
 func (s *Server) pause(ctx context.Context, id string) error {
-	return s.transition(ctx, id, "pause", StateRunning, StatePausing, StatePaused, s.freeze)
+	return s.transition(ctx, id, "pause", StateRunning, StatePausing, StatePaused, s.rt.Freeze)
 }
 
 // resume moves a Paused sandbox to Resuming and thaws it, returning once it is
 // Running (see pause).
 func (s *Server) resume(ctx context.Context, id string) error {
-	return s.transition(ctx, id, "resume", StatePaused, StateResuming, StateRunning, s.thaw)
+	return s.transition(ctx, id, "resume", StatePaused, StateResuming, StateRunning, s.rt.Thaw)
 }
 
-func (s *Server) transition(ctx context.Context, id, op string, from, via, to State, f func(context.Context, *proc) error) error {
+func (s *Server) transition(ctx context.Context, id, op string, from, via, to State, f func(context.Context, *runtime.Process) error) error {
 	sb, err := s.get(id)
 	if err != nil {
 		return err
@@ -911,7 +854,7 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 // *OpError, or a *StateError when the sandbox left via meanwhile (a delete).
 // It does not write the record: changed says whether the caller must, off
 // the answer's way (persistLater).
-func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *proc) error) (changed bool, err error) {
+func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *runtime.Process) error) (changed bool, err error) {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()

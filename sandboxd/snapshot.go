@@ -242,9 +242,9 @@ func (s *Server) persistVersion(r *snapRecord, v recordVersion) {
 // sandbox created from a snapshot is restored into, with its layout.
 func (s *Server) captureRoot(id string) (string, string) {
 	if s.cfg.NoIsolation {
-		return filepath.Join(s.sandboxDir(id), plainRoot), layoutPlain
+		return s.rt.LayersDir(id), layoutPlain
 	}
-	return filepath.Join(s.sandboxDir(id), diskDir, layersDir), layoutOverlay
+	return s.rt.LayersDir(id), layoutOverlay
 }
 
 // createSnapshot records a Creating snapshot of a Running sandbox and captures
@@ -378,9 +378,9 @@ func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), er
 	case st == StatePaused || st == StateResuming:
 		return sb.op.Unlock, nil
 	case st == StateRunning || st == StatePausing:
-		if err := s.freeze(ctx, p); err != nil {
+		if err := s.rt.Freeze(ctx, p); err != nil {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.thaw(tctx, p)
+			_ = s.rt.Thaw(tctx, p)
 			cancel()
 			sb.op.Unlock()
 			return nil, err
@@ -388,7 +388,7 @@ func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), er
 		return func() {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if err := s.thaw(tctx, p); err != nil {
+			if err := s.rt.Thaw(tctx, p); err != nil {
 				s.log.Error("sandboxd: thaw after snapshot", "id", id, "err", err)
 			}
 			sb.op.Unlock()

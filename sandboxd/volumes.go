@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // Volume is one entry of a create request's volumes: a host directory or a
@@ -50,8 +52,8 @@ type PVCVolume struct {
 
 // volumeMount is a resolved volume, recorded with the sandbox: the
 // directory it binds is Dir below Root, found again from a descriptor of Root
-// each time the sandbox starts (bindVolume), never by a path a sandbox could
-// change in between.
+// each time the sandbox starts (by the runtime, runtime.Volume), never by a
+// path a sandbox could change in between.
 type volumeMount struct {
 	Name string `json:"name"`
 	// Root is the directory the volume lies in: a --volume-root for a host
@@ -146,7 +148,7 @@ func (v *Volume) validate(i int) error {
 		return invalid(codeVolumeMountPath, field("mountPath"), "mount path %q must be an absolute path without ..", mp)
 	}
 	clean := path.Clean(mp)
-	if clean == "/" || clean == initDir || strings.HasPrefix(clean, initDir+"/") {
+	if clean == "/" || clean == runtime.InitDir || strings.HasPrefix(clean, runtime.InitDir+"/") {
 		return invalid(codeVolumeMountPath, field("mountPath"), "mount path %q is reserved", mp)
 	}
 	for _, r := range reservedMounts {
@@ -182,9 +184,9 @@ func (v *Volume) validate(i int) error {
 // Config.VolumeRoots; a pvc volume is DataDir/volumes/<claimName>, created
 // unless createIfNotExists is false. Every directory is found and made from
 // a descriptor of the one above it, never through a symbolic link
-// (openBeneath), so a sandbox that shares the volume cannot lead the server
-// out of it; what is made belongs to host root, which a sandbox sees as its
-// own root through its idmapped bind.
+// (runtime.OpenBeneath), so a sandbox that shares the volume cannot lead the
+// server out of it; what is made belongs to host root, which a sandbox sees
+// as its own root through its idmapped bind.
 func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 	if len(vols) > 0 && s.cfg.NoIsolation {
 		return nil, invalid("INVALID_REQUEST", "volumes", "volumes need a mount namespace; this server runs without isolation (NoIsolation)")
@@ -221,8 +223,8 @@ func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
 	if m.Root == "" {
 		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(s.volumeRoots, ", "))
 	}
-	fd, err := openBeneath(m.Root, m.Dir, true)
-	if errors.Is(err, errLeavesRoot) {
+	fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
+	if errors.Is(err, runtime.ErrLeavesRoot) {
 		return invalid(codeVolumeNotAllowed, field, "host path %s leads through a symbolic link, which volumes do not follow (only the volume roots are resolved)", p)
 	}
 	if err != nil {
@@ -237,14 +239,14 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 	claim := v.PVC.ClaimName
 	s.volMu.Lock()
 	defer s.volMu.Unlock()
-	fd, err := openBeneath(s.volumesDir(), claim, false)
+	fd, err := runtime.OpenBeneath(s.volumesDir(), claim, false)
 	created := false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
 			return invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", claim)
 		}
-		if fd, err = openBeneath(s.volumesDir(), claim, true); err != nil {
+		if fd, err = runtime.OpenBeneath(s.volumesDir(), claim, true); err != nil {
 			return fmt.Errorf("create volume %s: %w", claim, err)
 		}
 		created = true
@@ -255,7 +257,7 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 	m.Root = filepath.Join(s.volumesDir(), claim)
 	if v.SubPath != "" {
 		m.Dir = path.Clean(v.SubPath)
-		fd, err := openBeneath(m.Root, m.Dir, true)
+		fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
 		if err != nil {
 			return volumeError(codeVolumeSubPath, fmt.Sprintf("volumes[%d].subPath", i), "subPath "+v.SubPath, err)
 		}
@@ -272,7 +274,7 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 // other failure is the server's.
 func volumeError(code, field, what string, err error) error {
 	switch {
-	case errors.Is(err, errLeavesRoot):
+	case errors.Is(err, runtime.ErrLeavesRoot):
 		return invalid(code, field, "%s leads through a symbolic link, which volumes do not follow", what)
 	case errors.Is(err, unix.ENOTDIR):
 		return invalid(code, field, "%s: a component is not a directory", what)
@@ -313,4 +315,61 @@ func resolveVolumeRoots(roots []string) ([]string, error) {
 		out = append(out, real)
 	}
 	return out, nil
+}
+
+// volumeIDsMark, in DataDir/volumes, says its files hold the ids their
+// sandboxes see (0..), as the runtime's idmapped binds show them. A data
+// directory from before held them as host ids of the one shared range
+// (IDMapHost..): the first Open shifts them down once (shiftVolumeIDs).
+const volumeIDsMark = ".sandbox-ids"
+
+// prepareVolumes makes dir, the managed volumes' directory, private to
+// host root (0700: sandboxes reach a volume only through its bind, and what
+// they write there is owned by host ids from 0), and shifts the files an
+// earlier version left in the shared host range to the ids their sandboxes
+// see, once, marking dir. It follows no symbolic link.
+func prepareVolumes(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes dir: %w", err)
+	}
+	mark := filepath.Join(dir, volumeIDsMark)
+	if _, err := os.Lstat(mark); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	shift := func(id uint32) int {
+		if id >= IDMapHost && id < IDMapHost+IDMapSize {
+			return int(id - IDMapHost)
+		}
+		return -1 // unchanged
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		uid, gid := shift(st.Uid), shift(st.Gid)
+		if uid < 0 && gid < 0 {
+			return nil
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+		// chown clears setuid and setgid on files: put back what was there.
+		if d.Type().IsRegular() && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return unix.Fchmodat(unix.AT_FDCWD, p, st.Mode&0o7777, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("shift the ids of the managed volumes: %w", err)
+	}
+	return os.WriteFile(mark, nil, 0o600)
 }
