@@ -42,18 +42,18 @@ func (s *Server) sandboxPort(id, portText string) (*sandbox, int, error) {
 // sandbox listens there. HTTP and WebSocket; responses are flushed at once, so
 // command streams arrive event by event. The caller must send the execd token
 // itself: the proxy adds no credentials.
-func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleProxy(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	sb, port, err := s.sandboxPort(id, r.PathValue("port"))
+	sb, port, err := a.s.sandboxPort(id, r.PathValue("port"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	sb.mu.Lock()
 	st, execdPort, p := sb.rec.Status.State, sb.rec.ExecdPort, sb.proc
 	sb.mu.Unlock()
 	if st != StateRunning || p == nil {
-		s.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
+		a.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
 		return
 	}
 	if h := p.EgressHandler(); port == egress.Port && h != nil {
