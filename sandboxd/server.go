@@ -37,16 +37,10 @@ type Server struct {
 	// recordDelay is how long persistLater waits (transitionRecordDelay).
 	recordDelay time.Duration
 
-	rt       *runtime.Runtime
-	runDir   string // the runtime's run directory
-	hostOnce sync.Once
-	host     runtime.Rootfs
-	hostErr  error
-	importMu sync.Mutex
-	// volumeRoots are Config.VolumeRoots, resolved.
-	volumeRoots []string
-	volMu       sync.Mutex // creates of managed volumes
-	images      *images.Store
+	rt     *runtime.Runtime
+	runDir string // the runtime's run directory
+	img    *imageResolver
+	vol    *volumeResolver
 	// gcMu is held shared by each start from the check that its image's
 	// layers are there to its record naming the digest, exclusively by
 	// GCImages.
@@ -229,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}, volumeRoots: roots,
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{},
 		recordDelay: transitionRecordDelay}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
@@ -248,20 +242,23 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.lock = lock
+	s.vol = &volumeResolver{dir: filepath.Join(s.dataDir, "volumes"), roots: roots, noIsolation: cfg.NoIsolation, log: s.log}
 	s.rt = runtime.New(s.runtimeConfig())
 	s.runDir = s.rt.RunDir()
 	// What an earlier run left mounted (it died) goes first.
 	s.rt.Recover()
 	if !cfg.NoIsolation {
-		if err := prepareVolumes(s.volumesDir()); err != nil {
+		if err := prepareVolumes(s.vol.dir); err != nil {
 			lock.Close()
 			return nil, fmt.Errorf("sandboxd: %w", err)
 		}
 	}
-	if s.images, err = openImageStore(s.dataDir, cfg); err != nil {
+	store, err := openImageStore(s.dataDir, cfg)
+	if err != nil {
 		lock.Close()
 		return nil, err
 	}
+	s.img = &imageResolver{cfg: cfg, dataDir: s.dataDir, log: s.log, store: store}
 	recs, err := s.loadRecords()
 	if err != nil {
 		lock.Close()
@@ -327,7 +324,7 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 		return "", err
 	}
 	s.rt.RefillDisks()
-	if err := s.prepareImages(ctx); err != nil {
+	if err := s.img.prepareImages(ctx); err != nil {
 		return "", err
 	}
 	var lc net.ListenConfig
@@ -381,7 +378,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if err := s.rt.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.images.Close(); err != nil {
+	if err := s.img.store.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.snap.db.Close(); err != nil {
@@ -462,7 +459,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		}
 	} else {
 		rec.Image = &ImageSpec{URI: req.Image.URI}
-		if err := s.checkImageName(req.Image.URI, len(req.Entrypoint) > 0); err != nil {
+		if err := s.img.checkImageName(req.Image.URI, len(req.Entrypoint) > 0); err != nil {
 			return Sandbox{}, nil, err
 		}
 	}
@@ -482,7 +479,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 	if err != nil {
 		return Sandbox{}, nil, err
 	}
-	if rec.Volumes, err = s.resolveVolumes(vols); err != nil {
+	if rec.Volumes, err = s.vol.resolveVolumes(vols); err != nil {
 		return Sandbox{}, nil, err
 	}
 	rec.setStatus(StatePending, "provisioning", "starting the sandbox")
@@ -564,7 +561,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		sb.setStatus(StateFailed, reason, s.public(err.Error()))
 		sb.ended = time.Now()
 		s.persist(sb)
-		s.removeVolumes(sb.rec.Volumes)
+		s.vol.removeVolumes(sb.rec.Volumes)
 		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
 	}
 	if err := s.rt.Check(ctx); err != nil {
@@ -710,7 +707,7 @@ func (s *Server) watch(sb *sandbox, p *runtime.Process) {
 	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
 	s.rt.Kill(p)
 	s.rt.RemoveRuntimeDirs(id)
-	s.removeVolumes(sb.rec.Volumes)
+	s.vol.removeVolumes(sb.rec.Volumes)
 }
 
 // terminate stops a live sandbox and records it Terminated with reason. It
@@ -741,7 +738,7 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 		s.rt.Kill(p)
 	}
 	s.rt.RemoveRuntimeDirs(sb.rec.ID)
-	s.removeVolumes(sb.rec.Volumes)
+	s.vol.removeVolumes(sb.rec.Volumes)
 	sb.mu.Lock()
 	if !sb.rec.Status.State.Final() {
 		sb.setStatus(StateTerminated, reason, msg)

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -90,8 +92,18 @@ var (
 // reservedMounts are paths a volume may not cover or sit below.
 var reservedMounts = []string{"/proc", "/sys", "/dev"}
 
-// volumesDir is where the managed (pvc) volumes live.
-func (s *Server) volumesDir() string { return filepath.Join(s.dataDir, "volumes") }
+// volumeResolver resolves a create request's volumes to the directories
+// its sandbox binds, and removes the managed volumes a sandbox created to go
+// with it.
+type volumeResolver struct {
+	// dir is where the managed (pvc) volumes live: DataDir/volumes.
+	dir string
+	// roots are Config.VolumeRoots, resolved.
+	roots       []string
+	noIsolation bool
+	log         *slog.Logger
+	mu          sync.Mutex // creates of managed volumes
+}
 
 // parseVolumes decodes and validates the volumes of a create request (absent,
 // null and [] are none). It checks no file system state.
@@ -187,8 +199,8 @@ func (v *Volume) validate(i int) error {
 // (runtime.OpenBeneath), so a sandbox that shares the volume cannot lead the
 // server out of it; what is made belongs to host root, which a sandbox sees
 // as its own root through its idmapped bind.
-func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
-	if len(vols) > 0 && s.cfg.NoIsolation {
+func (vr *volumeResolver) resolveVolumes(vols []Volume) ([]volumeMount, error) {
+	if len(vols) > 0 && vr.noIsolation {
 		return nil, invalid("INVALID_REQUEST", "volumes", "volumes need a mount namespace; this server runs without isolation (NoIsolation)")
 	}
 	out := make([]volumeMount, 0, len(vols))
@@ -196,9 +208,9 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 		m := volumeMount{Name: v.Name, Destination: path.Clean(v.MountPath), ReadOnly: v.ReadOnly}
 		var err error
 		if v.Host != nil {
-			err = s.hostVolume(i, v, &m)
+			err = vr.hostVolume(i, v, &m)
 		} else {
-			err = s.pvcVolume(i, v, &m)
+			err = vr.pvcVolume(i, v, &m)
 		}
 		if err != nil {
 			return nil, err
@@ -208,20 +220,20 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 	return out, nil
 }
 
-func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
+func (vr *volumeResolver) hostVolume(i int, v Volume, m *volumeMount) error {
 	field := fmt.Sprintf("volumes[%d].host.path", i)
 	p := filepath.Join(v.Host.Path, v.SubPath)
-	if len(s.volumeRoots) == 0 {
+	if len(vr.roots) == 0 {
 		return invalid(codeVolumeNotAllowed, field, "host path %s is not allowed: this server allows no host volumes (see --volume-root)", p)
 	}
-	for _, root := range s.volumeRoots {
+	for _, root := range vr.roots {
 		if p == root || strings.HasPrefix(p, root+"/") {
 			m.Root, m.Dir = root, strings.TrimPrefix(strings.TrimPrefix(p, root), "/")
 			break
 		}
 	}
 	if m.Root == "" {
-		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(s.volumeRoots, ", "))
+		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(vr.roots, ", "))
 	}
 	fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
 	if errors.Is(err, runtime.ErrLeavesRoot) {
@@ -234,19 +246,19 @@ func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
 	return nil
 }
 
-func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
+func (vr *volumeResolver) pvcVolume(i int, v Volume, m *volumeMount) error {
 	field := fmt.Sprintf("volumes[%d].pvc.claimName", i)
 	claim := v.PVC.ClaimName
-	s.volMu.Lock()
-	defer s.volMu.Unlock()
-	fd, err := runtime.OpenBeneath(s.volumesDir(), claim, false)
+	vr.mu.Lock()
+	defer vr.mu.Unlock()
+	fd, err := runtime.OpenBeneath(vr.dir, claim, false)
 	created := false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
 			return invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", claim)
 		}
-		if fd, err = runtime.OpenBeneath(s.volumesDir(), claim, true); err != nil {
+		if fd, err = runtime.OpenBeneath(vr.dir, claim, true); err != nil {
 			return fmt.Errorf("create volume %s: %w", claim, err)
 		}
 		created = true
@@ -254,7 +266,7 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 		return volumeError(codeVolumePVCName, field, "volume "+claim, err)
 	}
 	unix.Close(fd)
-	m.Root = filepath.Join(s.volumesDir(), claim)
+	m.Root = filepath.Join(vr.dir, claim)
 	if v.SubPath != "" {
 		m.Dir = path.Clean(v.SubPath)
 		fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
@@ -286,13 +298,13 @@ func volumeError(code, field, what string, err error) error {
 
 // removeVolumes deletes the managed volumes a sandbox created with
 // deleteOnSandboxTermination, once it ended.
-func (s *Server) removeVolumes(ms []volumeMount) {
+func (vr *volumeResolver) removeVolumes(ms []volumeMount) {
 	for _, m := range ms {
-		if m.Remove == "" || filepath.Dir(m.Remove) != s.volumesDir() {
+		if m.Remove == "" || filepath.Dir(m.Remove) != vr.dir {
 			continue
 		}
 		if err := os.RemoveAll(m.Remove); err != nil {
-			s.log.Warn("sandboxd: remove volume", "dir", m.Remove, "err", err)
+			vr.log.Warn("sandboxd: remove volume", "dir", m.Remove, "err", err)
 		}
 	}
 }
