@@ -33,7 +33,7 @@ func (s *Server) guardDial(dial func(ctx context.Context, network, address strin
 			if s.ownPort(int(ap.Port())) {
 				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "a port of sandboxd itself"}
 			}
-			if !s.hostAllowed(ap) {
+			if !hostAllowed(s.cfg.AllowHosts, ap) {
 				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "an address of the sandbox's host (the operator opens one with --allow-host HOST:PORT)"}
 			}
 		}
@@ -41,9 +41,9 @@ func (s *Server) guardDial(dial func(ctx context.Context, network, address strin
 	}
 }
 
-// hostAllowed reports whether the operator opened ap (Config.AllowHosts).
-func (s *Server) hostAllowed(ap netip.AddrPort) bool {
-	for _, h := range s.cfg.AllowHosts {
+// hostAllowed reports whether the operator opened ap (allow: Config.AllowHosts).
+func hostAllowed(allow []string, ap netip.AddrPort) bool {
+	for _, h := range allow {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || port != strconv.Itoa(int(ap.Port())) {
 			continue

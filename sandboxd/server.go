@@ -61,14 +61,6 @@ type Server struct {
 	started   bool
 
 	snap *snapStore
-	// snapHook, if set (tests only), runs before each capture starts.
-	snapHook atomic.Pointer[func(snapshotID string)]
-	// snapRecordHook, if set (tests only), runs before the record of a
-	// capture's outcome is written, once the outcome is known.
-	snapRecordHook atomic.Pointer[func(snapshotID string)]
-	snapMu         sync.Mutex
-	snaps          map[string]*snapRecord
-	snapSeq        int64
 }
 
 // sandbox is one sandbox: its record and, while it runs, its process.
@@ -93,7 +85,7 @@ type sandbox struct {
 
 // recordDisk orders the writes of one record file (a sandbox's, or a
 // snapshot's): each version is numbered when it is encoded (under the lock
-// that guards the record: sandbox.mu, Server.snapMu) and written only if it
+// that guards the record: sandbox.mu, snapStore.mu) and written only if it
 // is newer than the last one written, so a write made outside that lock
 // never replaces a later one. Once the record is removed nothing more is
 // written.
@@ -223,7 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{},
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{},
 		recordDelay: transitionRecordDelay}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
@@ -264,7 +256,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
-	if err := s.openSnapshots(ctx); err != nil {
+	if s.snap, err = openSnapshots(ctx, s); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -295,7 +287,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.routes()
 	s.bg.Add(2)
 	go s.janitor()
-	go s.gcLoop()
+	go s.snap.gcLoop()
 	return s, nil
 }
 
@@ -449,7 +441,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		ExecdToken: newID(),
 	}
 	if req.SnapshotID != "" {
-		snap, err := s.readySnapshot(req.SnapshotID)
+		snap, err := s.snap.readySnapshot(req.SnapshotID)
 		if err != nil {
 			return Sandbox{}, nil, err
 		}
@@ -582,7 +574,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		return
 	}
 	if rec.SnapshotID != "" {
-		if err := s.restoreSnapshot(ctx, &rec); err != nil {
+		if err := s.snap.restoreSnapshot(ctx, &rec); err != nil {
 			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
 			s.rt.RemoveRuntimeDirs(rec.ID)
 			return
@@ -780,7 +772,7 @@ func (s *Server) forget(id string) {
 		_ = sb.disk.drop(nil) // removes nothing: cannot fail
 	}
 	ctx, cancel := s.untilStop(time.Minute)
-	s.dropLineage(ctx, id)
+	s.snap.dropLineage(ctx, id)
 	cancel()
 	if m := s.rt.Mounts(id); len(m) > 0 {
 		s.log.Warn("sandboxd: sandbox dir still has mounts; kept", "id", id, "mounts", m)
@@ -1026,4 +1018,17 @@ func (s *Server) sweep(now time.Time) {
 			}()
 		}
 	}
+}
+
+// untilStop returns a context that ends after d or when the server stops.
+func (s *Server) untilStop(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -70,7 +70,7 @@ func (a *api) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		a.writeErr(w, err)
 		return
 	}
-	snap, done, err := a.s.createSnapshot(id, name)
+	snap, done, err := a.s.snap.createSnapshot(id, name)
 	if err != nil {
 		a.writeErr(w, err)
 		return
@@ -84,7 +84,7 @@ func (a *api) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 		t.Stop()
-		if now, err := a.s.getSnapshot(snap.ID); err == nil {
+		if now, err := a.s.snap.getSnapshot(snap.ID); err == nil {
 			snap = now
 		}
 	}
@@ -97,7 +97,7 @@ func (a *api) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := a.s.getSnapshot(r.PathValue("snapshotId"))
+	snap, err := a.s.snap.getSnapshot(r.PathValue("snapshotId"))
 	if err != nil {
 		a.writeErr(w, err)
 		return
@@ -112,12 +112,12 @@ func (a *api) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 		a.writeErr(w, err)
 		return
 	}
-	items, pg := paginate(a.s.listSnapshots(q.Get("sandboxId"), stateQuery[SnapshotState](q)), page, size)
+	items, pg := paginate(a.s.snap.listSnapshots(q.Get("sandboxId"), stateQuery[SnapshotState](q)), page, size)
 	writeJSON(w, http.StatusOK, snapshotListResponse{Items: items, Pagination: pg})
 }
 
 func (a *api) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := a.s.deleteSnapshot(r.Context(), r.PathValue("snapshotId")); err != nil {
+	if err := a.s.snap.deleteSnapshot(r.Context(), r.PathValue("snapshotId")); err != nil {
 		a.writeErr(w, err)
 		return
 	}
