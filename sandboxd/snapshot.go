@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +86,7 @@ type snapStore struct {
 	s    *Server
 	db   *sqlite.Store
 	mgr  *snapshots.Manager
-	dir  string
+	recs *snapshots.RecordStore
 	kick chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
 	// slots holds a token per running capture.
 	slots chan struct{}
@@ -109,7 +107,8 @@ type snapStore struct {
 // was written, else Failed; one left Deleting is deleted.
 func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 	dir := filepath.Join(s.dataDir, snapshotsDir)
-	if err := os.MkdirAll(filepath.Join(dir, snapshotRecsDir), 0o700); err != nil {
+	recs, err := snapshots.OpenRecordStore(filepath.Join(dir, snapshotRecsDir), snapshots.RecordConfig{Sync: syncFile})
+	if err != nil {
 		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	blobs, err := snapshots.OpenBlobStore(filepath.Join(dir, snapshotBlobsDir), snapshots.BlobConfig{})
@@ -124,28 +123,24 @@ func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 		s:     s,
 		db:    db,
 		mgr:   snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
-		dir:   dir,
+		recs:  recs,
 		kick:  make(chan struct{}, 1),
 		slots: make(chan struct{}, maxCaptures),
 		snaps: map[string]*snapRecord{},
 	}
-	ents, err := os.ReadDir(filepath.Join(dir, snapshotRecsDir))
+	ids, err := recs.IDs()
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, snapshotRecsDir, e.Name()))
+	for _, name := range ids {
+		b, err := recs.Get(name)
 		r := snapRecord{disk: new(recordDisk)}
 		if err == nil {
 			err = json.Unmarshal(b, &r)
 		}
 		if err != nil || r.ID != name {
-			s.log.Warn("sandboxd: skipping unreadable snapshot record", "file", e.Name(), "err", err)
+			s.log.Warn("sandboxd: skipping unreadable snapshot record", "file", name+".json", "err", err)
 			continue
 		}
 		switch r.Status.State {
@@ -169,15 +164,12 @@ func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 	return ss, nil
 }
 
-func (ss *snapStore) snapRecordPath(id string) string {
-	return filepath.Join(ss.dir, snapshotRecsDir, id+".json")
-}
-
 // syncHook, when set, sees the path of every file and directory syncFile
 // flushes (tests).
 var syncHook atomic.Pointer[func(path string)]
 
-// syncFile flushes f (a file or a directory) to its disk.
+// syncFile flushes f (a file or a directory) to its disk: the records'
+// RecordConfig.Sync.
 func syncFile(f *os.File) error {
 	if h := syncHook.Load(); h != nil {
 		(*h)(f.Name())
@@ -200,44 +192,7 @@ func snapVersion(r *snapRecord) recordVersion {
 // version is on disk or the record was removed; durable also flushes the
 // file and its directory to disk before it returns.
 func (ss *snapStore) writeSnapshot(v recordVersion, r *snapRecord, durable bool) error {
-	return r.disk.write(v, func(id string, b []byte) error {
-		p := ss.snapRecordPath(id)
-		if err := writeSynced(p+".tmp", b, durable); err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		if !durable {
-			return nil
-		}
-		d, err := os.Open(filepath.Dir(p))
-		if err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		err = syncFile(d)
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("save snapshot %s: sync its directory: %w", id, err)
-		}
-		return nil
-	})
-}
-
-// writeSynced writes b to a new file at p, flushed to disk when synced.
-func writeSynced(p string, b []byte, synced bool) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil && synced {
-		err = syncFile(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return r.disk.write(v, func(id string, b []byte) error { return ss.recs.Put(id, b, durable) })
 }
 
 // persistSnapshot writes r, not synced: what a record later than the
@@ -506,12 +461,7 @@ func (ss *snapStore) dropSnapshot(ctx context.Context, r *snapRecord) error {
 	}
 	// A write of the record still to come (the outcome's, see capture) must
 	// not bring the file back.
-	return r.disk.drop(func() error {
-		if err := os.Remove(ss.snapRecordPath(r.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("delete snapshot %s: %w", r.ID, err)
-		}
-		return nil
-	})
+	return r.disk.drop(func() error { return ss.recs.Delete(r.ID) })
 }
 
 // restoreSnapshot fills the layers of a new sandbox from its snapshot before

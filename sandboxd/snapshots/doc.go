@@ -9,7 +9,8 @@
 // unchanged, so a second checkpoint of a large workspace hashes and stores only
 // what changed. Restore recreates a tree from entries. Manager ties the three to
 // a checkpoints.Store: one writer lease per thread, compare-and-set appends,
-// deletion and garbage collection.
+// deletion and garbage collection. RecordStore keeps sandboxd's record of each
+// API snapshot, one file each, written whole and flushed on demand.
 //
 // Restore copies blobs rather than hard-linking them: a sandbox writes into its
 // restored files in place, which through a hard link would corrupt the blob and
