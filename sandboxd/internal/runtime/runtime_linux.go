@@ -156,6 +156,7 @@ type launcher struct {
 	netns     string
 	proxyLn   net.Listener
 	msgs      chan initMsg
+	drained   chan struct{} // closed once the log's drain ended
 }
 
 // Launch starts a sandbox's init and waits until execd listens and the
@@ -171,9 +172,52 @@ func (r *Runtime) Launch(ctx context.Context, sb *Sandbox) (*Process, error) {
 		} else {
 			l.undo()
 		}
+		var sf *startFailure
+		if errors.As(err, &sf) {
+			err = sf.explain(l.logTail())
+		}
 		return nil, err
 	}
 	return p, nil
+}
+
+// startFailure is a start that ended with the init's (or the runtime's)
+// exit, explained but for the end of the entrypoint log: what the
+// sandbox's processes wrote last may still be in the log's pipe when their
+// exit is seen, so Launch reads the log once they are gone (logTail).
+type startFailure struct {
+	msg  string
+	m    initMsg // the init's last status message, if it sent one (ok)
+	ok   bool
+	exit bool // the entrypoint exited
+}
+
+func (e *startFailure) Error() string { return e.explain("").Error() }
+
+// explain is the failure's error with tail, the end of the log: an
+// *ExitError when the entrypoint exited.
+func (e *startFailure) explain(tail string) error {
+	if !e.ok {
+		return fmt.Errorf("%s; %s", e.msg, tail)
+	}
+	err := errors.New(describeMsg(e.m, tail))
+	if e.exit {
+		return &ExitError{err}
+	}
+	return err
+}
+
+// logTail returns the end of the entrypoint log once its drain ended, which
+// it does once every process of the sandbox is gone, or after
+// statusDrainTimeout (one that escaped the sandbox's end may hold the pipe).
+func (l *launcher) logTail() string {
+	if l.drained != nil {
+		select {
+		case <-l.drained:
+		case <-time.After(statusDrainTimeout):
+		}
+	}
+	return logTail(l.dir)
 }
 
 func (l *launcher) run(ctx context.Context) (*Process, error) {
@@ -273,9 +317,11 @@ func (l *launcher) openLog() error {
 		return err
 	}
 	l.logf = w
+	l.drained = make(chan struct{})
 	l.r.logs.Add(1)
 	go func() {
 		defer l.r.logs.Done()
+		defer close(l.drained)
 		log.drain(r)
 	}()
 	return nil
@@ -515,17 +561,14 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 }
 
 // failure explains a start that ended with status message m (ok) or with the
-// status pipe closed (!ok).
+// status pipe closed (!ok): a *startFailure, which Launch completes with the
+// end of the log.
 func (l *launcher) failure(m initMsg, ok bool) error {
 	if !ok {
 		<-l.p.done
-		return fmt.Errorf("sandbox init exited during start-up: %s; %s", l.p.cmd.ProcessState, logTail(l.dir))
+		return &startFailure{msg: fmt.Sprintf("sandbox init exited during start-up: %s", l.p.cmd.ProcessState)}
 	}
-	err := errors.New(describeMsg(m, logTail(l.dir)))
-	if m.Exit != nil {
-		return &ExitError{err}
-	}
-	return err
+	return &startFailure{m: m, ok: true, exit: m.Exit != nil}
 }
 
 // closeFiles closes what the server no longer needs after a start.
