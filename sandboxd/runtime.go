@@ -1,6 +1,10 @@
 package sandboxd
 
 import (
+	"context"
+	"log/slog"
+	"net"
+
 	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
@@ -20,13 +24,12 @@ const ProxyPort = runtime.ProxyPort
 // (has no ELF interpreter), as the sandbox init must be to run in any image.
 func StaticBinary(p string) (bool, error) { return runtime.StaticBinary(p) }
 
-// runtimeConfig is the configuration of the server's runtime: its own
-// Config's, on its data directory, the egress proxies dialing through
-// guardDial.
-func (s *Server) runtimeConfig() runtime.Config {
-	c := s.cfg
+// runtimeConfig is the configuration of a server's runtime: the server's
+// Config c (defaults filled in), its data directory, the dial of the egress
+// proxies (the server's guardDial) and its logger.
+func runtimeConfig(c Config, dataDir string, dial func(ctx context.Context, network, address string) (net.Conn, error), log *slog.Logger) runtime.Config {
 	return runtime.Config{
-		DataDir:            s.dataDir,
+		DataDir:            dataDir,
 		RunDir:             c.RunDir,
 		NoIsolation:        c.NoIsolation,
 		Runtime:            c.Runtime,
@@ -39,9 +42,9 @@ func (s *Server) runtimeConfig() runtime.Config {
 		MaxProcesses:       c.MaxProcesses,
 		StartupGrace:       c.StartupGrace,
 		EgressResolver:     c.EgressResolver,
-		EgressDial:         s.guardDial(c.EgressDial),
+		EgressDial:         dial,
 		EgressUpstreamTLS:  c.EgressUpstreamTLS,
-		Logger:             s.log,
+		Logger:             log,
 	}
 }
 

@@ -235,7 +235,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.lock = lock
 	s.vol = &volumeResolver{dir: filepath.Join(s.dataDir, "volumes"), roots: roots, noIsolation: cfg.NoIsolation, log: s.log}
-	s.rt = runtime.New(s.runtimeConfig())
+	s.rt = runtime.New(runtimeConfig(cfg, s.dataDir, s.guardDial(cfg.EgressDial), s.log))
 	s.runDir = s.rt.RunDir()
 	// What an earlier run left mounted (it died) goes first.
 	s.rt.Recover()

@@ -178,8 +178,8 @@ func syncFile(f *os.File) error {
 }
 
 // snapVersion encodes r as the next version of its file. The caller holds
-// snapMu (or nothing else writes r yet): versions are numbered in the order
-// of the states they hold.
+// snapStore.mu (or nothing else writes r yet): versions are numbered in the
+// order of the states they hold.
 func snapVersion(r *snapRecord) recordVersion {
 	b, err := json.Marshal(r)
 	if err != nil {
