@@ -32,15 +32,15 @@ type diagnostics struct {
 // handleDiagnostics serves logs (the entrypoint's output for the container,
 // process and all scopes; the state transitions for lifecycle and runtime) and
 // events (the state transitions), inline.
-func (s *Server) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
 	id, kind := r.PathValue("id"), r.PathValue("kind")
 	if kind != "logs" && kind != "events" {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "no diagnostics of kind "+kind)
 		return
 	}
-	sb, err := s.get(id)
+	sb, err := a.s.get(id)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	scope := r.URL.Query().Get("scope")
@@ -48,7 +48,7 @@ func (s *Server) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
 		scope = "all"
 	}
 	if !diagnosticScopes[scope] {
-		s.writeErr(w, invalid("INVALID_REQUEST", "scope", "scope must be one of container, lifecycle, runtime, network, process, all; got %q", scope))
+		a.writeErr(w, invalid("INVALID_REQUEST", "scope", "scope must be one of container, lifecycle, runtime, network, process, all; got %q", scope))
 		return
 	}
 	d := diagnostics{SandboxID: id, Kind: kind, Scope: scope, Delivery: "inline", ContentType: "text/plain; charset=utf-8"}
@@ -63,9 +63,9 @@ func (s *Server) handleDiagnostics(w http.ResponseWriter, r *http.Request) {
 			d.Warnings = append(d.Warnings, "no network diagnostics: the sandbox shares the host network")
 		}
 	case kind == "logs" && (scope == "container" || scope == "process" || scope == "all"):
-		d.Content, d.Truncated, err = tailFile(filepath.Join(s.sandboxDir(id), "entrypoint.log"), maxDiagnostics)
+		d.Content, d.Truncated, err = tailFile(filepath.Join(a.s.sandboxDir(id), "entrypoint.log"), maxDiagnostics)
 		if err != nil {
-			d.Warnings = append(d.Warnings, s.public("entrypoint log: "+err.Error()))
+			d.Warnings = append(d.Warnings, a.s.public("entrypoint log: "+err.Error()))
 		}
 	default:
 		sb.mu.Lock()

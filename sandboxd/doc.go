@@ -145,9 +145,12 @@
 // thread. Deleting a snapshot (409 while Creating) collects the blobs no other
 // checkpoint references.
 //
-// This package imports the standard library, golang.org/x/sys,
-// github.com/opencontainers/runtime-spec, github.com/moby/profiles/seccomp, checkpoints,
+// The runtime (the OCI bundle and runtime, mounts, disks, network
+// namespaces, the sandbox init) is package sandboxd/internal/runtime; this
+// package keeps the API, the lifecycle, images, volumes and snapshots.
+//
+// This package imports the standard library, golang.org/x/sys, checkpoints,
 // checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/images,
-// sandboxd/internal/proctree and sandboxd/snapshots; it must not import the SDK, the
-// ledger, the bus or testenv.
+// sandboxd/internal/runtime and sandboxd/snapshots; it must not import the
+// SDK, the ledger, the bus or testenv.
 package sandboxd

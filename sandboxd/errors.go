@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 var (
@@ -20,7 +22,7 @@ var (
 	// ErrIsolationUnavailable reports that sandboxes cannot be isolated: no
 	// usable OCI runtime (Config.Runtime), or one that cannot start. Config.NoIsolation
 	// runs sandboxes without one, for development only.
-	ErrIsolationUnavailable = errors.New("isolation unavailable")
+	ErrIsolationUnavailable = runtime.ErrIsolationUnavailable
 	// ErrDataDirInUse reports a data directory another running server holds.
 	ErrDataDirInUse = errors.New("data directory in use by another sandboxd")
 	// ErrImage reports an image that cannot be resolved or imported.
@@ -28,7 +30,7 @@ var (
 	// ErrInitNotStatic reports a create whose image cannot run the sandbox
 	// init: it is dynamically linked and the image lacks its interpreter or
 	// libraries (see Config.InitBinary).
-	ErrInitNotStatic = errors.New("sandbox init not statically linked")
+	ErrInitNotStatic = runtime.ErrInitNotStatic
 	// ErrSnapshotNotFound reports an unknown snapshot id.
 	ErrSnapshotNotFound = errors.New("snapshot not found")
 )

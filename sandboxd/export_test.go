@@ -9,10 +9,10 @@ func (s *Server) SweepAt(now time.Time) { s.sweep(now) }
 // the sandbox is frozen; nil removes it.
 func (s *Server) SetSnapshotHook(h func(snapshotID string)) {
 	if h == nil {
-		s.snapHook.Store(nil)
+		s.snap.hook.Store(nil)
 		return
 	}
-	s.snapHook.Store(&h)
+	s.snap.hook.Store(&h)
 }
 
 // SnapshotReadyMessage is the format of a Ready snapshot's status message.
@@ -29,11 +29,11 @@ func SetSyncHook(h func(path string)) (restore func()) {
 // outcome is written (after the outcome is set and announced); nil removes it.
 func (s *Server) SetSnapshotRecordHook(h func(snapshotID string)) {
 	if h == nil {
-		s.snapRecordHook.Store(nil)
+		s.snap.recordHook.Store(nil)
 		return
 	}
-	s.snapRecordHook.Store(&h)
+	s.snap.recordHook.Store(&h)
 }
 
 // RootDir is the host path where sandbox id's root is mounted.
-func (s *Server) RootDir(id string) string { return s.rootDir(id) }
+func (s *Server) RootDir(id string) string { return s.rt.RootDir(id) }

@@ -22,33 +22,38 @@ const (
 	drainLimit = 64 << 20 // bytes of an oversized body read before the 413
 )
 
+// api serves the lifecycle API of the OpenSandbox protocol over a Server:
+// each handler decodes a request, asks the server and writes the answer.
+type api struct{ s *Server }
+
 // routes builds the lifecycle API, mounted under /v1 and at the root.
 func (s *Server) routes() http.Handler {
+	a := &api{s: s}
 	mux := http.NewServeMux()
 	for _, p := range []string{"", "/v1"} {
-		mux.HandleFunc("GET "+p+"/health", s.handleHealth)
-		mux.HandleFunc("POST "+p+"/sandboxes", s.handleCreate)
-		mux.HandleFunc("GET "+p+"/sandboxes", s.handleList)
-		mux.HandleFunc("GET "+p+"/sandboxes/{id}", s.handleGet)
-		mux.HandleFunc("DELETE "+p+"/sandboxes/{id}", s.handleDelete)
-		mux.HandleFunc("PATCH "+p+"/sandboxes/{id}/metadata", s.handlePatchMetadata)
-		mux.HandleFunc("POST "+p+"/sandboxes/{id}/pause", s.handlePause)
-		mux.HandleFunc("POST "+p+"/sandboxes/{id}/resume", s.handleResume)
-		mux.HandleFunc("POST "+p+"/sandboxes/{id}/renew-expiration", s.handleRenew)
-		mux.HandleFunc("GET "+p+"/sandboxes/{id}/endpoints/{port}", s.handleEndpoint)
-		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}", s.handleProxy)
-		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}/{rest...}", s.handleProxy)
-		mux.HandleFunc("GET "+p+"/sandboxes/{id}/diagnostics/{kind}", s.handleDiagnostics)
-		s.snapshotRoutes(mux, p)
+		mux.HandleFunc("GET "+p+"/health", a.handleHealth)
+		mux.HandleFunc("POST "+p+"/sandboxes", a.handleCreate)
+		mux.HandleFunc("GET "+p+"/sandboxes", a.handleList)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}", a.handleGet)
+		mux.HandleFunc("DELETE "+p+"/sandboxes/{id}", a.handleDelete)
+		mux.HandleFunc("PATCH "+p+"/sandboxes/{id}/metadata", a.handlePatchMetadata)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/pause", a.handlePause)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/resume", a.handleResume)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/renew-expiration", a.handleRenew)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}/endpoints/{port}", a.handleEndpoint)
+		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}", a.handleProxy)
+		mux.HandleFunc(p+"/sandboxes/{id}/proxy/{port}/{rest...}", a.handleProxy)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}/diagnostics/{kind}", a.handleDiagnostics)
+		a.snapshotRoutes(mux, p)
 	}
-	return s.middleware(mux)
+	return a.middleware(mux)
 }
 
 var proxyPath = regexp.MustCompile(`^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)`)
 
 // middleware echoes or assigns X-Request-ID, checks the API key and turns the
 // mux's plain-text 404/405 into JSON errors.
-func (s *Server) middleware(mux *http.ServeMux) http.Handler {
+func (a *api) middleware(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rid := r.Header.Get("X-Request-ID")
 		if rid == "" {
@@ -57,13 +62,13 @@ func (s *Server) middleware(mux *http.ServeMux) http.Handler {
 		w.Header().Set("X-Request-ID", rid)
 		path := r.URL.Path
 		isProxy := proxyPath.MatchString(path) && !strings.Contains(path, "..")
-		if s.cfg.APIKey != "" && !isProxy && path != "/health" && path != "/v1/health" {
+		if a.s.cfg.APIKey != "" && !isProxy && path != "/health" && path != "/v1/health" {
 			key := r.Header.Get(APIKeyHeader)
 			switch {
 			case key == "":
 				writeError(w, http.StatusUnauthorized, "MISSING_API_KEY", "missing header "+APIKeyHeader)
 				return
-			case subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.APIKey)) != 1:
+			case subtle.ConstantTimeCompare([]byte(key), []byte(a.s.cfg.APIKey)) != 1:
 				writeError(w, http.StatusUnauthorized, "INVALID_API_KEY", "invalid "+APIKeyHeader)
 				return
 			}
@@ -98,9 +103,9 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // writeErr maps an error to its status and {code,message} body, the
 // message without the server's own paths (public).
-func (s *Server) writeErr(w http.ResponseWriter, err error) {
+func (a *api) writeErr(w http.ResponseWriter, err error) {
 	writeError := func(w http.ResponseWriter, status int, code, msg string) {
-		writeError(w, status, code, s.public(msg))
+		writeError(w, status, code, a.s.public(msg))
 	}
 	var re *RequestError
 	var oe *OpError
@@ -122,7 +127,7 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", err.Error())
 	default:
-		s.log.Error("sandboxd: request failed", "err", err)
+		a.s.log.Error("sandboxd: request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "GENERAL::UNKNOWN_ERROR", err.Error())
 	}
 }
@@ -150,24 +155,24 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
 }
 
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
 	if err := decode(r, &req); err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
-	_, h, err := s.create(&req)
+	_, h, err := a.s.create(&req)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	// As the real server, answer once the sandbox runs (or failed to start):
 	// clients ask for its endpoint at once.
-	sb := s.awaitStart(r.Context(), h)
+	sb := a.s.awaitStart(r.Context(), h)
 	w.Header().Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/"+sb.ID)
 	writeJSON(w, http.StatusAccepted, createResponse{
 		ID: sb.ID, Platform: sb.Platform, Status: sb.Status, Metadata: sb.Metadata,
@@ -186,19 +191,19 @@ func positiveInt(q string, def int, name string) (int, error) {
 	return n, nil
 }
 
-func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, size, err := pageQuery(q)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	meta, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
-	items, pg := paginate(s.list(stateQuery[State](q), meta), page, size)
+	items, pg := paginate(a.s.list(stateQuery[State](q), meta), page, size)
 	writeJSON(w, http.StatusOK, listResponse{Items: items, Pagination: pg})
 }
 
@@ -241,36 +246,36 @@ func paginate[T any](all []T, page, size int) ([]T, Pagination) {
 	return items, Pagination{Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages}
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.get(r.PathValue("id"))
+func (a *api) handleGet(w http.ResponseWriter, r *http.Request) {
+	sb, err := a.s.get(r.PathValue("id"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sb.snapshot())
 }
 
-func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	if err := s.remove(r.PathValue("id")); err != nil {
-		s.writeErr(w, err)
+func (a *api) handleDelete(w http.ResponseWriter, r *http.Request) {
+	if err := a.s.remove(r.PathValue("id")); err != nil {
+		a.writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
+func (a *api) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 	var patch map[string]*string
 	if err := decode(r, &patch); err != nil {
-		s.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object of string or null values: %v", err))
+		a.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object of string or null values: %v", err))
 		return
 	}
 	if patch == nil {
-		s.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object"))
+		a.writeErr(w, invalid("INVALID_METADATA_FORMAT", "metadata", "the body must be a JSON object"))
 		return
 	}
-	sb, err := s.patchMetadata(r.PathValue("id"), patch)
+	sb, err := a.s.patchMetadata(r.PathValue("id"), patch)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sb)
@@ -280,21 +285,21 @@ func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 // no body (OpenSandbox's answer), or, for a client that prefers it (Prefer:
 // return=representation, RFC 7240), 200 with the sandbox in its new state, so
 // that it need not ask for it.
-func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	s.answerTransition(w, r, s.pause(r.Context(), r.PathValue("id")))
+func (a *api) handlePause(w http.ResponseWriter, r *http.Request) {
+	a.answerTransition(w, r, a.s.pause(r.Context(), r.PathValue("id")))
 }
 
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	s.answerTransition(w, r, s.resume(r.Context(), r.PathValue("id")))
+func (a *api) handleResume(w http.ResponseWriter, r *http.Request) {
+	a.answerTransition(w, r, a.s.resume(r.Context(), r.PathValue("id")))
 }
 
-func (s *Server) answerTransition(w http.ResponseWriter, r *http.Request, err error) {
+func (a *api) answerTransition(w http.ResponseWriter, r *http.Request, err error) {
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	if prefersRepresentation(r) {
-		if sb, err := s.get(r.PathValue("id")); err == nil {
+		if sb, err := a.s.get(r.PathValue("id")); err == nil {
 			w.Header().Set("Preference-Applied", "return=representation")
 			writeJSON(w, http.StatusOK, sb.snapshot())
 			return
@@ -303,76 +308,76 @@ func (s *Server) answerTransition(w http.ResponseWriter, r *http.Request, err er
 	w.WriteHeader(http.StatusAccepted)
 }
 
-func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleRenew(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := s.get(id); err != nil {
-		s.writeErr(w, err)
+	if _, err := a.s.get(id); err != nil {
+		a.writeErr(w, err)
 		return
 	}
 	var req renewRequest
 	if err := decode(r, &req); err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	if req.ExpiresAt == nil {
-		s.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt is required"))
+		a.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt is required"))
 		return
 	}
 	at, err := time.Parse(time.RFC3339Nano, *req.ExpiresAt)
 	if err != nil {
-		s.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt must be an RFC 3339 time: %v", err))
+		a.writeErr(w, invalid("INVALID_EXPIRATION", "expiresAt", "expiresAt must be an RFC 3339 time: %v", err))
 		return
 	}
-	got, err := s.renew(id, at)
+	got, err := a.s.renew(id, at)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, renewResponse{ExpiresAt: got})
 }
 
-func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	sb, port, err := s.sandboxPort(id, r.PathValue("port"))
+	sb, port, err := a.s.sandboxPort(id, r.PathValue("port"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	q := r.URL.Query()
 	if q.Get("expires") != "" {
-		s.writeErr(w, invalid("INVALID_REQUEST", "expires", "signed endpoints (expires) are not supported by this server"))
+		a.writeErr(w, invalid("INVALID_REQUEST", "expires", "signed endpoints (expires) are not supported by this server"))
 		return
 	}
 	useProxy := false
 	if v := q.Get("use_server_proxy"); v != "" {
 		useProxy, err = strconv.ParseBool(v)
 		if err != nil {
-			s.writeErr(w, invalid("INVALID_REQUEST", "use_server_proxy", "use_server_proxy must be a boolean, got %q", v))
+			a.writeErr(w, invalid("INVALID_REQUEST", "use_server_proxy", "use_server_proxy must be a boolean, got %q", v))
 			return
 		}
 	}
 	// A Pending sandbox (created by a client that did not wait for the
 	// answer) gets its endpoint once it runs, bounded by StartTimeout.
-	s.awaitStart(r.Context(), sb)
+	a.s.awaitStart(r.Context(), sb)
 	sb.mu.Lock()
 	st, execdPort, token := sb.rec.Status.State, sb.rec.ExecdPort, sb.rec.ExecdToken
 	hasEgress, egressPort, egressToken := sb.rec.Egress, sb.rec.EgressAPIPort, sb.rec.EgressToken
 	sb.mu.Unlock()
 	if st.Final() || st == StateStopping {
-		s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+		a.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
 		return
 	}
 	ep := Endpoint{}
 	switch {
 	case port == ExecdPort && !useProxy:
 		if execdPort == 0 {
-			s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+			a.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
 			return
 		}
 		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(execdPort)
 	case port == egress.Port && hasEgress && !useProxy:
 		if egressPort == 0 {
-			s.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
+			a.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
 			return
 		}
 		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(egressPort)

@@ -56,8 +56,8 @@ func (r *record) idBase() uint32 {
 
 // idRange is the range rec's files are owned by on the host, for its
 // snapshots: none without isolation, where they are host files.
-func (s *Server) idRange(rec *record) snapshots.IDRange {
-	if s.cfg.NoIsolation {
+func (ss *snapStore) idRange(rec *record) snapshots.IDRange {
+	if ss.s.cfg.NoIsolation {
 		return snapshots.IDRange{}
 	}
 	return snapshots.IDRange{Base: int(rec.idBase()), Size: IDMapSize}

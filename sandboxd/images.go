@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // HostImage is the one image name that means the host's own system
@@ -26,33 +29,19 @@ import (
 // pulled from its registry.
 const HostImage = "host"
 
-// rootfs is a resolved image.
-type rootfs struct {
-	// Lowers are the read-only lower layers of the sandbox's overlay root,
-	// top first.
-	Lowers []string
-	// Host says this is the host image (HostImage).
-	Host bool
-	// HostDirs are host directories (e.g. "usr") each mounted as a private
-	// overlay with the host directory below; set for the host image only.
-	HostDirs []string
-	// HostMask, when set, holds for some host directories (HostMask/<dir>) a
-	// layer of whiteouts laid over the host directory: it hides what other
-	// users of the host may not read (see buildHostMask).
-	HostMask string
-	// Image is the pulled image the layers are of; nil for the host image,
-	// Config.Images and imported images.
-	Image *images.Image
-	// Source says where the image came from, for logs and records.
-	Source string
-}
+// imageResolver resolves image names to root filesystems: the host image,
+// the configured and imported images, and the images of the store, pulled
+// on first use.
+type imageResolver struct {
+	cfg     Config
+	dataDir string
+	log     *slog.Logger
+	store   *images.Store
 
-// config is the image's config (zero for images without one).
-func (fs rootfs) config() images.ImageConfig {
-	if fs.Image == nil {
-		return images.ImageConfig{}
-	}
-	return fs.Image.Config
+	importMu sync.Mutex // imports of Config.Images tarballs
+	hostOnce sync.Once
+	host     runtime.Rootfs
+	hostErr  error
 }
 
 // imageDirName maps an image name to a directory name under DataDir/images.
@@ -78,52 +67,52 @@ func imageDirName(name string) string {
 // (with auth, if given) when the store lacks it. digest, when set, is the
 // manifest digest a snapshot recorded: that exact image, pulled again by
 // digest if its layers are gone. Errors of a pull are *images.Error.
-func (s *Server) resolveImage(ctx context.Context, name, digest string, auth *images.Auth) (rootfs, error) {
+func (ir *imageResolver) resolveImage(ctx context.Context, name, digest string, auth *images.Auth) (runtime.Rootfs, error) {
 	if name == HostImage {
-		return s.hostRootfs()
+		return ir.hostRootfs()
 	}
-	if src, ok := s.cfg.Images[name]; ok {
+	if src, ok := ir.cfg.Images[name]; ok {
 		st, err := os.Stat(src)
 		if err != nil {
-			return rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
+			return runtime.Rootfs{}, fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
 		}
 		if st.IsDir() {
-			return rootfs{Lowers: []string{src}, Source: "dir " + src}, nil
+			return runtime.Rootfs{Lowers: []string{src}, Source: "dir " + src}, nil
 		}
-		dir := filepath.Join(s.dataDir, "images", imageDirName(name))
+		dir := filepath.Join(ir.dataDir, "images", imageDirName(name))
 		if _, err := os.Stat(dir); err != nil {
-			s.importMu.Lock()
-			err = ImportImage(ctx, s.dataDir, name, src)
-			s.importMu.Unlock()
+			ir.importMu.Lock()
+			err = ImportImage(ctx, ir.dataDir, name, src)
+			ir.importMu.Unlock()
 			if err != nil {
-				return rootfs{}, err
+				return runtime.Rootfs{}, err
 			}
 		}
-		return rootfs{Lowers: []string{dir}, Source: "tarball " + src}, nil
+		return runtime.Rootfs{Lowers: []string{dir}, Source: "tarball " + src}, nil
 	}
-	dir := filepath.Join(s.dataDir, "images", imageDirName(name))
+	dir := filepath.Join(ir.dataDir, "images", imageDirName(name))
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
-		return rootfs{Lowers: []string{dir}, Source: "imported " + dir}, nil
+		return runtime.Rootfs{Lowers: []string{dir}, Source: "imported " + dir}, nil
 	}
 	var im *images.Image
 	var err error
 	if digest != "" {
-		im, err = s.imageByDigest(ctx, name, digest, auth)
+		im, err = ir.imageByDigest(ctx, name, digest, auth)
 	} else {
-		im, err = s.images.Ensure(ctx, name, auth)
+		im, err = ir.store.Ensure(ctx, name, auth)
 	}
 	if err != nil {
-		return rootfs{}, err
+		return runtime.Rootfs{}, err
 	}
-	lowers := s.images.LayerDirs(im)
+	lowers := ir.store.LayerDirs(im)
 	slices.Reverse(lowers) // overlayfs: the top layer first
-	return rootfs{Lowers: lowers, Image: im, Source: "image " + im.Name + "@" + im.Digest}, nil
+	return runtime.Rootfs{Lowers: lowers, Image: im, Source: "image " + im.Name + "@" + im.Digest}, nil
 }
 
 // imageByDigest returns the image name@digest: from the store, else pulled
 // again by digest from name's repository.
-func (s *Server) imageByDigest(ctx context.Context, name, digest string, auth *images.Auth) (*images.Image, error) {
-	if im, err := s.images.LookupDigest(digest); err == nil {
+func (ir *imageResolver) imageByDigest(ctx context.Context, name, digest string, auth *images.Auth) (*images.Image, error) {
+	if im, err := ir.store.LookupDigest(digest); err == nil {
 		return im, nil
 	}
 	repo := name
@@ -132,8 +121,8 @@ func (s *Server) imageByDigest(ctx context.Context, name, digest string, auth *i
 	} else if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo = repo[:i]
 	}
-	s.log.Info("sandboxd: the layers of a snapshot's image are gone; pulling it again", "image", name, "digest", digest)
-	im, err := s.images.Pull(ctx, repo+"@"+digest, auth)
+	ir.log.Info("sandboxd: the layers of a snapshot's image are gone; pulling it again", "image", name, "digest", digest)
+	im, err := ir.store.Pull(ctx, repo+"@"+digest, auth)
 	if err != nil {
 		var ie *images.Error
 		if errors.As(err, &ie) {
@@ -147,8 +136,8 @@ func (s *Server) imageByDigest(ctx context.Context, name, digest string, auth *i
 // prepareImages checks every configured image and extracts the tarballs not
 // extracted yet, so that a large image does not count against a sandbox's
 // start timeout and a wrong path fails at start.
-func (s *Server) prepareImages(ctx context.Context) error {
-	for name, src := range s.cfg.Images {
+func (ir *imageResolver) prepareImages(ctx context.Context) error {
+	for name, src := range ir.cfg.Images {
 		st, err := os.Stat(src)
 		if err != nil {
 			return fmt.Errorf("%w: image %q: %w", ErrImage, name, err)
@@ -156,13 +145,13 @@ func (s *Server) prepareImages(ctx context.Context) error {
 		if st.IsDir() {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.dataDir, "images", imageDirName(name))); err == nil {
+		if _, err := os.Stat(filepath.Join(ir.dataDir, "images", imageDirName(name))); err == nil {
 			continue
 		}
-		s.log.Info("sandboxd: extracting image", "name", name, "tarball", src)
-		s.importMu.Lock()
-		err = ImportImage(ctx, s.dataDir, name, src)
-		s.importMu.Unlock()
+		ir.log.Info("sandboxd: extracting image", "name", name, "tarball", src)
+		ir.importMu.Lock()
+		err = ImportImage(ctx, ir.dataDir, name, src)
+		ir.importMu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -173,9 +162,9 @@ func (s *Server) prepareImages(ctx context.Context) error {
 // hostRootfs builds (once) the skeleton lower layer of the host image: the
 // mount points and the host's root-level symlinks (bin -> usr/bin and the
 // like). The system directories themselves are overlaid by mountRoot.
-func (s *Server) hostRootfs() (rootfs, error) {
-	s.hostOnce.Do(func() {
-		skel := filepath.Join(s.dataDir, "images", ".host-skeleton")
+func (ir *imageResolver) hostRootfs() (runtime.Rootfs, error) {
+	ir.hostOnce.Do(func() {
+		skel := filepath.Join(ir.dataDir, "images", ".host-skeleton")
 		var dirs []string
 		err := os.MkdirAll(skel, 0o755)
 		for _, d := range []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt"} {
@@ -213,23 +202,23 @@ func (s *Server) hostRootfs() (rootfs, error) {
 			err = os.Chmod(filepath.Join(skel, "tmp"), 0o1777)
 		}
 		if err != nil {
-			s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
+			ir.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 			return
 		}
-		s.host = rootfs{Lowers: []string{skel}, Host: true, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
-		if !s.cfg.NoIsolation {
+		ir.host = runtime.Rootfs{Lowers: []string{skel}, Host: true, HostDirs: dirs, Source: "host system directories (/" + strings.Join(dirs, ", /") + ") read-only"}
+		if !ir.cfg.NoIsolation {
 			// The sandbox's root owns what host root owns (an idmapped lower
 			// layer): without the mask it could read /etc/shadow and keys.
-			mask, err := buildHostMask(filepath.Join(s.dataDir, "images"), maskedHostDirs)
+			mask, err := runtime.BuildHostMask(filepath.Join(ir.dataDir, "images"), runtime.MaskedHostDirs)
 			if err != nil {
-				s.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
+				ir.hostErr = fmt.Errorf("%w: host fallback root: %w", ErrImage, err)
 				return
 			}
-			s.host.HostMask = mask
-			s.host.Source += ", files other users cannot read hidden"
+			ir.host.HostMask = mask
+			ir.host.Source += ", files other users cannot read hidden"
 		}
 	})
-	return s.host, s.hostErr
+	return ir.host, ir.hostErr
 }
 
 // ImportImage extracts the root filesystem tarball tarPath (optionally gzip
@@ -298,29 +287,29 @@ func openImageStore(dataDir string, cfg Config) (*images.Store, error) {
 
 // localImage reports whether name is an image without a registry and
 // without a config: the host image, one of Config.Images, an imported one.
-func (s *Server) localImage(name string) bool {
+func (ir *imageResolver) localImage(name string) bool {
 	if name == HostImage {
 		return true
 	}
-	if _, ok := s.cfg.Images[name]; ok {
+	if _, ok := ir.cfg.Images[name]; ok {
 		return true
 	}
-	return dirExists(filepath.Join(s.dataDir, "images", imageDirName(name)))
+	return dirExists(filepath.Join(ir.dataDir, "images", imageDirName(name)))
 }
 
 // checkImageName refuses, at create, an image name that is no reference,
 // and a local image (which has no Entrypoint or Cmd) without an entrypoint.
-func (s *Server) checkImageName(name string, hasEntrypoint bool) error {
-	if s.cfg.NoIsolation && name != HostImage {
+func (ir *imageResolver) checkImageName(name string, hasEntrypoint bool) error {
+	if ir.cfg.NoIsolation && name != HostImage {
 		return invalid("INVALID_REQUEST", "image", "image %q: without isolation (NoIsolation) a sandbox runs on the host's own system, image %q only", name, HostImage)
 	}
-	if s.localImage(name) {
+	if ir.localImage(name) {
 		if !hasEntrypoint {
 			return invalid("INVALID_REQUEST", "entrypoint", "entrypoint is required with image %q, which has no Entrypoint or Cmd of its own", name)
 		}
 		return nil
 	}
-	if _, err := s.images.Normalize(name); err != nil {
+	if _, err := ir.store.Normalize(name); err != nil {
 		return invalid("INVALID_REQUEST", "image", "image %q is not an image reference (or %q, the host's directories): %v", name, HostImage, err)
 	}
 	return nil
@@ -351,29 +340,29 @@ func parseImageAuth(spec *ImageSpec) (*images.Auth, error) {
 // sandboxImage resolves the image of the sandbox being started (pulling
 // it, within PullTimeout) and settles its entrypoint: the request's, else
 // the image's Entrypoint and Cmd.
-func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (rootfs, error) {
+func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (runtime.Rootfs, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
 	defer cancel()
 	name := rec.imageURI()
 	sb.mu.Lock()
 	auth := sb.auth
 	sb.auth = nil
-	if !s.localImage(name) && sb.rec.Status.State == StatePending {
-		if _, err := s.images.Lookup(name); err != nil {
+	if !s.img.localImage(name) && sb.rec.Status.State == StatePending {
+		if _, err := s.img.store.Lookup(name); err != nil {
 			sb.rec.setStatus(StatePending, "provisioning", "pulling image "+name)
 			s.persist(sb)
 		}
 	}
 	sb.mu.Unlock()
-	fs, err := s.resolveImage(pctx, name, rec.ImageDigest, auth)
+	fs, err := s.img.resolveImage(pctx, name, rec.ImageDigest, auth)
 	if err != nil {
-		return rootfs{}, err
+		return runtime.Rootfs{}, err
 	}
 	if len(rec.Entrypoint) == 0 {
-		cfg := fs.config()
+		cfg := fs.Config()
 		rec.Entrypoint = append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
 		if len(rec.Entrypoint) == 0 {
-			return rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
+			return runtime.Rootfs{}, fmt.Errorf("image %s has no Entrypoint or Cmd, and the request gives no entrypoint", rec.imageURI())
 		}
 	}
 	// From here the record names the image's digest, which GCImages spares;
@@ -384,8 +373,8 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ro
 	if fs.Image != nil {
 		for _, l := range fs.Lowers {
 			if !dirExists(l) {
-				if fs, err = s.resolveImage(pctx, rec.imageURI(), fs.Image.Digest, auth); err != nil {
-					return rootfs{}, err
+				if fs, err = s.img.resolveImage(pctx, rec.imageURI(), fs.Image.Digest, auth); err != nil {
+					return runtime.Rootfs{}, err
 				}
 				break
 			}
@@ -416,7 +405,7 @@ func imageReason(err error) string {
 
 // Images returns the server's image store (DataDir/images/.oci), for
 // pulls, listings and removals beside the server.
-func (s *Server) Images() *images.Store { return s.images }
+func (s *Server) Images() *images.Store { return s.img.store }
 
 // GCImages removes the layers no image of the store references, but those
 // of live sandboxes (whose image may have been removed since they started).
@@ -431,7 +420,7 @@ func (s *Server) GCImages(ctx context.Context) (images.GCStats, error) {
 		}
 		sb.mu.Unlock()
 	}
-	return s.images.GC(ctx, keep)
+	return s.img.store.GC(ctx, keep)
 }
 
 // OpenImages opens the image store of the data directory dataDir with the
@@ -483,4 +472,9 @@ func RemoveImage(dataDir string, st *images.Store, ref string) error {
 		return nil
 	}
 	return st.Remove(ref)
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

@@ -2,16 +2,15 @@ package sandboxd
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // maxBufferedBody is the largest request body the proxy reads whole before
@@ -43,30 +42,30 @@ func (s *Server) sandboxPort(id, portText string) (*sandbox, int, error) {
 // sandbox listens there. HTTP and WebSocket; responses are flushed at once, so
 // command streams arrive event by event. The caller must send the execd token
 // itself: the proxy adds no credentials.
-func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleProxy(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	sb, port, err := s.sandboxPort(id, r.PathValue("port"))
+	sb, port, err := a.s.sandboxPort(id, r.PathValue("port"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	sb.mu.Lock()
 	st, execdPort, p := sb.rec.Status.State, sb.rec.ExecdPort, sb.proc
 	sb.mu.Unlock()
 	if st != StateRunning || p == nil {
-		s.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
+		a.writeErr(w, &StateError{SandboxID: id, Op: "proxy", State: st})
 		return
 	}
-	if port == egress.Port && p.eg != nil {
+	if h := p.EgressHandler(); port == egress.Port && h != nil {
 		r2 := r.Clone(r.Context())
 		r2.URL.Path, r2.URL.RawPath = "/"+r.PathValue("rest"), ""
-		p.eg.proxy.Handler().ServeHTTP(w, r2)
+		h.ServeHTTP(w, r2)
 		return
 	}
 	target := port
 	if port == ExecdPort {
 		target = execdPort
-	} else if !p.listensOn(port) {
+	} else if !p.ListensOn(port) {
 		writeError(w, http.StatusBadGateway, "BAD_GATEWAY", fmt.Sprintf("no process of sandbox %s listens on port %d", id, port))
 		return
 	}
@@ -98,7 +97,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 			}
 		},
 		FlushInterval: -1,
-		Transport:     p.transport(port),
+		Transport:     transport(p, port),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "BAD_GATEWAY", "sandbox "+id+" port "+strconv.Itoa(port)+": "+err.Error())
 		},
@@ -108,17 +107,10 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 
 // transport reaches port of the sandbox: the default transport for execd and
 // for a sandbox on the host network, else one that dials in the sandbox's
-// network namespace (no idle connections kept: each request dials afresh).
-func (p *proc) transport(port int) http.RoundTripper {
-	if p.netns == "" || port == ExecdPort {
+// network namespace (Process.Transport).
+func transport(p *runtime.Process, port int) http.RoundTripper {
+	if port == ExecdPort {
 		return nil
 	}
-	ns := p.netns
-	return &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return dialNetns(ctx, ns, addr)
-		},
-		DisableKeepAlives:     true,
-		ResponseHeaderTimeout: 0,
-	}
+	return p.Transport()
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // TestRecordWritesKeepOrder checks the ordering of a sandbox's record file:
@@ -88,7 +90,7 @@ func TestTransitionWritesTheRecordLater(t *testing.T) {
 	const delay = 200 * time.Millisecond
 	s := &Server{dataDir: t.TempDir(), log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), sandboxes: map[string]*sandbox{},
 		recordDelay: delay}
-	sb := &sandbox{rec: record{Sandbox: Sandbox{ID: "sbx-t"}}, proc: &proc{}}
+	sb := &sandbox{rec: record{Sandbox: Sandbox{ID: "sbx-t"}}, proc: &runtime.Process{}}
 	sb.setStatus(StateRunning, "", "")
 	s.sandboxes["sbx-t"] = sb
 	path := filepath.Join(s.sandboxDir("sbx-t"), recordFile)
@@ -122,7 +124,7 @@ func TestTransitionWritesTheRecordLater(t *testing.T) {
 		defer sb.mu.Unlock()
 		return sb.disk.encoded
 	}
-	nop := func(context.Context, *proc) error { return nil }
+	nop := func(context.Context, *runtime.Process) error { return nil }
 	pause := func() {
 		t.Helper()
 		if err := s.transition(context.Background(), "sbx-t", "pause", StateRunning, StatePausing, StatePaused, nop); err != nil {

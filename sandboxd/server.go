@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
-// Server is an OpenSandbox-compatible lifecycle server and the runtime of its
-// sandboxes. It is an http.Handler (routes under /v1 and at the root); Start
-// serves it on Config.Listen. Safe for concurrent use.
+// Server is an OpenSandbox-compatible lifecycle server in front of the
+// runtime of its sandboxes (package sandboxd/internal/runtime). It is an
+// http.Handler (routes under /v1 and at the root); Start serves it on
+// Config.Listen. Safe for concurrent use.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
@@ -35,31 +37,14 @@ type Server struct {
 	// recordDelay is how long persistLater waits (transitionRecordDelay).
 	recordDelay time.Duration
 
-	probeOnce sync.Once
-	probeErr  error
-	rt        *ociRuntime // set by checkIsolation
-	idmap     *idmapper
-	logs      sync.WaitGroup // entrypoint log drains (entryLog)
-	logMu     sync.Mutex
-	logDone   map[string]chan struct{} // by sandbox id: closed when its log's drain ends
-	runDir    string                   // Config.RunDir/<hash of DataDir>
-	disks     *diskPool                // formatted disks ready for new sandboxes (nil: no quota)
-	hostOnce  sync.Once
-	host      rootfs
-	hostErr   error
-	importMu  sync.Mutex
-	// volumeRoots are Config.VolumeRoots, resolved.
-	volumeRoots []string
-	volMu       sync.Mutex // creates of managed volumes
-	images      *images.Store
+	rt     *runtime.Runtime
+	runDir string // the runtime's run directory
+	img    *imageResolver
+	vol    *volumeResolver
 	// gcMu is held shared by each start from the check that its image's
 	// layers are there to its record naming the digest, exclusively by
 	// GCImages.
 	gcMu sync.RWMutex
-	// initInterp is the ELF interpreter of the init binary ("" if static),
-	// initLibs the libraries it needs.
-	initInterp string
-	initLibs   []string
 
 	// apiPort is the port Start listens on, which egress proxies never dial.
 	apiPort atomic.Int32
@@ -76,14 +61,6 @@ type Server struct {
 	started   bool
 
 	snap *snapStore
-	// snapHook, if set (tests only), runs before each capture starts.
-	snapHook atomic.Pointer[func(snapshotID string)]
-	// snapRecordHook, if set (tests only), runs before the record of a
-	// capture's outcome is written, once the outcome is known.
-	snapRecordHook atomic.Pointer[func(snapshotID string)]
-	snapMu         sync.Mutex
-	snaps          map[string]*snapRecord
-	snapSeq        int64
 }
 
 // sandbox is one sandbox: its record and, while it runs, its process.
@@ -93,7 +70,7 @@ type sandbox struct {
 
 	mu     sync.Mutex
 	rec    record
-	proc   *proc
+	proc   *runtime.Process
 	cancel context.CancelFunc // cancels a launch in progress
 	ended  time.Time          // when it reached a final state
 	// auth is the create request's image.auth, kept in memory only for
@@ -108,7 +85,7 @@ type sandbox struct {
 
 // recordDisk orders the writes of one record file (a sandbox's, or a
 // snapshot's): each version is numbered when it is encoded (under the lock
-// that guards the record: sandbox.mu, Server.snapMu) and written only if it
+// that guards the record: sandbox.mu, snapStore.mu) and written only if it
 // is newer than the last one written, so a write made outside that lock
 // never replaces a later one. Once the record is removed nothing more is
 // written.
@@ -238,7 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{}, snaps: map[string]*snapRecord{}, volumeRoots: roots, logDone: map[string]chan struct{}{},
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), sandboxes: map[string]*sandbox{},
 		recordDelay: transitionRecordDelay}
 	if cfg.DataDir == "" {
 		d, err := os.MkdirTemp("", "sandboxd-*")
@@ -257,33 +234,29 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.lock = lock
-	// Idmapped lowers an earlier run left mounted (it died) go first.
-	s.idmap = &idmapper{dir: filepath.Join(s.dataDir, "run", "idmap")}
-	if err := unmountSandbox(filepath.Join(s.dataDir, "run")); err != nil {
-		s.log.Warn("sandboxd: unmount what an earlier run left", "err", err)
-	}
-	s.runDir = runDirFor(cfg.RunDir, s.dataDir)
-	// The run directory is this data directory's alone (named after it, and
-	// the data directory is locked): what is mounted there an earlier run left.
-	if err := unmountSandbox(s.runDir); err != nil {
-		s.log.Warn("sandboxd: unmount what an earlier run left", "dir", s.runDir, "err", err)
-	}
+	s.vol = &volumeResolver{dir: filepath.Join(s.dataDir, "volumes"), roots: roots, noIsolation: cfg.NoIsolation, log: s.log}
+	s.rt = runtime.New(runtimeConfig(cfg, s.dataDir, s.guardDial(cfg.EgressDial), s.log))
+	s.runDir = s.rt.RunDir()
+	// What an earlier run left mounted (it died) goes first.
+	s.rt.Recover()
 	if !cfg.NoIsolation {
-		if err := prepareVolumes(s.volumesDir()); err != nil {
+		if err := prepareVolumes(s.vol.dir); err != nil {
 			lock.Close()
 			return nil, fmt.Errorf("sandboxd: %w", err)
 		}
 	}
-	if s.images, err = openImageStore(s.dataDir, cfg); err != nil {
+	store, err := openImageStore(s.dataDir, cfg)
+	if err != nil {
 		lock.Close()
 		return nil, err
 	}
+	s.img = &imageResolver{cfg: cfg, dataDir: s.dataDir, log: s.log, store: store}
 	recs, err := s.loadRecords()
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	if err := s.openSnapshots(ctx); err != nil {
+	if s.snap, err = openSnapshots(ctx, s); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -299,8 +272,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 			}
 			// A server that died leaves its sandboxes' containers behind (a
 			// frozen one's processes alive) and their mounts: remove them.
-			s.cleanLeftovers(r.ID)
-			s.removeRuntimeDirs(r.ID)
+			s.rt.CleanLeftovers(r.ID)
+			s.rt.RemoveRuntimeDirs(r.ID)
 		}
 		if sb.rec.Status.LastTransitionAt != nil {
 			sb.ended = *sb.rec.Status.LastTransitionAt
@@ -314,7 +287,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.routes()
 	s.bg.Add(2)
 	go s.janitor()
-	go s.gcLoop()
+	go s.snap.gcLoop()
 	return s, nil
 }
 
@@ -339,11 +312,11 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	}
 	s.started = true
 	s.mu.Unlock()
-	if err := s.checkIsolation(ctx); err != nil {
+	if err := s.rt.Check(ctx); err != nil {
 		return "", err
 	}
-	s.refillDisks()
-	if err := s.prepareImages(ctx); err != nil {
+	s.rt.RefillDisks()
+	if err := s.img.prepareImages(ctx); err != nil {
 		return "", err
 	}
 	var lc net.ListenConfig
@@ -358,21 +331,6 @@ func (s *Server) Start(ctx context.Context) (string, error) {
 	url := "http://" + ln.Addr().String()
 	s.log.Info("sandboxd: listening", "url", url, "data", s.dataDir, "isolation", !s.cfg.NoIsolation)
 	return url, nil
-}
-
-func (s *Server) checkIsolation(ctx context.Context) error {
-	if s.cfg.NoIsolation {
-		return nil
-	}
-	s.probeOnce.Do(func() {
-		s.rt, s.probeErr = lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent, s.cfg.AllowOldRuntime)
-		if s.probeErr == nil {
-			if err := s.prepareRuntime(); err != nil {
-				s.rt, s.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
-			}
-		}
-	})
-	return s.probeErr
 }
 
 // Close stops serving, kills every sandbox (each goes Terminated with reason
@@ -409,22 +367,11 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
-	s.awaitLogs(5 * time.Second)
-	if err := s.images.Close(); err != nil {
+	if err := s.rt.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.idmap.close(); err != nil {
+	if err := s.img.store.Close(); err != nil {
 		errs = append(errs, err)
-	}
-	if s.rt != nil {
-		if err := s.removeRunDirs(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if s.disks != nil {
-		if err := os.RemoveAll(s.disks.dir); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if err := s.snap.db.Close(); err != nil {
 		errs = append(errs, err)
@@ -438,23 +385,6 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// awaitLogs waits up to d for the entrypoint logs' drains to end, which
-// they do once every process of their sandbox is gone: one that outlived
-// its sandbox (a plain process without isolation that left its group) is
-// left to the kernel.
-func (s *Server) awaitLogs(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		s.logs.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		s.log.Warn("sandboxd: an entrypoint log is still held open by a process that outlived its sandbox")
-	}
 }
 
 // lockDataDir takes an exclusive flock on dir/.lock so that two servers never
@@ -511,7 +441,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		ExecdToken: newID(),
 	}
 	if req.SnapshotID != "" {
-		snap, err := s.readySnapshot(req.SnapshotID)
+		snap, err := s.snap.readySnapshot(req.SnapshotID)
 		if err != nil {
 			return Sandbox{}, nil, err
 		}
@@ -521,7 +451,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 		}
 	} else {
 		rec.Image = &ImageSpec{URI: req.Image.URI}
-		if err := s.checkImageName(req.Image.URI, len(req.Entrypoint) > 0); err != nil {
+		if err := s.img.checkImageName(req.Image.URI, len(req.Entrypoint) > 0); err != nil {
 			return Sandbox{}, nil, err
 		}
 	}
@@ -541,7 +471,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 	if err != nil {
 		return Sandbox{}, nil, err
 	}
-	if rec.Volumes, err = s.resolveVolumes(vols); err != nil {
+	if rec.Volumes, err = s.vol.resolveVolumes(vols); err != nil {
 		return Sandbox{}, nil, err
 	}
 	rec.setStatus(StatePending, "provisioning", "starting the sandbox")
@@ -623,10 +553,10 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		sb.setStatus(StateFailed, reason, s.public(err.Error()))
 		sb.ended = time.Now()
 		s.persist(sb)
-		s.removeVolumes(sb.rec.Volumes)
+		s.vol.removeVolumes(sb.rec.Volumes)
 		s.log.Warn("sandboxd: sandbox failed to start", "id", rec.ID, "err", err)
 	}
-	if err := s.checkIsolation(ctx); err != nil {
+	if err := s.rt.Check(ctx); err != nil {
 		failed(ReasonRuntimeError, err)
 		return
 	}
@@ -638,24 +568,24 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	t0 := time.Now()
-	if err := s.prepareDisk(ctx, rec.ID); err != nil {
+	if err := s.rt.PrepareDisk(ctx, rec.ID); err != nil {
 		failed(ReasonRuntimeError, err)
-		s.removeRuntimeDirs(rec.ID)
+		s.rt.RemoveRuntimeDirs(rec.ID)
 		return
 	}
 	if rec.SnapshotID != "" {
-		if err := s.restoreSnapshot(ctx, &rec); err != nil {
+		if err := s.snap.restoreSnapshot(ctx, &rec); err != nil {
 			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
-			s.removeRuntimeDirs(rec.ID)
+			s.rt.RemoveRuntimeDirs(rec.ID)
 			return
 		}
 	}
 	s.log.Info("sandboxd: starting sandbox", "id", rec.ID, "image", rec.imageURI(), "snapshot", rec.SnapshotID, "rootfs", fs.Source)
 	t1 := time.Now()
-	p, err := s.launch(ctx, &rec, fs)
+	p, err := s.rt.Launch(ctx, launchSpec(&rec, fs))
 	if err != nil {
 		reason := ReasonRuntimeError
-		var ee *exitError
+		var ee *runtime.ExitError
 		switch {
 		case errors.As(err, &ee):
 			reason = ReasonEntrypointExit
@@ -663,19 +593,19 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 			reason = ReasonProvisionTimout
 		}
 		failed(reason, err)
-		s.removeRuntimeDirs(rec.ID)
+		s.rt.RemoveRuntimeDirs(rec.ID)
 		return
 	}
 	sb.mu.Lock()
 	if sb.rec.Status.State != StatePending {
 		sb.mu.Unlock()
-		s.kill(p)
+		s.rt.Kill(p)
 		return
 	}
 	sb.proc = p
-	sb.rec.ExecdPort = p.port
-	sb.rec.EgressAPIPort = p.eg.apiPort()
-	sb.rec.InitPID = p.pid()
+	sb.rec.ExecdPort = p.Port()
+	sb.rec.EgressAPIPort = p.EgressAPIPort()
+	sb.rec.InitPID = p.PID()
 	sb.rec.ImageSource = fs.Source
 	sb.setStatus(StateRunning, "running", "")
 	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
@@ -746,18 +676,18 @@ func (s *Server) writeVersion(sb *sandbox, v recordVersion) {
 }
 
 // watch marks the sandbox Failed when its init exits on its own.
-func (s *Server) watch(sb *sandbox, p *proc) {
+func (s *Server) watch(sb *sandbox, p *runtime.Process) {
 	defer s.bg.Done()
-	<-p.done
+	<-p.Done()
 	sb.mu.Lock()
 	if sb.proc != p || sb.rec.Status.State == StateStopping || sb.rec.Status.State.Final() {
 		sb.mu.Unlock()
 		return
 	}
 	id := sb.rec.ID
-	msg := describeMsg(p.lastMsg(), s.logTail(id))
+	msg, exited := p.Ended()
 	reason := ReasonRuntimeError
-	if p.lastMsg().Exit != nil {
+	if exited {
 		reason = ReasonEntrypointExit
 	}
 	sb.setStatus(StateFailed, reason, msg)
@@ -767,9 +697,9 @@ func (s *Server) watch(sb *sandbox, p *proc) {
 	s.persist(sb)
 	sb.mu.Unlock()
 	s.log.Warn("sandboxd: sandbox stopped on its own", "id", id, "why", msg)
-	s.kill(p)
-	s.removeRuntimeDirs(id)
-	s.removeVolumes(sb.rec.Volumes)
+	s.rt.Kill(p)
+	s.rt.RemoveRuntimeDirs(id)
+	s.vol.removeVolumes(sb.rec.Volumes)
 }
 
 // terminate stops a live sandbox and records it Terminated with reason. It
@@ -797,10 +727,10 @@ func (s *Server) terminate(sb *sandbox, reason, msg string) bool {
 	sb.proc = nil
 	sb.mu.Unlock()
 	if p != nil {
-		s.kill(p)
+		s.rt.Kill(p)
 	}
-	s.removeRuntimeDirs(sb.rec.ID)
-	s.removeVolumes(sb.rec.Volumes)
+	s.rt.RemoveRuntimeDirs(sb.rec.ID)
+	s.vol.removeVolumes(sb.rec.Volumes)
 	sb.mu.Lock()
 	if !sb.rec.Status.State.Final() {
 		sb.setStatus(StateTerminated, reason, msg)
@@ -838,16 +768,13 @@ func (s *Server) forget(id string) {
 	sb := s.sandboxes[id]
 	delete(s.sandboxes, id)
 	s.mu.Unlock()
-	s.logMu.Lock()
-	delete(s.logDone, id)
-	s.logMu.Unlock()
 	if sb != nil { // a write of its record still to come must not bring the directory back
 		_ = sb.disk.drop(nil) // removes nothing: cannot fail
 	}
 	ctx, cancel := s.untilStop(time.Minute)
-	s.dropLineage(ctx, id)
+	s.snap.dropLineage(ctx, id)
 	cancel()
-	if m := mountsUnder(s.sandboxDir(id)); len(m) > 0 {
+	if m := s.rt.Mounts(id); len(m) > 0 {
 		s.log.Warn("sandboxd: sandbox dir still has mounts; kept", "id", id, "mounts", m)
 		return
 	}
@@ -861,16 +788,16 @@ func (s *Server) forget(id string) {
 // *OpError), as the real server answers only then. The freeze goes on in the
 // background if ctx ends first.
 func (s *Server) pause(ctx context.Context, id string) error {
-	return s.transition(ctx, id, "pause", StateRunning, StatePausing, StatePaused, s.freeze)
+	return s.transition(ctx, id, "pause", StateRunning, StatePausing, StatePaused, s.rt.Freeze)
 }
 
 // resume moves a Paused sandbox to Resuming and thaws it, returning once it is
 // Running (see pause).
 func (s *Server) resume(ctx context.Context, id string) error {
-	return s.transition(ctx, id, "resume", StatePaused, StateResuming, StateRunning, s.thaw)
+	return s.transition(ctx, id, "resume", StatePaused, StateResuming, StateRunning, s.rt.Thaw)
 }
 
-func (s *Server) transition(ctx context.Context, id, op string, from, via, to State, f func(context.Context, *proc) error) error {
+func (s *Server) transition(ctx context.Context, id, op string, from, via, to State, f func(context.Context, *runtime.Process) error) error {
 	sb, err := s.get(id)
 	if err != nil {
 		return err
@@ -916,7 +843,7 @@ func (s *Server) transition(ctx context.Context, id, op string, from, via, to St
 // *OpError, or a *StateError when the sandbox left via meanwhile (a delete).
 // It does not write the record: changed says whether the caller must, off
 // the answer's way (persistLater).
-func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *proc) error) (changed bool, err error) {
+func (s *Server) runTransition(sb *sandbox, op string, from, via, to State, f func(context.Context, *runtime.Process) error) (changed bool, err error) {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()
@@ -1091,4 +1018,17 @@ func (s *Server) sweep(now time.Time) {
 			}()
 		}
 	}
+}
+
+// untilStop returns a context that ends after d or when the server stops.
+func (s *Server) untilStop(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,56 +80,67 @@ func (r *snapRecord) setStatus(st SnapshotState, reason, msg string) {
 	r.Status = SnapshotStatus{State: st, Reason: reason, Message: msg, LastTransitionAt: &now}
 }
 
-// snapStore is the server's snapshot storage.
+// snapStore is the server's snapshots: their storage, their records and
+// their captures.
 type snapStore struct {
+	s    *Server
 	db   *sqlite.Store
 	mgr  *snapshots.Manager
-	dir  string
+	recs *snapshots.RecordStore
 	kick chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
 	// slots holds a token per running capture.
 	slots chan struct{}
+
+	// hook, if set (tests only), runs before each capture starts.
+	hook atomic.Pointer[func(snapshotID string)]
+	// recordHook, if set (tests only), runs before the record of a
+	// capture's outcome is written, once the outcome is known.
+	recordHook atomic.Pointer[func(snapshotID string)]
+
+	mu    sync.Mutex
+	snaps map[string]*snapRecord
+	seq   int64
 }
 
-// openSnapshots opens DataDir/snapshots and loads its records. A snapshot left
-// Creating by an earlier run becomes Ready if its checkpoint was written, else
-// Failed; one left Deleting is deleted.
-func (s *Server) openSnapshots(ctx context.Context) error {
+// openSnapshots opens DataDir/snapshots of s and loads its records. A
+// snapshot left Creating by an earlier run becomes Ready if its checkpoint
+// was written, else Failed; one left Deleting is deleted.
+func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 	dir := filepath.Join(s.dataDir, snapshotsDir)
-	if err := os.MkdirAll(filepath.Join(dir, snapshotRecsDir), 0o700); err != nil {
-		return fmt.Errorf("sandboxd: snapshots: %w", err)
+	recs, err := snapshots.OpenRecordStore(filepath.Join(dir, snapshotRecsDir), snapshots.RecordConfig{Sync: syncFile})
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	blobs, err := snapshots.OpenBlobStore(filepath.Join(dir, snapshotBlobsDir), snapshots.BlobConfig{})
 	if err != nil {
-		return fmt.Errorf("sandboxd: snapshots: %w", err)
+		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	db, err := sqlite.Open(ctx, filepath.Join(dir, snapshotDB), checkpoints.Options{})
 	if err != nil {
-		return fmt.Errorf("sandboxd: snapshots: %w", err)
+		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
-	s.snap = &snapStore{
+	ss := &snapStore{
+		s:     s,
 		db:    db,
 		mgr:   snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
-		dir:   dir,
+		recs:  recs,
 		kick:  make(chan struct{}, 1),
 		slots: make(chan struct{}, maxCaptures),
+		snaps: map[string]*snapRecord{},
 	}
-	ents, err := os.ReadDir(filepath.Join(dir, snapshotRecsDir))
+	ids, err := recs.IDs()
 	if err != nil {
 		db.Close()
-		return fmt.Errorf("sandboxd: snapshots: %w", err)
+		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, snapshotRecsDir, e.Name()))
+	for _, name := range ids {
+		b, err := recs.Get(name)
 		r := snapRecord{disk: new(recordDisk)}
 		if err == nil {
 			err = json.Unmarshal(b, &r)
 		}
 		if err != nil || r.ID != name {
-			s.log.Warn("sandboxd: skipping unreadable snapshot record", "file", e.Name(), "err", err)
+			s.log.Warn("sandboxd: skipping unreadable snapshot record", "file", name+".json", "err", err)
 			continue
 		}
 		switch r.Status.State {
@@ -140,29 +150,26 @@ func (s *Server) openSnapshots(ctx context.Context) error {
 			} else {
 				r.setStatus(SnapshotFailed, ReasonRestart, "sandboxd restarted during the capture")
 			}
-			s.persistSnapshot(&r)
+			ss.persistSnapshot(&r)
 		case SnapshotDeleting:
-			if err := s.dropSnapshot(ctx, &r); err != nil {
+			if err := ss.dropSnapshot(ctx, &r); err != nil {
 				s.log.Warn("sandboxd: finish deleting a snapshot", "id", r.ID, "err", err)
 			}
 			continue
 		}
-		s.snaps[r.ID] = &r
-		s.snapSeq = max(s.snapSeq, r.Seq)
+		ss.snaps[r.ID] = &r
+		ss.seq = max(ss.seq, r.Seq)
 	}
-	s.kickGC()
-	return nil
-}
-
-func (s *Server) snapRecordPath(id string) string {
-	return filepath.Join(s.snap.dir, snapshotRecsDir, id+".json")
+	ss.kickGC()
+	return ss, nil
 }
 
 // syncHook, when set, sees the path of every file and directory syncFile
 // flushes (tests).
 var syncHook atomic.Pointer[func(path string)]
 
-// syncFile flushes f (a file or a directory) to its disk.
+// syncFile flushes f (a file or a directory) to its disk: the records'
+// RecordConfig.Sync.
 func syncFile(f *os.File) error {
 	if h := syncHook.Load(); h != nil {
 		(*h)(f.Name())
@@ -171,8 +178,8 @@ func syncFile(f *os.File) error {
 }
 
 // snapVersion encodes r as the next version of its file. The caller holds
-// snapMu (or nothing else writes r yet): versions are numbered in the order
-// of the states they hold.
+// snapStore.mu (or nothing else writes r yet): versions are numbered in the
+// order of the states they hold.
 func snapVersion(r *snapRecord) recordVersion {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -184,67 +191,30 @@ func snapVersion(r *snapRecord) recordVersion {
 // writeSnapshot writes version v of r's record atomically unless a later
 // version is on disk or the record was removed; durable also flushes the
 // file and its directory to disk before it returns.
-func (s *Server) writeSnapshot(v recordVersion, r *snapRecord, durable bool) error {
-	return r.disk.write(v, func(id string, b []byte) error {
-		p := s.snapRecordPath(id)
-		if err := writeSynced(p+".tmp", b, durable); err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		if !durable {
-			return nil
-		}
-		d, err := os.Open(filepath.Dir(p))
-		if err != nil {
-			return fmt.Errorf("save snapshot %s: %w", id, err)
-		}
-		err = syncFile(d)
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("save snapshot %s: sync its directory: %w", id, err)
-		}
-		return nil
-	})
-}
-
-// writeSynced writes b to a new file at p, flushed to disk when synced.
-func writeSynced(p string, b []byte, synced bool) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil && synced {
-		err = syncFile(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+func (ss *snapStore) writeSnapshot(v recordVersion, r *snapRecord, durable bool) error {
+	return r.disk.write(v, func(id string, b []byte) error { return ss.recs.Put(id, b, durable) })
 }
 
 // persistSnapshot writes r, not synced: what a record later than the
 // Creating one says, a restart can tell again (a Creating record whose
 // capture is in the manifest database is Ready, see openSnapshots).
-func (s *Server) persistSnapshot(r *snapRecord) { s.persistVersion(r, snapVersion(r)) }
+func (ss *snapStore) persistSnapshot(r *snapRecord) { ss.persistVersion(r, snapVersion(r)) }
 
 // persistVersion writes version v of r's record, not synced (see
 // persistSnapshot), and logs a failure.
-func (s *Server) persistVersion(r *snapRecord, v recordVersion) {
-	if err := s.writeSnapshot(v, r, false); err != nil {
-		s.log.Error("sandboxd: persist snapshot record", "id", v.id, "err", err)
+func (ss *snapStore) persistVersion(r *snapRecord, v recordVersion) {
+	if err := ss.writeSnapshot(v, r, false); err != nil {
+		ss.s.log.Error("sandboxd: persist snapshot record", "id", v.id, "err", err)
 	}
 }
 
 // captureRoot is the directory a snapshot of sandbox id captures and a
 // sandbox created from a snapshot is restored into, with its layout.
-func (s *Server) captureRoot(id string) (string, string) {
-	if s.cfg.NoIsolation {
-		return filepath.Join(s.sandboxDir(id), plainRoot), layoutPlain
+func (ss *snapStore) captureRoot(id string) (string, string) {
+	if ss.s.cfg.NoIsolation {
+		return ss.s.rt.LayersDir(id), layoutPlain
 	}
-	return filepath.Join(s.sandboxDir(id), diskDir, layersDir), layoutOverlay
+	return ss.s.rt.LayersDir(id), layoutOverlay
 }
 
 // createSnapshot records a Creating snapshot of a Running sandbox and captures
@@ -253,8 +223,8 @@ func (s *Server) captureRoot(id string) (string, string) {
 // capture the manifest database holds is found again from it, where a record
 // lost with the page cache would leave the snapshot unknown although a
 // ledger may name it.
-func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct{}, error) {
-	sb, err := s.get(sandboxID)
+func (ss *snapStore) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct{}, error) {
+	sb, err := ss.s.get(sandboxID)
 	if err != nil {
 		return Snapshot{}, nil, err
 	}
@@ -264,7 +234,7 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	if st != StateRunning {
 		return Snapshot{}, nil, &StateError{SandboxID: sandboxID, Op: "snapshot", State: st}
 	}
-	_, layout := s.captureRoot(sandboxID)
+	_, layout := ss.captureRoot(sandboxID)
 	r := &snapRecord{
 		Snapshot:    Snapshot{ID: "snap-" + newID(), SandboxID: sandboxID, Name: name, CreatedAt: sandboxTime(time.Now())},
 		Image:       img,
@@ -275,40 +245,40 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 	}
 	r.setStatus(SnapshotCreating, ReasonSnapshotAccepted, "capturing the sandbox's filesystem")
 
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	ss.s.mu.Lock()
+	if ss.s.closed {
+		ss.s.mu.Unlock()
 		return Snapshot{}, nil, ErrClosed
 	}
-	s.snapMu.Lock()
+	ss.mu.Lock()
 	creating := 0
-	for _, o := range s.snaps {
+	for _, o := range ss.snaps {
 		if o.Status.State == SnapshotCreating {
 			creating++
 		}
 	}
 	if creating >= maxCreatingSnaps {
-		s.snapMu.Unlock()
-		s.mu.Unlock()
+		ss.mu.Unlock()
+		ss.s.mu.Unlock()
 		return Snapshot{}, nil, fmt.Errorf("%w: %d snapshots are being created, the maximum", ErrConflict, creating)
 	}
-	s.snapSeq++
-	r.Seq = s.snapSeq
-	s.snaps[r.ID] = r // Creating: counted above, refused by a delete
+	ss.seq++
+	r.Seq = ss.seq
+	ss.snaps[r.ID] = r // Creating: counted above, refused by a delete
 	out := r.Snapshot
-	s.snapMu.Unlock()
-	s.bg.Add(1)
-	s.mu.Unlock()
-	if err := s.writeSnapshot(snapVersion(r), r, true); err != nil { // nothing else writes r yet
-		s.snapMu.Lock()
-		delete(s.snaps, r.ID)
-		s.snapMu.Unlock()
-		s.bg.Done()
+	ss.mu.Unlock()
+	ss.s.bg.Add(1)
+	ss.s.mu.Unlock()
+	if err := ss.writeSnapshot(snapVersion(r), r, true); err != nil { // nothing else writes r yet
+		ss.mu.Lock()
+		delete(ss.snaps, r.ID)
+		ss.mu.Unlock()
+		ss.s.bg.Done()
 		return Snapshot{}, nil, err
 	}
 	go func() {
-		defer s.bg.Done()
-		s.capture(sb, r)
+		defer ss.s.bg.Done()
+		ss.capture(sb, r)
 	}()
 	return out, r.done, nil
 }
@@ -318,57 +288,57 @@ func (s *Server) createSnapshot(sandboxID, name string) (Snapshot, <-chan struct
 // (Prefer: wait) does not wait for the disk (the write took a millisecond,
 // a quarter of a small snapshot's time), and a restart tells a Creating
 // record whose capture the manifest database holds as Ready (openSnapshots).
-func (s *Server) capture(sb *sandbox, r *snapRecord) {
-	ctx, cancel := s.untilStop(30 * time.Minute)
+func (ss *snapStore) capture(sb *sandbox, r *snapRecord) {
+	ctx, cancel := ss.s.untilStop(30 * time.Minute)
 	defer cancel()
 	id, thread, name := r.ID, r.SandboxID, r.Name // set once, at creation
-	if h := s.snapHook.Load(); h != nil {
+	if h := ss.hook.Load(); h != nil {
 		(*h)(id)
 	}
-	root, _ := s.captureRoot(thread)
+	root, _ := ss.captureRoot(thread)
 	sb.mu.Lock()
-	ids := s.idRange(&sb.rec) // set at creation
+	ids := ss.idRange(&sb.rec) // set at creation
 	sb.mu.Unlock()
 	start := time.Now()
 	var st snapshots.CaptureStats
 	var err error
 	select {
-	case s.snap.slots <- struct{}{}:
-		_, st, err = s.snap.mgr.Snapshot(ctx, snapshots.SnapshotInput{
-			ThreadID: thread, Root: root, ID: id, Label: name, MaxBytes: s.cfg.DiskQuota, // a restore must fit the disk
-			Freeze: func(ctx context.Context) (func(), error) { return s.freezeForSnapshot(ctx, sb) },
+	case ss.slots <- struct{}{}:
+		_, st, err = ss.mgr.Snapshot(ctx, snapshots.SnapshotInput{
+			ThreadID: thread, Root: root, ID: id, Label: name, MaxBytes: ss.s.cfg.DiskQuota, // a restore must fit the disk
+			Freeze: func(ctx context.Context) (func(), error) { return ss.freezeForSnapshot(ctx, sb) },
 			IDs:    ids,
 		})
-		<-s.snap.slots
+		<-ss.slots
 	case <-ctx.Done():
 		err = fmt.Errorf("wait for a capture slot: %w", ctx.Err())
 	}
 	took := time.Since(start)
-	s.snapMu.Lock()
+	ss.mu.Lock()
 	if err != nil {
-		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, s.public(err.Error()))
+		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, ss.s.public(err.Error()))
 	} else {
 		r.setStatus(SnapshotReady, ReasonSnapshotReady, fmt.Sprintf(readyMessage, st.Files, st.Bytes, st.HashedBytes, st.StoredBytes))
 	}
 	v := snapVersion(r)
-	s.snapMu.Unlock()
+	ss.mu.Unlock()
 	close(r.done)
 	if err != nil {
-		s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
+		ss.s.log.Warn("sandboxd: snapshot failed", "id", id, "sandbox", thread, "err", err)
 	} else {
-		s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
+		ss.s.log.Info("sandboxd: snapshot ready", "id", id, "sandbox", thread, "files", st.Files, "bytes", st.Bytes,
 			"hashed_bytes", st.HashedBytes, "stored_bytes", st.StoredBytes, "took", took)
 	}
-	if h := s.snapRecordHook.Load(); h != nil {
+	if h := ss.recordHook.Load(); h != nil {
 		(*h)(id)
 	}
-	s.persistVersion(r, v)
+	ss.persistVersion(r, v)
 }
 
 // freezeForSnapshot freezes sb for the capture and holds its lifecycle lock
 // until the returned thaw, so that no pause, resume or stop interleaves with
 // the capture. A paused sandbox is captured as it is.
-func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), error) {
+func (ss *snapStore) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), error) {
 	sb.op.Lock()
 	sb.mu.Lock()
 	st, p, id := sb.rec.Status.State, sb.proc, sb.rec.ID
@@ -378,9 +348,9 @@ func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), er
 	case st == StatePaused || st == StateResuming:
 		return sb.op.Unlock, nil
 	case st == StateRunning || st == StatePausing:
-		if err := s.freeze(ctx, p); err != nil {
+		if err := ss.s.rt.Freeze(ctx, p); err != nil {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.thaw(tctx, p)
+			_ = ss.s.rt.Thaw(tctx, p)
 			cancel()
 			sb.op.Unlock()
 			return nil, err
@@ -388,8 +358,8 @@ func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), er
 		return func() {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if err := s.thaw(tctx, p); err != nil {
-				s.log.Error("sandboxd: thaw after snapshot", "id", id, "err", err)
+			if err := ss.s.rt.Thaw(tctx, p); err != nil {
+				ss.s.log.Error("sandboxd: thaw after snapshot", "id", id, "err", err)
 			}
 			sb.op.Unlock()
 		}, nil
@@ -399,10 +369,10 @@ func (s *Server) freezeForSnapshot(ctx context.Context, sb *sandbox) (func(), er
 }
 
 // getSnapshot returns snapshot id.
-func (s *Server) getSnapshot(id string) (Snapshot, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
-	r, ok := s.snaps[id]
+func (ss *snapStore) getSnapshot(id string) (Snapshot, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	r, ok := ss.snaps[id]
 	if !ok {
 		return Snapshot{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
@@ -411,10 +381,10 @@ func (s *Server) getSnapshot(id string) (Snapshot, error) {
 
 // readySnapshot returns a copy of the record of snapshot id, which must be
 // Ready.
-func (s *Server) readySnapshot(id string) (snapRecord, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
-	r, ok := s.snaps[id]
+func (ss *snapStore) readySnapshot(id string) (snapRecord, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	r, ok := ss.snaps[id]
 	if !ok {
 		return snapRecord{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
@@ -425,10 +395,10 @@ func (s *Server) readySnapshot(id string) (snapRecord, error) {
 }
 
 // listSnapshots returns the snapshots matching the filters, oldest first.
-func (s *Server) listSnapshots(sandboxID string, states map[SnapshotState]bool) []Snapshot {
-	s.snapMu.Lock()
+func (ss *snapStore) listSnapshots(sandboxID string, states map[SnapshotState]bool) []Snapshot {
+	ss.mu.Lock()
 	var recs []snapRecord
-	for _, r := range s.snaps {
+	for _, r := range ss.snaps {
 		if sandboxID != "" && r.SandboxID != sandboxID {
 			continue
 		}
@@ -437,7 +407,7 @@ func (s *Server) listSnapshots(sandboxID string, states map[SnapshotState]bool) 
 		}
 		recs = append(recs, *r)
 	}
-	s.snapMu.Unlock()
+	ss.mu.Unlock()
 	sort.Slice(recs, func(i, j int) bool {
 		a, b := recs[i], recs[j]
 		if !a.CreatedAt.Equal(b.CreatedAt) {
@@ -454,77 +424,72 @@ func (s *Server) listSnapshots(sandboxID string, states map[SnapshotState]bool) 
 
 // deleteSnapshot deletes a Ready or Failed snapshot; its blobs no other
 // checkpoint references are collected in the background.
-func (s *Server) deleteSnapshot(ctx context.Context, id string) error {
-	s.snapMu.Lock()
-	r, ok := s.snaps[id]
+func (ss *snapStore) deleteSnapshot(ctx context.Context, id string) error {
+	ss.mu.Lock()
+	r, ok := ss.snaps[id]
 	if !ok {
-		s.snapMu.Unlock()
+		ss.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
 	if st := r.Status.State; st == SnapshotCreating || st == SnapshotDeleting {
-		s.snapMu.Unlock()
+		ss.mu.Unlock()
 		return &SnapshotStateError{SnapshotID: id, Op: "delete", State: st}
 	}
 	prev := r.Status
 	r.setStatus(SnapshotDeleting, ReasonSnapshotDeleting, "")
-	s.persistSnapshot(r)
+	ss.persistSnapshot(r)
 	cp := *r
-	s.snapMu.Unlock()
-	if err := s.dropSnapshot(ctx, &cp); err != nil {
-		s.snapMu.Lock()
+	ss.mu.Unlock()
+	if err := ss.dropSnapshot(ctx, &cp); err != nil {
+		ss.mu.Lock()
 		r.Status = prev
-		s.persistSnapshot(r)
-		s.snapMu.Unlock()
+		ss.persistSnapshot(r)
+		ss.mu.Unlock()
 		return err
 	}
-	s.snapMu.Lock()
-	delete(s.snaps, id)
-	s.snapMu.Unlock()
-	s.kickGC()
+	ss.mu.Lock()
+	delete(ss.snaps, id)
+	ss.mu.Unlock()
+	ss.kickGC()
 	return nil
 }
 
 // dropSnapshot deletes r's checkpoint (if it was written) and its record.
-func (s *Server) dropSnapshot(ctx context.Context, r *snapRecord) error {
-	if err := s.snap.mgr.Delete(ctx, r.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+func (ss *snapStore) dropSnapshot(ctx context.Context, r *snapRecord) error {
+	if err := ss.mgr.Delete(ctx, r.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
 		return err
 	}
 	// A write of the record still to come (the outcome's, see capture) must
 	// not bring the file back.
-	return r.disk.drop(func() error {
-		if err := os.Remove(s.snapRecordPath(r.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("delete snapshot %s: %w", r.ID, err)
-		}
-		return nil
-	})
+	return r.disk.drop(func() error { return ss.recs.Delete(r.ID) })
 }
 
 // restoreSnapshot fills the layers of a new sandbox from its snapshot before
 // its overlay is mounted, and forks the snapshot into the sandbox's thread so
 // that the sandbox's own snapshots store only what changed since.
-func (s *Server) restoreSnapshot(ctx context.Context, rec *record) error {
-	snap, err := s.readySnapshot(rec.SnapshotID)
+func (ss *snapStore) restoreSnapshot(ctx context.Context, rec *record) error {
+	snap, err := ss.readySnapshot(rec.SnapshotID)
 	if err != nil {
 		return err
 	}
-	dest, layout := s.captureRoot(rec.ID)
+	dest, layout := ss.captureRoot(rec.ID)
 	if snap.Layout != layout {
 		return fmt.Errorf("snapshot %s holds a %s tree; this server runs %s sandboxes", snap.ID, snap.Layout, layout)
 	}
-	opts := snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts, IDs: s.idRange(rec)}
+	opts := snapshots.RestoreOptions{Whiteouts: snapshots.KeepWhiteouts, IDs: ss.idRange(rec)}
 	if opts.IDs.Base != 0 {
 		opts.IDs.Legacy = IDMapHost
 	}
-	if err := s.snap.mgr.Restore(ctx, snap.ID, dest, opts); err != nil {
+	if err := ss.mgr.Restore(ctx, snap.ID, dest, opts); err != nil {
 		return err
 	}
 	if layout == layoutOverlay {
-		if err := s.markOpaque(ctx, snap.ID, dest); err != nil {
+		if err := ss.markOpaque(ctx, snap.ID, dest); err != nil {
 			return err
 		}
 	}
-	if _, err := s.snap.mgr.Fork(ctx, snap.ID, rec.ID, ""); err != nil {
-		s.log.Warn("sandboxd: fork snapshot into the new sandbox's lineage; its snapshots will store everything again", "snapshot", snap.ID, "sandbox", rec.ID, "err", err)
+	if _, err := ss.mgr.Fork(ctx, snap.ID, rec.ID, ""); err != nil {
+		ss.s.log.Warn("sandboxd: fork snapshot into the new sandbox's lineage; its snapshots will store everything again", "snapshot", snap.ID, "sandbox", rec.ID, "err", err)
 	}
 	return nil
 }
@@ -532,8 +497,8 @@ func (s *Server) restoreSnapshot(ctx context.Context, rec *record) error {
 // markOpaque marks the opaque directories of restored checkpoint id under
 // dest with user.overlay.opaque too: Restore writes the trusted.* form, which
 // the userxattr overlay a sandbox mounts in its user namespace does not read.
-func (s *Server) markOpaque(ctx context.Context, id, dest string) error {
-	c, err := s.snap.db.Get(ctx, id)
+func (ss *snapStore) markOpaque(ctx context.Context, id, dest string) error {
+	c, err := ss.db.Get(ctx, id)
 	if err != nil {
 		return fmt.Errorf("read snapshot %s: %w", id, err)
 	}
@@ -551,67 +516,54 @@ func (s *Server) markOpaque(ctx context.Context, id, dest string) error {
 
 // dropLineage deletes the checkpoints of a forgotten sandbox's thread that
 // are no API snapshot (the fork-root of a sandbox created from a snapshot).
-func (s *Server) dropLineage(ctx context.Context, id string) {
-	cps, err := s.snap.db.List(ctx, id)
+func (ss *snapStore) dropLineage(ctx context.Context, id string) {
+	cps, err := ss.db.List(ctx, id)
 	if err != nil {
-		s.log.Warn("sandboxd: list the checkpoints of a forgotten sandbox", "id", id, "err", err)
+		ss.s.log.Warn("sandboxd: list the checkpoints of a forgotten sandbox", "id", id, "err", err)
 		return
 	}
 	dropped := false
 	for _, c := range cps {
-		s.snapMu.Lock()
-		_, api := s.snaps[c.ID]
-		s.snapMu.Unlock()
+		ss.mu.Lock()
+		_, api := ss.snaps[c.ID]
+		ss.mu.Unlock()
 		if api {
 			continue
 		}
-		if err := s.snap.mgr.Delete(ctx, c.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
-			s.log.Warn("sandboxd: delete a forgotten sandbox's checkpoint", "id", id, "checkpoint", c.ID, "err", err)
+		if err := ss.mgr.Delete(ctx, c.ID); err != nil && !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+			ss.s.log.Warn("sandboxd: delete a forgotten sandbox's checkpoint", "id", id, "checkpoint", c.ID, "err", err)
 			continue
 		}
 		dropped = true
 	}
 	if dropped {
-		s.kickGC()
+		ss.kickGC()
 	}
 }
 
-func (s *Server) kickGC() {
+func (ss *snapStore) kickGC() {
 	select {
-	case s.snap.kick <- struct{}{}:
+	case ss.kick <- struct{}{}:
 	default: // a collection is already due
 	}
 }
 
 // gcLoop deletes unreferenced blobs whenever kicked, until the server stops.
-func (s *Server) gcLoop() {
-	defer s.bg.Done()
+func (ss *snapStore) gcLoop() {
+	defer ss.s.bg.Done()
 	for {
 		select {
-		case <-s.stop:
+		case <-ss.s.stop:
 			return
-		case <-s.snap.kick:
+		case <-ss.kick:
 		}
-		ctx, cancel := s.untilStop(5 * time.Minute)
-		st, err := s.snap.mgr.GC(ctx)
+		ctx, cancel := ss.s.untilStop(5 * time.Minute)
+		st, err := ss.mgr.GC(ctx)
 		cancel()
 		if err != nil {
-			s.log.Warn("sandboxd: snapshot blob collection", "err", err)
+			ss.s.log.Warn("sandboxd: snapshot blob collection", "err", err)
 			continue
 		}
-		s.log.Debug("sandboxd: snapshot blob collection", "stats", fmt.Sprintf("%+v", st))
+		ss.s.log.Debug("sandboxd: snapshot blob collection", "stats", fmt.Sprintf("%+v", st))
 	}
-}
-
-// untilStop returns a context that ends after d or when the server stops.
-func (s *Server) untilStop(d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

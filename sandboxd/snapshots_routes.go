@@ -15,11 +15,11 @@ import (
 const maxSnapshotName = 256
 
 // snapshotRoutes mounts the snapshot routes of the protocol.
-func (s *Server) snapshotRoutes(mux *http.ServeMux, prefix string) {
-	mux.HandleFunc("POST "+prefix+"/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
-	mux.HandleFunc("GET "+prefix+"/snapshots", s.handleListSnapshots)
-	mux.HandleFunc("GET "+prefix+"/snapshots/{snapshotId}", s.handleGetSnapshot)
-	mux.HandleFunc("DELETE "+prefix+"/snapshots/{snapshotId}", s.handleDeleteSnapshot)
+func (a *api) snapshotRoutes(mux *http.ServeMux, prefix string) {
+	mux.HandleFunc("POST "+prefix+"/sandboxes/{id}/snapshots", a.handleCreateSnapshot)
+	mux.HandleFunc("GET "+prefix+"/snapshots", a.handleListSnapshots)
+	mux.HandleFunc("GET "+prefix+"/snapshots/{snapshotId}", a.handleGetSnapshot)
+	mux.HandleFunc("DELETE "+prefix+"/snapshots/{snapshotId}", a.handleDeleteSnapshot)
 }
 
 // decodeSnapshotRequest reads the optional body of a create-snapshot request:
@@ -59,20 +59,20 @@ func decodeSnapshotRequest(r *http.Request) (string, error) {
 	return name, nil
 }
 
-func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := s.get(id); err != nil {
-		s.writeErr(w, err)
+	if _, err := a.s.get(id); err != nil {
+		a.writeErr(w, err)
 		return
 	}
 	name, err := decodeSnapshotRequest(r)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
-	snap, done, err := s.createSnapshot(id, name)
+	snap, done, err := a.s.snap.createSnapshot(id, name)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	if wait := preferredWait(r); wait > 0 {
@@ -84,7 +84,7 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 		t.Stop()
-		if now, err := s.getSnapshot(snap.ID); err == nil {
+		if now, err := a.s.snap.getSnapshot(snap.ID); err == nil {
 			snap = now
 		}
 	}
@@ -96,29 +96,29 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, snap)
 }
 
-func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.getSnapshot(r.PathValue("snapshotId"))
+func (a *api) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := a.s.snap.getSnapshot(r.PathValue("snapshotId"))
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, snap)
 }
 
-func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
+func (a *api) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, size, err := pageQuery(q)
 	if err != nil {
-		s.writeErr(w, err)
+		a.writeErr(w, err)
 		return
 	}
-	items, pg := paginate(s.listSnapshots(q.Get("sandboxId"), stateQuery[SnapshotState](q)), page, size)
+	items, pg := paginate(a.s.snap.listSnapshots(q.Get("sandboxId"), stateQuery[SnapshotState](q)), page, size)
 	writeJSON(w, http.StatusOK, snapshotListResponse{Items: items, Pagination: pg})
 }
 
-func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := s.deleteSnapshot(r.Context(), r.PathValue("snapshotId")); err != nil {
-		s.writeErr(w, err)
+func (a *api) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := a.s.snap.deleteSnapshot(r.Context(), r.PathValue("snapshotId")); err != nil {
+		a.writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 )
 
 const recordFile = "sandbox.json"
@@ -82,32 +81,4 @@ func (s *Server) loadRecords() ([]*record, error) {
 		out = append(out, &r)
 	}
 	return out, nil
-}
-
-// layersDir is the directory under DataDir/sandboxes/<id>/fs that holds every
-// upper layer of an isolated sandbox: upper (the root overlay's) and
-// hostup/<dir> (each host directory's overlay in the host fallback). It is what
-// a snapshot captures; the overlay work directories stay outside it.
-const layersDir = "layers"
-
-// plainRoot is the root directory of a sandbox without isolation, under
-// DataDir/sandboxes/<id>; a snapshot of such a sandbox captures it.
-const plainRoot = "root"
-
-// removeRuntimeDirs removes a stopped sandbox's filesystem layers, keeping its
-// record and entrypoint log.
-func (s *Server) removeRuntimeDirs(id string) {
-	dir := s.sandboxDir(id)
-	if err := unmountSandbox(dir); err != nil {
-		s.log.Warn("sandboxd: unmount sandbox", "id", id, "err", err)
-	}
-	if !waitUnmounted(dir, 5*time.Second) {
-		s.log.Warn("sandboxd: sandbox still has mounts; its layers stay", "id", id)
-		return
-	}
-	for _, d := range []string{diskDir, diskImage, "bundle", plainRoot} {
-		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
-			s.log.Warn("sandboxd: remove sandbox layer", "id", id, "dir", d, "err", err)
-		}
-	}
 }

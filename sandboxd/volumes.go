@@ -6,14 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
 )
 
 // Volume is one entry of a create request's volumes: a host directory or a
@@ -50,8 +54,8 @@ type PVCVolume struct {
 
 // volumeMount is a resolved volume, recorded with the sandbox: the
 // directory it binds is Dir below Root, found again from a descriptor of Root
-// each time the sandbox starts (bindVolume), never by a path a sandbox could
-// change in between.
+// each time the sandbox starts (by the runtime, runtime.Volume), never by a
+// path a sandbox could change in between.
 type volumeMount struct {
 	Name string `json:"name"`
 	// Root is the directory the volume lies in: a --volume-root for a host
@@ -88,8 +92,18 @@ var (
 // reservedMounts are paths a volume may not cover or sit below.
 var reservedMounts = []string{"/proc", "/sys", "/dev"}
 
-// volumesDir is where the managed (pvc) volumes live.
-func (s *Server) volumesDir() string { return filepath.Join(s.dataDir, "volumes") }
+// volumeResolver resolves a create request's volumes to the directories
+// its sandbox binds, and removes the managed volumes a sandbox created to go
+// with it.
+type volumeResolver struct {
+	// dir is where the managed (pvc) volumes live: DataDir/volumes.
+	dir string
+	// roots are Config.VolumeRoots, resolved.
+	roots       []string
+	noIsolation bool
+	log         *slog.Logger
+	mu          sync.Mutex // creates of managed volumes
+}
 
 // parseVolumes decodes and validates the volumes of a create request (absent,
 // null and [] are none). It checks no file system state.
@@ -146,7 +160,7 @@ func (v *Volume) validate(i int) error {
 		return invalid(codeVolumeMountPath, field("mountPath"), "mount path %q must be an absolute path without ..", mp)
 	}
 	clean := path.Clean(mp)
-	if clean == "/" || clean == initDir || strings.HasPrefix(clean, initDir+"/") {
+	if clean == "/" || clean == runtime.InitDir || strings.HasPrefix(clean, runtime.InitDir+"/") {
 		return invalid(codeVolumeMountPath, field("mountPath"), "mount path %q is reserved", mp)
 	}
 	for _, r := range reservedMounts {
@@ -182,11 +196,11 @@ func (v *Volume) validate(i int) error {
 // Config.VolumeRoots; a pvc volume is DataDir/volumes/<claimName>, created
 // unless createIfNotExists is false. Every directory is found and made from
 // a descriptor of the one above it, never through a symbolic link
-// (openBeneath), so a sandbox that shares the volume cannot lead the server
-// out of it; what is made belongs to host root, which a sandbox sees as its
-// own root through its idmapped bind.
-func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
-	if len(vols) > 0 && s.cfg.NoIsolation {
+// (runtime.OpenBeneath), so a sandbox that shares the volume cannot lead the
+// server out of it; what is made belongs to host root, which a sandbox sees
+// as its own root through its idmapped bind.
+func (vr *volumeResolver) resolveVolumes(vols []Volume) ([]volumeMount, error) {
+	if len(vols) > 0 && vr.noIsolation {
 		return nil, invalid("INVALID_REQUEST", "volumes", "volumes need a mount namespace; this server runs without isolation (NoIsolation)")
 	}
 	out := make([]volumeMount, 0, len(vols))
@@ -194,9 +208,9 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 		m := volumeMount{Name: v.Name, Destination: path.Clean(v.MountPath), ReadOnly: v.ReadOnly}
 		var err error
 		if v.Host != nil {
-			err = s.hostVolume(i, v, &m)
+			err = vr.hostVolume(i, v, &m)
 		} else {
-			err = s.pvcVolume(i, v, &m)
+			err = vr.pvcVolume(i, v, &m)
 		}
 		if err != nil {
 			return nil, err
@@ -206,23 +220,23 @@ func (s *Server) resolveVolumes(vols []Volume) ([]volumeMount, error) {
 	return out, nil
 }
 
-func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
+func (vr *volumeResolver) hostVolume(i int, v Volume, m *volumeMount) error {
 	field := fmt.Sprintf("volumes[%d].host.path", i)
 	p := filepath.Join(v.Host.Path, v.SubPath)
-	if len(s.volumeRoots) == 0 {
+	if len(vr.roots) == 0 {
 		return invalid(codeVolumeNotAllowed, field, "host path %s is not allowed: this server allows no host volumes (see --volume-root)", p)
 	}
-	for _, root := range s.volumeRoots {
+	for _, root := range vr.roots {
 		if p == root || strings.HasPrefix(p, root+"/") {
 			m.Root, m.Dir = root, strings.TrimPrefix(strings.TrimPrefix(p, root), "/")
 			break
 		}
 	}
 	if m.Root == "" {
-		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(s.volumeRoots, ", "))
+		return invalid(codeVolumeNotAllowed, field, "host path %s is not below an allowed volume root (%s)", p, strings.Join(vr.roots, ", "))
 	}
-	fd, err := openBeneath(m.Root, m.Dir, true)
-	if errors.Is(err, errLeavesRoot) {
+	fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
+	if errors.Is(err, runtime.ErrLeavesRoot) {
 		return invalid(codeVolumeNotAllowed, field, "host path %s leads through a symbolic link, which volumes do not follow (only the volume roots are resolved)", p)
 	}
 	if err != nil {
@@ -232,19 +246,19 @@ func (s *Server) hostVolume(i int, v Volume, m *volumeMount) error {
 	return nil
 }
 
-func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
+func (vr *volumeResolver) pvcVolume(i int, v Volume, m *volumeMount) error {
 	field := fmt.Sprintf("volumes[%d].pvc.claimName", i)
 	claim := v.PVC.ClaimName
-	s.volMu.Lock()
-	defer s.volMu.Unlock()
-	fd, err := openBeneath(s.volumesDir(), claim, false)
+	vr.mu.Lock()
+	defer vr.mu.Unlock()
+	fd, err := runtime.OpenBeneath(vr.dir, claim, false)
 	created := false
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
 			return invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", claim)
 		}
-		if fd, err = openBeneath(s.volumesDir(), claim, true); err != nil {
+		if fd, err = runtime.OpenBeneath(vr.dir, claim, true); err != nil {
 			return fmt.Errorf("create volume %s: %w", claim, err)
 		}
 		created = true
@@ -252,10 +266,10 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 		return volumeError(codeVolumePVCName, field, "volume "+claim, err)
 	}
 	unix.Close(fd)
-	m.Root = filepath.Join(s.volumesDir(), claim)
+	m.Root = filepath.Join(vr.dir, claim)
 	if v.SubPath != "" {
 		m.Dir = path.Clean(v.SubPath)
-		fd, err := openBeneath(m.Root, m.Dir, true)
+		fd, err := runtime.OpenBeneath(m.Root, m.Dir, true)
 		if err != nil {
 			return volumeError(codeVolumeSubPath, fmt.Sprintf("volumes[%d].subPath", i), "subPath "+v.SubPath, err)
 		}
@@ -272,7 +286,7 @@ func (s *Server) pvcVolume(i int, v Volume, m *volumeMount) error {
 // other failure is the server's.
 func volumeError(code, field, what string, err error) error {
 	switch {
-	case errors.Is(err, errLeavesRoot):
+	case errors.Is(err, runtime.ErrLeavesRoot):
 		return invalid(code, field, "%s leads through a symbolic link, which volumes do not follow", what)
 	case errors.Is(err, unix.ENOTDIR):
 		return invalid(code, field, "%s: a component is not a directory", what)
@@ -284,13 +298,13 @@ func volumeError(code, field, what string, err error) error {
 
 // removeVolumes deletes the managed volumes a sandbox created with
 // deleteOnSandboxTermination, once it ended.
-func (s *Server) removeVolumes(ms []volumeMount) {
+func (vr *volumeResolver) removeVolumes(ms []volumeMount) {
 	for _, m := range ms {
-		if m.Remove == "" || filepath.Dir(m.Remove) != s.volumesDir() {
+		if m.Remove == "" || filepath.Dir(m.Remove) != vr.dir {
 			continue
 		}
 		if err := os.RemoveAll(m.Remove); err != nil {
-			s.log.Warn("sandboxd: remove volume", "dir", m.Remove, "err", err)
+			vr.log.Warn("sandboxd: remove volume", "dir", m.Remove, "err", err)
 		}
 	}
 }
@@ -313,4 +327,61 @@ func resolveVolumeRoots(roots []string) ([]string, error) {
 		out = append(out, real)
 	}
 	return out, nil
+}
+
+// volumeIDsMark, in DataDir/volumes, says its files hold the ids their
+// sandboxes see (0..), as the runtime's idmapped binds show them. A data
+// directory from before held them as host ids of the one shared range
+// (IDMapHost..): the first Open shifts them down once (shiftVolumeIDs).
+const volumeIDsMark = ".sandbox-ids"
+
+// prepareVolumes makes dir, the managed volumes' directory, private to
+// host root (0700: sandboxes reach a volume only through its bind, and what
+// they write there is owned by host ids from 0), and shifts the files an
+// earlier version left in the shared host range to the ids their sandboxes
+// see, once, marking dir. It follows no symbolic link.
+func prepareVolumes(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("volumes dir: %w", err)
+	}
+	mark := filepath.Join(dir, volumeIDsMark)
+	if _, err := os.Lstat(mark); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	shift := func(id uint32) int {
+		if id >= IDMapHost && id < IDMapHost+IDMapSize {
+			return int(id - IDMapHost)
+		}
+		return -1 // unchanged
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		uid, gid := shift(st.Uid), shift(st.Gid)
+		if uid < 0 && gid < 0 {
+			return nil
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+		// chown clears setuid and setgid on files: put back what was there.
+		if d.Type().IsRegular() && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			return unix.Fchmodat(unix.AT_FDCWD, p, st.Mode&0o7777, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("shift the ids of the managed volumes: %w", err)
+	}
+	return os.WriteFile(mark, nil, 0o600)
 }

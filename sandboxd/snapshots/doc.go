@@ -19,8 +19,11 @@
 // recorded in its entry and neither read nor stored, and a capture whose tree
 // takes more disk than CaptureOptions.MaxBytes (allocated blocks, each name of
 // a hard link counted) fails with a *QuotaError. Restore recreates a tree
-// from entries, copying several files at once and leaving holes unwritten. Manager ties the three to a checkpoints.Store: one writer
-// lease per thread, compare-and-set appends, deletion and garbage collection.
+// from entries, copying several files at once and leaving holes unwritten.
+// Manager ties the three to a checkpoints.Store: one writer lease per thread,
+// compare-and-set appends, deletion and garbage collection. RecordStore keeps
+// sandboxd's record of each API snapshot, one file each, written whole and
+// flushed on demand.
 //
 // A snapshot stores its blobs first and appends its checkpoint last, so one
 // that fails midway (a bucket outage) leaves no checkpoint, only unreferenced

@@ -1,12 +1,13 @@
-package sandboxd
+package runtime
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 
@@ -15,11 +16,11 @@ import (
 	"github.com/alineo-labs/alineo/sandboxd/internal/proctree"
 )
 
-// listensOn reports whether a process of the sandbox holds a listening TCP
+// ListensOn reports whether a process of the sandbox holds a listening TCP
 // socket on port. A sandbox that shares the host network would otherwise let
 // the unauthenticated proxy route reach any loopback service of the host; one
 // with its own network namespace is checked there.
-func (p *proc) listensOn(port int) bool {
+func (p *Process) ListensOn(port int) bool {
 	procNet := "/proc/net"
 	if p.eg != nil {
 		procNet = "/proc/" + strconv.Itoa(p.pid()) + "/net"
@@ -72,6 +73,24 @@ func listeningInodes(procNet string, port int) map[string]bool {
 	return out
 }
 
+// Transport reaches the sandbox's ports other than execd's: nil (the
+// default transport) for a sandbox on the host network, else one that dials
+// in the sandbox's network namespace (no idle connections kept: each
+// request dials afresh).
+func (p *Process) Transport() http.RoundTripper {
+	if p.netns == "" {
+		return nil
+	}
+	ns := p.netns
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return dialNetns(ctx, ns, addr)
+		},
+		DisableKeepAlives:     true,
+		ResponseHeaderTimeout: 0,
+	}
+}
+
 // dialNetns connects to addr from inside the network namespace at nsPath. The
 // socket is made on a locked thread that joins the namespace and then goes
 // back to the one it came from; only when it cannot is it left locked, so Go
@@ -84,30 +103,30 @@ func dialNetns(ctx context.Context, nsPath string, addr string) (net.Conn, error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread()
+		goruntime.LockOSThread()
 		orig, err := os.Open("/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net")
 		if err != nil {
-			runtime.UnlockOSThread()
+			goruntime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("open the host's network namespace: %w", err)}
 			return
 		}
 		defer orig.Close()
 		ns, err := os.Open(nsPath)
 		if err != nil {
-			runtime.UnlockOSThread()
+			goruntime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("open network namespace: %w", err)}
 			return
 		}
 		defer ns.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
+			goruntime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter network namespace: %w", err)}
 			return
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
+			goruntime.UnlockOSThread()
 		}
 		ch <- result{c, err}
 	}()

@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"errors"
@@ -12,19 +12,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maskedHostDirs are the host directories whose unreadable entries the host
+// MaskedHostDirs are the host directories whose unreadable entries the host
 // fallback hides: where a system keeps its secrets (/etc/shadow, private keys,
 // database credentials). /usr and the library directories are shared as they
 // are: walking them takes seconds, and they hold programs, not secrets.
-var maskedHostDirs = []string{"etc", "opt"}
+var MaskedHostDirs = []string{"etc", "opt"}
 
-// buildHostMask makes imagesDir/.host-mask/<dir>, for each of dirs, a layer
+// BuildHostMask makes imagesDir/.host-mask/<dir>, for each of dirs, a layer
 // of overlay whiteouts for every entry of /<dir> that an unprivileged host
 // user could not read (a file without o+r, a directory without o+rx), so a
 // sandbox sees of the host's /etc what any host user sees. The mask's
 // directories copy the host's mode and owner (overlayfs takes a directory's
 // attributes from the topmost layer). It is rebuilt at every server start.
-func buildHostMask(imagesDir string, dirs []string) (string, error) {
+func BuildHostMask(imagesDir string, dirs []string) (string, error) {
 	final := filepath.Join(imagesDir, ".host-mask")
 	tmp := final + ".new"
 	if err := os.RemoveAll(tmp); err != nil {

@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"encoding/json"
@@ -12,18 +12,19 @@ import (
 )
 
 // The user namespace of a sandbox maps its ids 0..IDMapSize-1 to a range of
-// host ids of its own, the first at IDMapHost (see idrange.go): a sandbox's
-// root is an unprivileged user on the host, and no other sandbox's.
+// host ids of its own (Sandbox.IDBase, which the server hands out from
+// IDMapHost on): a sandbox's root is an unprivileged user on the host, and
+// no other sandbox's.
 const (
 	IDMapHost = 100000
 	IDMapSize = 65536
 )
 
-// initDir holds the sandbox init (this binary, bind-mounted as
-// initDir/sandboxd-init) in every sandbox: on the /dev tmpfs, so that the
+// InitDir holds the sandbox init (this binary, bind-mounted as
+// InitDir/sandboxd-init) in every sandbox: on the /dev tmpfs, so that the
 // mount point never lands in the sandbox's upper layer (and its snapshots).
-// The init's PATH is initDir alone, so its argv[0] is plain "sandboxd-init".
-const initDir = "/dev/.sandboxd"
+// The init's PATH is InitDir alone, so its argv[0] is plain "sandboxd-init".
+const InitDir = "/dev/.sandboxd"
 
 // defaultCaps is Docker's default capability set (moby's oci/caps defaults).
 var defaultCaps = []string{
@@ -59,7 +60,7 @@ type specInput struct {
 	InitBin  string // host path of the binary bind-mounted at initPath
 	Hostname string
 	Netns    string // path of the sandbox's network namespace; "" shares the host's
-	Limits   limits
+	Limits   Limits
 	Pids     int64
 	ShmBytes int64
 	Cgroup   string // cgroupsPath
@@ -90,7 +91,7 @@ func buildSpec(in specInput) (*specs.Spec, error) {
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
 			Args: []string{"sandboxd-init", in.ID},
-			Env:  []string{initEnv + "=init", "PATH=" + initDir},
+			Env:  []string{initEnv + "=init", "PATH=" + InitDir},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
@@ -110,7 +111,7 @@ func buildSpec(in specInput) (*specs.Spec, error) {
 			// the host's, read-only, and its cgroup tree the sandbox's own.
 			{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-			{Destination: initDir + "/sandboxd-init", Type: "bind", Source: in.InitBin, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			{Destination: InitDir + "/sandboxd-init", Type: "bind", Source: in.InitBin, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings:   []specs.LinuxIDMapping{{ContainerID: 0, HostID: in.IDBase, Size: IDMapSize}},

@@ -2,67 +2,12 @@ package sandboxd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
-	"golang.org/x/sys/unix"
 )
-
-// ProxyPort is the port on the sandbox's own loopback where its egress proxy
-// listens; HTTP_PROXY and HTTPS_PROXY point there.
-const ProxyPort = 3128
-
-// sidecar is the egress side of a sandbox with its own network namespace: its
-// egress.Proxy, fed by a listener on 127.0.0.1:ProxyPort inside the sandbox's
-// namespace (the init hands it over), and the egress API served on a host
-// loopback port. It lives in the server, so nothing in it (the credential
-// values, the CA key) is visible from the sandbox.
-type sidecar struct {
-	proxy *egress.Proxy
-	apiLn net.Listener
-	api   *http.Server
-	wg    sync.WaitGroup // the Serve goroutines
-}
-
-// newSidecar creates the egress proxy of rec and starts serving its API on a
-// host loopback port.
-func (s *Server) newSidecar(rec *record) (*sidecar, error) {
-	px, err := egress.New(egress.Config{
-		Name:            rec.ID,
-		Token:           rec.EgressToken,
-		Policy:          rec.NetworkPolicy,
-		CredentialProxy: rec.CredentialProxy,
-		UpstreamTLS:     s.cfg.EgressUpstreamTLS,
-		Resolver:        s.cfg.EgressResolver,
-		Dial:            s.guardDial(s.cfg.EgressDial),
-		Logger:          s.log.With("id", rec.ID),
-		Metrics:         s.cfg.EgressMetrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("egress proxy: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		_ = px.Close()
-		return nil, fmt.Errorf("egress API listener: %w", err)
-	}
-	sc := &sidecar{proxy: px, apiLn: ln, api: &http.Server{Handler: px.Handler(), ReadHeaderTimeout: 30 * time.Second}}
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		if err := sc.api.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Warn("sandboxd: egress API stopped", "id", rec.ID, "err", err)
-		}
-	}()
-	return sc, nil
-}
 
 // guardDial wraps dial (nil: a net.Dialer) so that an egress proxy never
 // connects to this host, whatever the sandbox's policy says (allow-all
@@ -88,7 +33,7 @@ func (s *Server) guardDial(dial func(ctx context.Context, network, address strin
 			if s.ownPort(int(ap.Port())) {
 				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "a port of sandboxd itself"}
 			}
-			if !s.hostAllowed(ap) {
+			if !hostAllowed(s.cfg.AllowHosts, ap) {
 				return nil, &egress.DeniedError{Host: a.String(), Port: port, Reason: "an address of the sandbox's host (the operator opens one with --allow-host HOST:PORT)"}
 			}
 		}
@@ -96,9 +41,9 @@ func (s *Server) guardDial(dial func(ctx context.Context, network, address strin
 	}
 }
 
-// hostAllowed reports whether the operator opened ap (Config.AllowHosts).
-func (s *Server) hostAllowed(ap netip.AddrPort) bool {
-	for _, h := range s.cfg.AllowHosts {
+// hostAllowed reports whether the operator opened ap (allow: Config.AllowHosts).
+func hostAllowed(allow []string, ap netip.AddrPort) bool {
+	for _, h := range allow {
 		host, port, err := net.SplitHostPort(h)
 		if err != nil || port != strconv.Itoa(int(ap.Port())) {
 			continue
@@ -131,7 +76,7 @@ func (s *Server) ownPort(port int) bool {
 		hit := sb.rec.ExecdPort == port || sb.rec.EgressAPIPort == port
 		p := sb.proc
 		sb.mu.Unlock()
-		if hit || p != nil && (p.port == port || p.eg.apiPort() == port) {
+		if hit || p != nil && (p.Port() == port || p.EgressAPIPort() == port) {
 			return true
 		}
 	}
@@ -184,73 +129,4 @@ func HostPolicy() *egress.Policy {
 		deny(ip.String())
 	}
 	return p
-}
-
-// serveProxy serves the egress proxy on l (the sandbox's 127.0.0.1:ProxyPort)
-// until close.
-func (sc *sidecar) serveProxy(l net.Listener) {
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		_ = sc.proxy.Serve(l)
-	}()
-}
-
-// apiPort is the host loopback port of the egress API, 0 for a nil sidecar.
-func (sc *sidecar) apiPort() int {
-	if sc == nil {
-		return 0
-	}
-	return sc.apiLn.Addr().(*net.TCPAddr).Port
-}
-
-// close stops the API and the proxy and waits for their goroutines. Safe on a
-// nil sidecar and more than once.
-func (sc *sidecar) close() {
-	if sc == nil {
-		return
-	}
-	_ = sc.api.Close()
-	_ = sc.proxy.Close()
-	sc.wg.Wait()
-}
-
-// proxyEnv points a sandbox's HTTP clients at its egress proxy.
-func proxyEnv() []string {
-	u := "http://127.0.0.1:" + strconv.Itoa(ProxyPort)
-	return []string{
-		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
-		"NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1",
-	}
-}
-
-// caEnv points TLS clients at the bundle (an absolute path in the sandbox)
-// that holds the sandbox's egress CA.
-func caEnv(bundle string) []string {
-	return []string{
-		"SSL_CERT_FILE=" + bundle, "CURL_CA_BUNDLE=" + bundle, "REQUESTS_CA_BUNDLE=" + bundle,
-		"NODE_EXTRA_CA_CERTS=" + bundle, "GIT_SSL_CAINFO=" + bundle,
-	}
-}
-
-// loopbackUp brings up lo in the calling process's network namespace (a fresh
-// namespace has it down, without 127.0.0.1).
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("get lo flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("bring lo up: %w", err)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -54,8 +54,10 @@ const (
 type initConfig struct {
 	ID string `json:"id"`
 	// Isolated: the init runs under the OCI runtime, in its container.
-	Isolated   bool     `json:"isolated"`
-	SandboxDir string   `json:"sandboxDir"`
+	Isolated bool `json:"isolated"`
+	// Root is, without isolation, the sandbox's root directory on the host
+	// (its plain root, under the sandbox's directory).
+	Root       string   `json:"root,omitempty"`
 	Entrypoint []string `json:"entrypoint"`
 	Env        []string `json:"env"`
 	// WorkingDir is the image's: the entrypoint's cwd and the default cwd of
@@ -82,8 +84,9 @@ type initMsg struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// execdConfig is what the sandbox init passes to execdFactory.
-type execdConfig struct {
+// ExecdConfig is what the sandbox init passes to the ExecdFactory of its
+// Roles.
+type ExecdConfig struct {
 	Token  string
 	Root   string
 	Env    []string
@@ -96,14 +99,34 @@ type execdConfig struct {
 	UID, GID *uint32
 }
 
-func init() {
+// ExecdFactory builds the execd handler a sandbox serves, inside the
+// sandbox, and the func that closes it.
+type ExecdFactory func(ExecdConfig) (http.Handler, func() error, error)
+
+// Roles is what a re-executed sandboxd binary takes from the program it is
+// linked into (package sandboxd) to play its roles.
+type Roles struct {
+	// Execd builds the execd handler of the execd role.
+	Execd ExecdFactory
+	// IdleEntrypoint is the entrypoint a sandbox created from a snapshot
+	// gets by default (the protocol's tail -f /dev/null): in an image
+	// without its command, the init runs this binary's idle role instead.
+	IdleEntrypoint []string
+}
+
+// RunRole plays the role the environment variable ALINEO_SANDBOXD_INIT
+// names, then exits the process; without the variable it returns at once.
+// Package sandboxd calls it from a package-level init function, before main
+// (or a test's main) runs, so that every binary that imports sandboxd can
+// act as a sandbox init.
+func RunRole(roles Roles) {
 	switch os.Getenv(initEnv) {
 	case "":
 		return
 	case "init":
-		os.Exit(runInit())
+		os.Exit(runInit(roles.IdleEntrypoint))
 	case "execd":
-		os.Exit(runExecdChild())
+		os.Exit(runExecdChild(roles.Execd))
 	case "userns":
 		os.Exit(runUserns())
 	case "idle":
@@ -129,17 +152,17 @@ func reserveThreads(n int) {
 	ready.Add(n)
 	for range n {
 		go func() {
-			runtime.LockOSThread()
+			goruntime.LockOSThread()
 			ready.Done()
 			<-release
-			runtime.UnlockOSThread()
+			goruntime.UnlockOSThread()
 		}()
 	}
 	ready.Wait()
 	close(release)
 }
 
-func runInit() int {
+func runInit(idleEntrypoint []string) int {
 	reserveThreads(spareThreads)
 	// Nothing the init starts inherits its descriptors but those passed on
 	// purpose: a sandbox process must not forge status lines.
@@ -201,7 +224,7 @@ func runInit() int {
 	}
 	entry := exec.Command(cfg.Entrypoint[0], cfg.Entrypoint[1:]...)
 	entry.Env = cfg.Env
-	if slices.Equal(cfg.Entrypoint, defaultSnapshotEntrypoint) && entry.Err != nil {
+	if slices.Equal(cfg.Entrypoint, idleEntrypoint) && entry.Err != nil {
 		// The default entrypoint of a restore, in an image without tail:
 		// this binary does what it does (nothing, until killed).
 		entry = exec.Command("/proc/self/exe")
@@ -269,7 +292,7 @@ func setupEnv(cfg *initConfig) (string, error) {
 			}
 		}
 	} else {
-		root = filepath.Join(cfg.SandboxDir, plainRoot)
+		root = cfg.Root
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
@@ -396,7 +419,7 @@ type execdChildConfig struct {
 	GID         *uint32  `json:"gid,omitempty"`
 }
 
-func runExecdChild() int {
+func runExecdChild(execdFactory ExecdFactory) int {
 	reserveThreads(spareThreads)
 	os.Unsetenv(initEnv)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -416,7 +439,7 @@ func runExecdChild() int {
 		logger.Error("sandboxd execd: no execd implementation linked")
 		return 1
 	}
-	h, closeFn, err := execdFactory(execdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj,
+	h, closeFn, err := execdFactory(ExecdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj,
 		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID})
 	if err != nil {
 		logger.Error("sandboxd execd: start", "err", err)

@@ -1,19 +1,14 @@
-package sandboxd
+package runtime
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
-
-// errLeavesRoot is a volume directory reached through a symbolic link (or
-// otherwise leaving its root), which volumes never follow.
-var errLeavesRoot = errors.New("leaves the volume root")
 
 // beneath is how every volume directory is resolved from its parent's
 // descriptor: never above it, never through a symbolic link (a sandbox that
@@ -24,14 +19,14 @@ var beneath = unix.OpenHow{
 	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 }
 
-// openBeneath opens directory rel below root, one component at a time, each
+// OpenBeneath opens directory rel below root, one component at a time, each
 // from the descriptor of the one above it with openat2 (beneath). With
 // create, a missing component is made (mode 0755, owned by host root) with
 // mkdirat in the directory just opened, then opened the same way. It
 // returns an O_PATH descriptor of the directory, which the caller closes. A
-// symbolic link on the way is errLeavesRoot: nothing is created past it, nor
+// symbolic link on the way is ErrLeavesRoot: nothing is created past it, nor
 // anywhere else.
-func openBeneath(root, rel string, create bool) (int, error) {
+func OpenBeneath(root, rel string, create bool) (int, error) {
 	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
@@ -54,7 +49,7 @@ func openBeneath(root, rel string, create bool) (int, error) {
 		unix.Close(fd)
 		switch {
 		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
-			return -1, fmt.Errorf("%s: %w", filepath.Join(root, rel), errLeavesRoot)
+			return -1, fmt.Errorf("%s: %w", filepath.Join(root, rel), ErrLeavesRoot)
 		case err != nil:
 			return -1, &fs.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
 		}
@@ -76,12 +71,12 @@ func openat2Retry(dirfd int, name string) (int, error) {
 }
 
 // bindVolume makes the mount a sandbox's volume m binds: the directory
-// found again from a descriptor of m.Root (openBeneath), cloned as a
+// found again from a descriptor of m.Root (OpenBeneath), cloned as a
 // detached mount (open_tree), idmapped into the sandbox's range at base,
 // nosuid, nodev, read-only if m says so, and mounted at target. The runtime
 // then binds target, a mount no sandbox can change, not a path.
-func (s *Server) bindVolume(m volumeMount, base uint32, target string) error {
-	fd, err := openBeneath(m.Root, m.Dir, true)
+func (r *Runtime) bindVolume(m Volume, base uint32, target string) error {
+	fd, err := OpenBeneath(m.Root, m.Dir, true)
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", m.Name, err)
 	}
@@ -95,67 +90,10 @@ func (s *Server) bindVolume(m volumeMount, base uint32, target string) error {
 	if m.ReadOnly {
 		set = unix.MOUNT_ATTR_RDONLY
 	}
-	s.idmap.mu.Lock()
-	defer s.idmap.mu.Unlock()
-	if err := s.idmap.attach(tree, base, set, target); err != nil {
+	r.idmap.mu.Lock()
+	defer r.idmap.mu.Unlock()
+	if err := r.idmap.attach(tree, base, set, target); err != nil {
 		return fmt.Errorf("volume %s: %w", m.Name, err)
 	}
 	return nil
-}
-
-// volumeIDsMark, in DataDir/volumes, says its files hold the ids their
-// sandboxes see (0..), as bindVolume shows them. A data directory from
-// before held them as host ids of the one shared range (IDMapHost..): the
-// first Open shifts them down once (shiftVolumeIDs).
-const volumeIDsMark = ".sandbox-ids"
-
-// prepareVolumes makes dir, the managed volumes' directory, private to
-// host root (0700: sandboxes reach a volume only through its bind, and what
-// they write there is owned by host ids from 0), and shifts the files an
-// earlier version left in the shared host range to the ids their sandboxes
-// see, once, marking dir. It follows no symbolic link.
-func prepareVolumes(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("volumes dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("volumes dir: %w", err)
-	}
-	mark := filepath.Join(dir, volumeIDsMark)
-	if _, err := os.Lstat(mark); err == nil {
-		return nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	shift := func(id uint32) int {
-		if id >= IDMapHost && id < IDMapHost+IDMapSize {
-			return int(id - IDMapHost)
-		}
-		return -1 // unchanged
-	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		uid, gid := shift(st.Uid), shift(st.Gid)
-		if uid < 0 && gid < 0 {
-			return nil
-		}
-		if err := os.Lchown(p, uid, gid); err != nil {
-			return err
-		}
-		// chown clears setuid and setgid on files: put back what was there.
-		if d.Type().IsRegular() && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			return unix.Fchmodat(unix.AT_FDCWD, p, st.Mode&0o7777, 0)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("shift the ids of the managed volumes: %w", err)
-	}
-	return os.WriteFile(mark, nil, 0o600)
 }

@@ -1,9 +1,8 @@
-package sandboxd
+package runtime
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,10 +37,6 @@ func findFreezer(parent, id string) (freezer, bool) {
 	}
 	return freezer{}, false
 }
-
-// errFreezeTimeout: the group did not reach the state asked for in time (a
-// task in uninterruptible sleep can hold a v1 freezer in FREEZING).
-var errFreezeTimeout = errors.New("the cgroup freezer did not settle")
 
 // freezeSettle bounds the wait for one freeze or thaw to settle.
 const freezeSettle = 500 * time.Millisecond

@@ -1,10 +1,10 @@
-package sandboxd
+package runtime
 
 import (
 	"debug/elf"
 	"fmt"
 	"path"
-	"runtime"
+	goruntime "runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +57,7 @@ func StaticBinary(p string) (bool, error) {
 
 // libDirs are where a dynamically linked init's libraries are looked for.
 func libDirs() []string {
-	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH]
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[goruntime.GOARCH]
 	dirs := []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64"}
 	if triplet != "" {
 		dirs = append(dirs, "/lib/"+triplet, "/usr/lib/"+triplet)
@@ -68,15 +68,15 @@ func libDirs() []string {
 // checkInit fails, with the fix in the message, if the init is dynamically
 // linked and the sandbox's root (mounted at root) lacks its interpreter or
 // one of its libraries.
-func (s *Server) checkInit(root, image string) error {
-	if s.initInterp == "" {
+func (r *Runtime) checkInit(root, image string) error {
+	if r.initInterp == "" {
 		return nil
 	}
 	var missing []string
-	if !inRoot(root, s.initInterp) {
-		missing = append(missing, s.initInterp)
+	if !inRoot(root, r.initInterp) {
+		missing = append(missing, r.initInterp)
 	}
-	for _, lib := range s.initLibs {
+	for _, lib := range r.initLibs {
 		found := false
 		for _, d := range libDirs() {
 			if inRoot(root, path.Join(d, lib)) {
@@ -92,7 +92,7 @@ func (s *Server) checkInit(root, image string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the sandbox init is dynamically linked (interpreter %s, libraries %s) and image %s lacks %s: run a statically linked sandboxd (CGO_ENABLED=0, as `make build` builds it) or give Config.InitBinary (--init-binary) a static build",
-		ErrInitNotStatic, s.initInterp, strings.Join(s.initLibs, ", "), image, strings.Join(missing, ", "))
+		ErrInitNotStatic, r.initInterp, strings.Join(r.initLibs, ", "), image, strings.Join(missing, ", "))
 }
 
 // inRoot reports whether p exists in the tree at root, its symlinks

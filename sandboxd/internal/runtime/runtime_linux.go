@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,9 +35,9 @@ const statusDrainTimeout = 2 * time.Second
 // a server may lack (and runc, in a user namespace, always does).
 const workOOMScoreAdj = 1000
 
-// proc is a running sandbox as seen from the server: its init process, the
+// Process is a running sandbox as seen from the server: its init process, the
 // control pipe that keeps it alive and its status messages.
-type proc struct {
+type Process struct {
 	id  string
 	cmd *exec.Cmd // the runtime's foreground run (isolated), or the plain init
 	ctl *os.File
@@ -56,10 +57,39 @@ type proc struct {
 	frozen bool
 }
 
-func (p *proc) pid() int { return p.initPID }
+func (p *Process) pid() int { return p.initPID }
+
+// PID is the host pid of the sandbox's init.
+func (p *Process) PID() int { return p.pid() }
+
+// Port is the host loopback port execd listens on.
+func (p *Process) Port() int { return p.port }
+
+// EgressAPIPort is the host loopback port of the sandbox's egress API, 0
+// for a sandbox without one.
+func (p *Process) EgressAPIPort() int { return p.eg.apiPort() }
+
+// EgressHandler is the sandbox's egress API, nil for a sandbox without one.
+func (p *Process) EgressHandler() http.Handler {
+	if p.eg == nil {
+		return nil
+	}
+	return p.eg.proxy.Handler()
+}
+
+// Done is closed once the sandbox's init has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Ended explains an init that exited on its own (Done is closed): its last
+// status message with the end of the entrypoint log, and whether it says
+// the entrypoint exited.
+func (p *Process) Ended() (msg string, entrypointExit bool) {
+	m := p.lastMsg()
+	return describeMsg(m, logTail(p.dir)), m.Exit != nil
+}
 
 // lastMsg returns the last status message received.
-func (p *proc) lastMsg() initMsg {
+func (p *Process) lastMsg() initMsg {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.last
@@ -113,11 +143,11 @@ func shortID(id string) string {
 // launcher holds what one sandbox start opens, so that every exit path
 // closes it.
 type launcher struct {
-	s   *Server
-	rec *record
-	fs  rootfs
+	r   *Runtime
+	sb  *Sandbox
+	fs  Rootfs
 	dir string
-	p   *proc // nil until the init runs
+	p   *Process // nil until the init runs
 
 	logf      *os.File
 	ctlR, stW *os.File // the init's ends of its pipes
@@ -126,27 +156,71 @@ type launcher struct {
 	netns     string
 	proxyLn   net.Listener
 	msgs      chan initMsg
+	drained   chan struct{} // closed once the log's drain ended
 }
 
-// launch starts a sandbox's init and waits until execd listens and the
+// Launch starts a sandbox's init and waits until execd listens and the
 // entrypoint survived the startup grace. On error nothing of the sandbox is
-// left running or mounted.
-func (s *Server) launch(ctx context.Context, rec *record, fs rootfs) (*proc, error) {
-	l := &launcher{s: s, rec: rec, fs: fs, dir: s.sandboxDir(rec.ID)}
+// left running or mounted; an entrypoint that exited is an *ExitError.
+func (r *Runtime) Launch(ctx context.Context, sb *Sandbox) (*Process, error) {
+	l := &launcher{r: r, sb: sb, fs: sb.Root, dir: r.sandboxDir(sb.ID)}
 	p, err := l.run(ctx)
 	l.closeFiles()
 	if err != nil {
 		if l.p != nil {
-			s.kill(l.p)
+			r.Kill(l.p)
 		} else {
 			l.undo()
+		}
+		var sf *startFailure
+		if errors.As(err, &sf) {
+			err = sf.explain(l.logTail())
 		}
 		return nil, err
 	}
 	return p, nil
 }
 
-func (l *launcher) run(ctx context.Context) (*proc, error) {
+// startFailure is a start that ended with the init's (or the runtime's)
+// exit, explained but for the end of the entrypoint log: what the
+// sandbox's processes wrote last may still be in the log's pipe when their
+// exit is seen, so Launch reads the log once they are gone (logTail).
+type startFailure struct {
+	msg  string
+	m    initMsg // the init's last status message, if it sent one (ok)
+	ok   bool
+	exit bool // the entrypoint exited
+}
+
+func (e *startFailure) Error() string { return e.explain("").Error() }
+
+// explain is the failure's error with tail, the end of the log: an
+// *ExitError when the entrypoint exited.
+func (e *startFailure) explain(tail string) error {
+	if !e.ok {
+		return fmt.Errorf("%s; %s", e.msg, tail)
+	}
+	err := errors.New(describeMsg(e.m, tail))
+	if e.exit {
+		return &ExitError{err}
+	}
+	return err
+}
+
+// logTail returns the end of the entrypoint log once its drain ended, which
+// it does once every process of the sandbox is gone, or after
+// statusDrainTimeout (one that escaped the sandbox's end may hold the pipe).
+func (l *launcher) logTail() string {
+	if l.drained != nil {
+		select {
+		case <-l.drained:
+		case <-time.After(statusDrainTimeout):
+		}
+	}
+	return logTail(l.dir)
+}
+
+func (l *launcher) run(ctx context.Context) (*Process, error) {
 	t0 := time.Now()
 	if err := l.open(); err != nil {
 		return nil, err
@@ -160,10 +234,10 @@ func (l *launcher) run(ctx context.Context) (*proc, error) {
 		return nil, err
 	}
 	defer func() {
-		l.s.log.Debug("sandboxd: launch", "id", l.rec.ID, "prepare", t1.Sub(t0), "run", time.Since(t1))
+		l.r.log.Debug("sandboxd: launch", "id", l.sb.ID, "prepare", t1.Sub(t0), "run", time.Since(t1))
 	}()
-	if l.rec.Egress {
-		eg, err := l.s.newSidecar(l.rec)
+	if l.sb.Egress != nil {
+		eg, err := l.r.newSidecar(l.sb)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +263,7 @@ func (l *launcher) run(ctx context.Context) (*proc, error) {
 // its own network namespace, the namespace and its listeners.
 func (l *launcher) open() error {
 	var err error
-	if l.s.cfg.NoIsolation {
+	if l.r.cfg.NoIsolation {
 		if err := os.MkdirAll(filepath.Join(l.dir, plainRoot), 0o755); err != nil {
 			return err
 		}
@@ -203,7 +277,7 @@ func (l *launcher) open() error {
 	if l.stR, l.stW, err = os.Pipe(); err != nil {
 		return err
 	}
-	if !l.rec.Egress {
+	if l.sb.Egress == nil {
 		return nil
 	}
 	// A socket stays in the namespace it was made in: execd's listener is
@@ -218,10 +292,10 @@ func (l *launcher) open() error {
 	if err != nil {
 		return fmt.Errorf("execd listener: %w", err)
 	}
-	if err := l.s.makeRunDir(l.rec); err != nil {
+	if err := l.r.makeRunDir(l.sb.ID, l.sb.IDBase); err != nil {
 		return err
 	}
-	l.netns = l.s.netnsPath(l.rec.ID)
+	l.netns = l.r.netnsPath(l.sb.ID)
 	if l.proxyLn, err = newNetns(l.netns); err != nil {
 		l.netns = ""
 		return fmt.Errorf("network namespace: %w", err)
@@ -233,7 +307,7 @@ func (l *launcher) open() error {
 // (l.logf, their end) and starts draining it into the entrypoint log, bounded
 // (entryLog). The drain ends once every process holding the pipe exited.
 func (l *launcher) openLog() error {
-	log, err := openEntryLog(filepath.Join(l.dir, "entrypoint.log"), l.s.cfg.EntrypointLogLimit)
+	log, err := openEntryLog(filepath.Join(l.dir, "entrypoint.log"), l.r.cfg.EntrypointLogLimit)
 	if err != nil {
 		return err
 	}
@@ -243,14 +317,11 @@ func (l *launcher) openLog() error {
 		return err
 	}
 	l.logf = w
-	done := make(chan struct{})
-	l.s.logMu.Lock()
-	l.s.logDone[l.rec.ID] = done
-	l.s.logMu.Unlock()
-	l.s.logs.Add(1)
+	l.drained = make(chan struct{})
+	l.r.logs.Add(1)
 	go func() {
-		defer l.s.logs.Done()
-		defer close(done)
+		defer l.r.logs.Done()
+		defer close(l.drained)
 		log.drain(r)
 	}()
 	return nil
@@ -265,9 +336,9 @@ func (l *launcher) command() (*exec.Cmd, error) {
 		files = append(files, l.execdLn)
 	}
 	var cmd *exec.Cmd
-	if l.s.cfg.NoIsolation {
+	if l.r.cfg.NoIsolation {
 		cmd = exec.Command("/proc/self/exe")
-		cmd.Args = []string{"sandboxd-init", l.rec.ID}
+		cmd.Args = []string{"sandboxd-init", l.sb.ID}
 		cmd.Env = []string{initEnv + "=init"}
 		cmd.Dir = "/"
 	} else {
@@ -275,7 +346,7 @@ func (l *launcher) command() (*exec.Cmd, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd = l.s.rt.runCmd(l.rec.ID, bundle, filepath.Join(bundle, "init.pid"), len(files))
+		cmd = l.r.oci.runCmd(l.sb.ID, bundle, filepath.Join(bundle, "init.pid"), len(files))
 	}
 	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = l.logf, l.logf
@@ -286,29 +357,29 @@ func (l *launcher) command() (*exec.Cmd, error) {
 // bundle mounts the sandbox's root and its volumes and writes its OCI
 // bundle.
 func (l *launcher) bundle() (string, error) {
-	base := l.rec.idBase()
-	if err := l.s.makeRunDir(l.rec); err != nil {
+	base := l.sb.IDBase
+	if err := l.r.makeRunDir(l.sb.ID, l.sb.IDBase); err != nil {
 		return "", err
 	}
-	merged, err := l.s.mountRoot(l.dir, l.s.rootDir(l.rec.ID), base, l.fs)
+	merged, err := l.r.mountRoot(l.dir, l.r.RootDir(l.sb.ID), base, l.fs)
 	if err != nil {
 		return "", fmt.Errorf("mount the root: %w", err)
 	}
-	if err := l.s.checkInit(merged, l.rec.imageURI()); err != nil {
+	if err := l.r.checkInit(merged, l.sb.Image); err != nil {
 		return "", err
 	}
-	vols := make([]boundVolume, len(l.rec.Volumes))
-	for i, v := range l.rec.Volumes {
-		target := filepath.Join(l.s.runDir, l.rec.ID, "volumes", v.Name)
-		if err := l.s.bindVolume(v, base, target); err != nil {
+	vols := make([]boundVolume, len(l.sb.Volumes))
+	for i, v := range l.sb.Volumes {
+		target := filepath.Join(l.r.runDir, l.sb.ID, "volumes", v.Name)
+		if err := l.r.bindVolume(v, base, target); err != nil {
 			return "", err
 		}
 		vols[i] = boundVolume{Destination: v.Destination, Mount: target, ReadOnly: v.ReadOnly}
 	}
 	sp, err := buildSpec(specInput{
-		ID: l.rec.ID, Root: merged, InitBin: l.s.initBin(), Hostname: shortID(l.rec.ID), Netns: l.netns,
-		Limits: l.rec.Limits, Pids: int64(l.s.cfg.MaxProcesses), ShmBytes: l.s.cfg.ShmSize,
-		Cgroup: "/" + l.s.cfg.CgroupParent + "/" + l.rec.ID, Volumes: vols, IDBase: base,
+		ID: l.sb.ID, Root: merged, InitBin: l.r.initBin(), Hostname: shortID(l.sb.ID), Netns: l.netns,
+		Limits: l.sb.Limits, Pids: int64(l.r.cfg.MaxProcesses), ShmBytes: l.r.cfg.ShmSize,
+		Cgroup: "/" + l.r.cfg.CgroupParent + "/" + l.sb.ID, Volumes: vols, IDBase: base,
 	})
 	if err != nil {
 		return "", err
@@ -324,14 +395,14 @@ func (l *launcher) bundle() (string, error) {
 // wait for cmd.
 func (l *launcher) start(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
-		if l.s.rt != nil {
+		if l.r.oci != nil {
 			return fmt.Errorf("%w: start %s: %w", ErrIsolationUnavailable, cmd.Path, err)
 		}
 		return fmt.Errorf("start sandbox init: %w", err)
 	}
-	l.p = &proc{id: l.rec.ID, cmd: cmd, ctl: l.ctlW, rt: l.s.rt, dir: l.dir, netns: l.netns, done: make(chan struct{})}
+	l.p = &Process{id: l.sb.ID, cmd: cmd, ctl: l.ctlW, rt: l.r.oci, dir: l.dir, netns: l.netns, done: make(chan struct{})}
 	l.ctlW = nil
-	if l.s.cfg.NoIsolation {
+	if l.r.cfg.NoIsolation {
 		l.p.initPID = cmd.Process.Pid
 	}
 	// The init holds the only write end of its status pipe: EOF means it
@@ -390,17 +461,19 @@ func (l *launcher) configure() error {
 	if l.p.eg != nil {
 		extraEnv = proxyEnv()
 	}
-	img := l.fs.config()
+	img := l.fs.Config()
 	cfg := initConfig{
-		ID:         l.rec.ID,
+		ID:         l.sb.ID,
 		Isolated:   l.p.rt != nil,
-		SandboxDir: l.dir,
-		Entrypoint: l.rec.Entrypoint,
-		Env:        baseEnv(l.rec.ID, img.Env, extraEnv, l.rec.Env),
+		Entrypoint: l.sb.Entrypoint,
+		Env:        baseEnv(l.sb.ID, img.Env, extraEnv, l.sb.Env),
 		WorkingDir: img.WorkingDir,
 		User:       img.User,
-		Token:      l.rec.ExecdToken,
-		Netns:      l.rec.Egress,
+		Token:      l.sb.ExecdToken,
+		Netns:      l.sb.Egress != nil,
+	}
+	if l.r.cfg.NoIsolation {
+		cfg.Root = filepath.Join(l.dir, plainRoot)
 	}
 	if l.p.eg != nil {
 		cfg.CACert = string(l.p.eg.proxy.CACertPEM())
@@ -477,7 +550,7 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 		}
 		l.p.initPID = pid
 	}
-	if g := l.s.cfg.StartupGrace; g > 0 {
+	if g := l.r.cfg.StartupGrace; g > 0 {
 		t := time.NewTimer(g)
 		defer t.Stop()
 		select {
@@ -492,17 +565,14 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 }
 
 // failure explains a start that ended with status message m (ok) or with the
-// status pipe closed (!ok).
+// status pipe closed (!ok): a *startFailure, which Launch completes with the
+// end of the log.
 func (l *launcher) failure(m initMsg, ok bool) error {
 	if !ok {
 		<-l.p.done
-		return fmt.Errorf("sandbox init exited during start-up: %s; %s", l.p.cmd.ProcessState, l.s.logTail(l.rec.ID))
+		return &startFailure{msg: fmt.Sprintf("sandbox init exited during start-up: %s", l.p.cmd.ProcessState)}
 	}
-	err := errors.New(describeMsg(m, l.s.logTail(l.rec.ID)))
-	if m.Exit != nil {
-		return &exitError{err}
-	}
-	return err
+	return &startFailure{m: m, ok: true, exit: m.Exit != nil}
 }
 
 // closeFiles closes what the server no longer needs after a start.
@@ -519,13 +589,10 @@ func (l *launcher) closeFiles() {
 
 // undo removes what a start that never ran an init set up.
 func (l *launcher) undo() {
-	if !l.s.cfg.NoIsolation {
-		l.s.removeRunDir(l.rec.ID)
+	if !l.r.cfg.NoIsolation {
+		l.r.removeRunDir(l.sb.ID)
 	}
 }
-
-// errNoPIDFile: the runtime exited without writing its pid file.
-var errNoPIDFile = errors.New("the runtime exited before it wrote its pid file")
 
 // awaitPIDFile reads the pid the runtime writes for a sandbox's init, until
 // ctx is done or the runtime has exited (exited closed) without writing it
@@ -558,11 +625,6 @@ func awaitPIDFile(ctx context.Context, path string, exited <-chan struct{}) (int
 	return pid, nil
 }
 
-// exitError is a start-up failure because the entrypoint exited.
-type exitError struct{ error }
-
-func (e *exitError) Unwrap() error { return e.error }
-
 // describeMsg explains an init status message that ends a sandbox.
 func describeMsg(m initMsg, tail string) string {
 	var b strings.Builder
@@ -585,20 +647,10 @@ func describeMsg(m initMsg, tail string) string {
 	return b.String()
 }
 
-// logTail returns the end of a sandbox's entrypoint log, for failure
-// messages: once its processes are gone, all they wrote (it waits up to 2 s
-// for the log's drain to reach the end of its pipe).
-func (s *Server) logTail(id string) string {
-	s.logMu.Lock()
-	done := s.logDone[id]
-	s.logMu.Unlock()
-	if done != nil {
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-		}
-	}
-	f, err := os.Open(filepath.Join(s.sandboxDir(id), "entrypoint.log"))
+// logTail returns the end of the entrypoint log of the sandbox whose
+// directory is dir, for failure messages.
+func logTail(dir string) string {
+	f, err := os.Open(filepath.Join(dir, "entrypoint.log"))
 	if err != nil {
 		return ""
 	}
@@ -617,13 +669,13 @@ func (s *Server) logTail(id string) string {
 	return "log: " + strings.TrimSpace(string(buf[:n]))
 }
 
-// kill stops every process of the sandbox, waits for its init, removes the
+// Kill stops every process of the sandbox, waits for its init, removes the
 // container and undoes the sandbox's mounts and network namespace. Safe to
 // call more than once.
-func (s *Server) kill(p *proc) {
+func (r *Runtime) Kill(p *Process) {
 	_ = p.ctl.Close() // the init kills its children and exits
 	if p.rt == nil {
-		s.killPlain(p)
+		r.killPlain(p)
 		p.eg.close()
 		return
 	}
@@ -643,24 +695,24 @@ func (s *Server) kill(p *proc) {
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
-			s.log.Error("sandboxd: the runtime did not exit after SIGKILL of the sandbox", "id", p.id)
+			r.log.Error("sandboxd: the runtime did not exit after SIGKILL of the sandbox", "id", p.id)
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
 	}
 	if err := p.rt.delete(ctx, p.id); err != nil {
-		s.log.Warn("sandboxd: delete the container", "id", p.id, "err", err)
+		r.log.Warn("sandboxd: delete the container", "id", p.id, "err", err)
 	}
-	killCgroup(s.cfg.CgroupParent, p.id)
+	killCgroup(r.cfg.CgroupParent, p.id)
 	p.eg.close()
-	s.removeRunDir(p.id)
+	r.removeRunDir(p.id)
 	if err := unmountSandbox(p.dir); err != nil {
-		s.log.Warn("sandboxd: unmount the sandbox", "id", p.id, "err", err)
+		r.log.Warn("sandboxd: unmount the sandbox", "id", p.id, "err", err)
 	}
 }
 
 // killPlain kills a sandbox without isolation: its init and every descendant.
-func (s *Server) killPlain(p *proc) {
+func (r *Runtime) killPlain(p *Process) {
 	tree := proctree.Descendants(p.pid())
 	_ = p.cmd.Process.Kill()
 	for _, pid := range tree {
@@ -669,14 +721,14 @@ func (s *Server) killPlain(p *proc) {
 	select {
 	case <-p.done:
 	case <-time.After(5 * time.Second):
-		s.log.Error("sandboxd: sandbox init did not exit after SIGKILL", "pid", p.pid())
+		r.log.Error("sandboxd: sandbox init did not exit after SIGKILL", "pid", p.pid())
 	}
 }
 
-// freeze pauses every process of the sandbox: the runtime's pause (the
+// Freeze pauses every process of the sandbox: the runtime's pause (the
 // cgroup freezer, written directly for runc and crun) or, without isolation,
 // SIGSTOP of the process tree.
-func (s *Server) freeze(ctx context.Context, p *proc) error {
+func (r *Runtime) Freeze(ctx context.Context, p *Process) error {
 	p.mu.Lock()
 	p.frozen = true
 	p.mu.Unlock()
@@ -706,8 +758,8 @@ func (s *Server) freeze(ctx context.Context, p *proc) error {
 	return signalTree(p.pid(), syscall.SIGSTOP)
 }
 
-// thaw resumes a paused sandbox.
-func (s *Server) thaw(ctx context.Context, p *proc) error {
+// Thaw resumes a paused sandbox.
+func (r *Runtime) Thaw(ctx context.Context, p *Process) error {
 	p.mu.Lock()
 	p.frozen = false
 	p.mu.Unlock()
@@ -730,46 +782,46 @@ func signalTree(root int, sig syscall.Signal) error {
 }
 
 // runtimeRoot is the OCI runtime's state directory (--root).
-func (s *Server) runtimeRoot() string { return filepath.Join(s.dataDir, "run", "runtime") }
+func (r *Runtime) runtimeRoot() string { return filepath.Join(r.cfg.DataDir, "run", "runtime") }
 
-// cleanLeftovers removes what a sandbox of an earlier run of the server left
+// CleanLeftovers removes what a sandbox of an earlier run of the server left
 // behind: its container (thawed and killed), its network namespace and its
 // mounts.
-func (s *Server) cleanLeftovers(id string) {
-	dir := s.sandboxDir(id)
-	if !s.cfg.NoIsolation {
+func (r *Runtime) CleanLeftovers(id string) {
+	dir := r.sandboxDir(id)
+	if !r.cfg.NoIsolation {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if rt, err := lookRuntime(ctx, s.cfg.Runtime, s.runtimeRoot(), s.cfg.CgroupParent, s.cfg.AllowOldRuntime); err == nil && !rt.gone(ctx, id) {
+		if rt, err := lookRuntime(ctx, r.cfg.Runtime, r.runtimeRoot(), r.cfg.CgroupParent, r.cfg.AllowOldRuntime); err == nil && !rt.gone(ctx, id) {
 			_ = rt.resume(ctx, id)
 			if err := rt.delete(ctx, id); err != nil {
-				s.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)
+				r.log.Warn("sandboxd: remove a container of an earlier run", "id", id, "err", err)
 			}
 		}
-		killCgroup(s.cfg.CgroupParent, id)
+		killCgroup(r.cfg.CgroupParent, id)
 	}
-	s.removeRunDir(id)
+	r.removeRunDir(id)
 	if err := unmountSandbox(dir); err != nil {
-		s.log.Warn("sandboxd: unmount a sandbox of an earlier run", "id", id, "err", err)
+		r.log.Warn("sandboxd: unmount a sandbox of an earlier run", "id", id, "err", err)
 	}
 }
 
-// prepareDisk gives an isolated sandbox its disk (Config.DiskQuota) with
+// PrepareDisk gives an isolated sandbox its disk (Config.DiskQuota) with
 // the directories of its layers, before a snapshot is restored into them.
-func (s *Server) prepareDisk(ctx context.Context, id string) error {
-	if s.cfg.NoIsolation {
+func (r *Runtime) PrepareDisk(ctx context.Context, id string) error {
+	if r.cfg.NoIsolation {
 		return nil
 	}
-	dir := s.sandboxDir(id)
+	dir := r.sandboxDir(id)
 	mnt := filepath.Join(dir, diskDir)
-	if s.cfg.DiskQuota > 0 {
+	if r.cfg.DiskQuota > 0 {
 		img := filepath.Join(dir, diskImage)
-		if !s.disks.take(img) {
-			if err := formatDisk(ctx, img, s.cfg.DiskQuota); err != nil {
+		if !r.disks.take(img) {
+			if err := formatDisk(ctx, img, r.cfg.DiskQuota); err != nil {
 				return fmt.Errorf("sandbox disk: %w", err)
 			}
 		}
-		s.refillDisks()
+		r.RefillDisks()
 		if err := mountDisk(img, mnt); err != nil {
 			return fmt.Errorf("sandbox disk: %w", err)
 		}
@@ -786,19 +838,19 @@ func (s *Server) prepareDisk(ctx context.Context, id string) error {
 // whose root must traverse the way to the init and to each sandbox's root:
 // the run directory and its parents are world-traversable (0711), while the
 // data directory may be private.
-func (s *Server) prepareRuntime() error {
-	if s.cfg.DiskQuota > 0 {
+func (r *Runtime) prepareRuntime() error {
+	if r.cfg.DiskQuota > 0 {
 		// Spare disks of an earlier run may be of another size: start afresh.
-		dir := filepath.Join(s.dataDir, "run", "disks")
+		dir := filepath.Join(r.cfg.DataDir, "run", "disks")
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		s.disks = &diskPool{dir: dir, size: s.cfg.DiskQuota, want: 2}
+		r.disks = &diskPool{dir: dir, size: r.cfg.DiskQuota, want: 2}
 	}
-	for _, d := range []string{filepath.Dir(s.runDir), s.runDir} {
+	for _, d := range []string{filepath.Dir(r.runDir), r.runDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return err
 		}
@@ -806,7 +858,7 @@ func (s *Server) prepareRuntime() error {
 			return err
 		}
 	}
-	exe := s.cfg.InitBinary
+	exe := r.cfg.InitBinary
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
@@ -814,14 +866,14 @@ func (s *Server) prepareRuntime() error {
 		}
 	}
 	var err error
-	if s.initInterp, s.initLibs, err = elfDeps(exe); err != nil {
+	if r.initInterp, r.initLibs, err = elfDeps(exe); err != nil {
 		return err
 	}
-	if s.initInterp != "" {
-		s.log.Warn("sandboxd: the sandbox init is dynamically linked: it runs only in images that have its libraries (the host image does); build sandboxd with CGO_ENABLED=0 or set --init-binary",
-			"init", exe, "interpreter", s.initInterp, "libraries", s.initLibs)
+	if r.initInterp != "" {
+		r.log.Warn("sandboxd: the sandbox init is dynamically linked: it runs only in images that have its libraries (the host image does); build sandboxd with CGO_ENABLED=0 or set --init-binary",
+			"init", exe, "interpreter", r.initInterp, "libraries", r.initLibs)
 	}
-	dst := s.initBin()
+	dst := r.initBin()
 	tmp := dst + ".tmp"
 	_ = os.Remove(tmp)
 	if err := os.Link(exe, tmp); err != nil {
@@ -832,60 +884,77 @@ func (s *Server) prepareRuntime() error {
 	return os.Rename(tmp, dst)
 }
 
+// RemoveRuntimeDirs removes a stopped sandbox's filesystem layers, keeping its
+// record and entrypoint log.
+func (r *Runtime) RemoveRuntimeDirs(id string) {
+	dir := r.sandboxDir(id)
+	if err := unmountSandbox(dir); err != nil {
+		r.log.Warn("sandboxd: unmount sandbox", "id", id, "err", err)
+	}
+	if !waitUnmounted(dir, 5*time.Second) {
+		r.log.Warn("sandboxd: sandbox still has mounts; its layers stay", "id", id)
+		return
+	}
+	for _, d := range []string{diskDir, diskImage, "bundle", plainRoot} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			r.log.Warn("sandboxd: remove sandbox layer", "id", id, "dir", d, "err", err)
+		}
+	}
+}
+
 // makeRunDir makes the sandbox's directory in the run directory, where its
 // root, its volumes' mounts and its network namespace are: mode 0700, owned
 // by the sandbox's root, which alone must traverse it (the runtime mounts
 // from inside the sandbox's user namespace). No other host user, and no
 // other sandbox, reaches its root through it.
-func (s *Server) makeRunDir(rec *record) error {
-	d := filepath.Join(s.runDir, rec.ID)
+func (r *Runtime) makeRunDir(id string, base uint32) error {
+	d := filepath.Join(r.runDir, id)
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		return err
 	}
 	if err := os.Chmod(d, 0o700); err != nil {
 		return err
 	}
-	base := int(rec.idBase())
-	return os.Lchown(d, base, base)
+	return os.Lchown(d, int(base), int(base))
 }
 
 // initBin is the host path of the init binary every sandbox runs.
-func (s *Server) initBin() string { return filepath.Join(s.runDir, "init") }
+func (r *Runtime) initBin() string { return filepath.Join(r.runDir, "init") }
 
-// rootDir is where sandbox id's root is mounted (the bundle's rootfs).
-func (s *Server) rootDir(id string) string { return filepath.Join(s.runDir, id, "rootfs") }
+// RootDir is where sandbox id's root is mounted (the bundle's rootfs).
+func (r *Runtime) RootDir(id string) string { return filepath.Join(r.runDir, id, "rootfs") }
 
 // netnsPath is where sandbox id's network namespace is bound.
-func (s *Server) netnsPath(id string) string { return filepath.Join(s.runDir, id, "netns") }
+func (r *Runtime) netnsPath(id string) string { return filepath.Join(r.runDir, id, "netns") }
 
 // removeRunDirs removes the server's run directory at Close: the init
 // binary and every sandbox directory with nothing mounted in it (never
 // through a mount).
-func (s *Server) removeRunDirs() error {
-	if err := os.Remove(s.initBin()); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (r *Runtime) removeRunDirs() error {
+	if err := os.Remove(r.initBin()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	ents, _ := os.ReadDir(s.runDir)
+	ents, _ := os.ReadDir(r.runDir)
 	for _, e := range ents {
-		s.removeRunDir(e.Name())
+		r.removeRunDir(e.Name())
 	}
-	if err := os.Remove(s.runDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(r.runDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the run directory: %w", err)
 	}
 	return nil
 }
 
 // removeRunDir undoes what the run directory holds for sandbox id.
-func (s *Server) removeRunDir(id string) {
-	removeNetns(s.netnsPath(id))
-	d := filepath.Join(s.runDir, id)
+func (r *Runtime) removeRunDir(id string) {
+	removeNetns(r.netnsPath(id))
+	d := filepath.Join(r.runDir, id)
 	if err := unmountSandbox(d); err != nil {
-		s.log.Warn("sandboxd: unmount a sandbox root", "id", id, "err", err)
+		r.log.Warn("sandboxd: unmount a sandbox root", "id", id, "err", err)
 	}
 	if waitUnmounted(d, 5*time.Second) {
 		_ = os.RemoveAll(d)
 	} else {
-		s.log.Warn("sandboxd: a sandbox root stays mounted", "id", id, "dir", d)
+		r.log.Warn("sandboxd: a sandbox root stays mounted", "id", id, "dir", d)
 	}
 }
 
@@ -906,20 +975,20 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return out.Close()
 }
 
-// refillDisks formats disk images for the pool in the background.
-func (s *Server) refillDisks() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.disks == nil {
+// RefillDisks formats disk images for the pool in the background.
+func (r *Runtime) RefillDisks() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.disks == nil {
 		return
 	}
-	s.bg.Add(1)
+	r.bg.Add(1)
 	go func() {
-		defer s.bg.Done()
-		ctx, cancel := s.untilStop(time.Minute)
+		defer r.bg.Done()
+		ctx, cancel := r.untilStop(time.Minute)
 		defer cancel()
-		if err := s.disks.fill(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("sandboxd: format a spare sandbox disk", "err", err)
+		if err := r.disks.fill(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("sandboxd: format a spare sandbox disk", "err", err)
 		}
 	}()
 }

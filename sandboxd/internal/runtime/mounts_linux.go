@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"bufio"
@@ -38,10 +38,20 @@ const (
 	diskDir   = "fs"
 )
 
+// layersDir is the directory under DataDir/sandboxes/<id>/fs that holds every
+// upper layer of an isolated sandbox: upper (the root overlay's) and
+// hostup/<dir> (each host directory's overlay in the host fallback). It is what
+// a snapshot captures; the overlay work directories stay outside it.
+const layersDir = "layers"
+
+// plainRoot is the root directory of a sandbox without isolation, under
+// DataDir/sandboxes/<id>; a snapshot of such a sandbox captures it.
+const plainRoot = "root"
+
 // idmapper makes idmapped mounts: each directory, owned on disk by the ids
 // a sandbox sees (an image layer as the image made it, a managed volume as
 // its sandboxes wrote it), is seen through a mount that shifts its ids into
-// one sandbox's host range (see idRanges), so a sandbox's root (host uid
+// one sandbox's host range (Sandbox.IDBase), so a sandbox's root (host uid
 // base) owns what root owns on disk. Lower layers get one view per range and
 // directory, shared by the sandboxes of that range until Close; a volume
 // gets a view per sandbox (bindVolume).
@@ -341,11 +351,11 @@ func attachLoop(f *os.File) (*os.File, error) {
 // under the upper layer in dir/fs/layers, and for the host image one overlay
 // per host directory, all in the sandbox's id range at base, nosuid and
 // nodev. It returns merged.
-func (s *Server) mountRoot(dir, merged string, base uint32, fs rootfs) (string, error) {
+func (r *Runtime) mountRoot(dir, merged string, base uint32, fs Rootfs) (string, error) {
 	d := filepath.Join(dir, diskDir)
 	lowers := make([]string, len(fs.Lowers))
 	for i, l := range fs.Lowers {
-		m, err := s.idmap.lower(base, l)
+		m, err := r.idmap.lower(base, l)
 		if err != nil {
 			return "", err
 		}
@@ -362,14 +372,14 @@ func (s *Server) mountRoot(dir, merged string, base uint32, fs rootfs) (string, 
 		var lowers []string
 		if fs.HostMask != "" {
 			if mask := filepath.Join(fs.HostMask, hd); dirExists(mask) {
-				ml, err := s.idmap.lower(base, mask)
+				ml, err := r.idmap.lower(base, mask)
 				if err != nil {
 					return "", err
 				}
 				lowers = append(lowers, ml)
 			}
 		}
-		hl, err := s.idmap.lower(base, "/"+hd)
+		hl, err := r.idmap.lower(base, "/"+hd)
 		if err != nil {
 			return "", err
 		}

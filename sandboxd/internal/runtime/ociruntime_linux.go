@@ -1,4 +1,4 @@
-package sandboxd
+package runtime
 
 import (
 	"bytes"
@@ -162,9 +162,6 @@ func killCgroup(parent, id string) {
 // races on masked paths, /dev/console and procfs writes that let a
 // container write host files): 1.2.8, 1.3.3, and every release from 1.4.0.
 var runcFixed = map[[2]int]int{{1, 2}: 8, {1, 3}: 3}
-
-// errOldRuntime is a runc without the fixes of runcFixed.
-var errOldRuntime = errors.New("runc is older than the fixes of CVE-2025-31133, -52565 and -52881 (1.2.8, 1.3.3, 1.4.0)")
 
 // checkRuncVersion checks the output of a runtime's --version: a runc
 // ("runc version X.Y.Z") must be a release with the fixes, unless allowOld.

@@ -1,11 +1,11 @@
-package sandboxd
+package runtime
 
 import (
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -53,16 +53,16 @@ func newNetns(path string) (net.Listener, error) {
 // the goroutine: a thread that ends kills the children it started with
 // Pdeathsig, so the server's threads must not end for nothing.
 func inNewNetns(path string, f func() (net.Listener, error)) (net.Listener, error) {
-	runtime.LockOSThread()
+	goruntime.LockOSThread()
 	self := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
 	orig, err := os.Open(self)
 	if err != nil {
-		runtime.UnlockOSThread()
+		goruntime.UnlockOSThread()
 		return nil, fmt.Errorf("open the host's network namespace: %w", err)
 	}
 	defer orig.Close()
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
+		goruntime.UnlockOSThread()
 		return nil, fmt.Errorf("unshare: %w", err)
 	}
 	ln, err := func() (net.Listener, error) {
@@ -72,7 +72,7 @@ func inNewNetns(path string, f func() (net.Listener, error)) (net.Listener, erro
 		return f()
 	}()
 	if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-		runtime.UnlockOSThread()
+		goruntime.UnlockOSThread()
 	}
 	return ln, err
 }
