@@ -9,8 +9,8 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apiclient"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 func sandboxesCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {

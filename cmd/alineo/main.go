@@ -28,7 +28,7 @@ import (
 	"syscall"
 
 	"github.com/alineo-labs/alineo/api/apiclient"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 func main() {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apitest"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/testutil"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )

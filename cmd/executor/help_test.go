@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
-	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
+	"github.com/alineo-labs/alineo/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad

@@ -31,8 +31,8 @@ import (
 
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/bus"
-	"github.com/alineo-labs/alineo/cmd/internal/cli"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/cli"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
 )
@@ -209,7 +209,9 @@ func readSpec(path string) (jobs.Spec, error) {
 }
 
 func openQueue(ctx context.Context, b *bus.Bus, c *config) (*jobs.Queue, error) {
-	return jobs.OpenQueue(ctx, b.JetStream(), c.natsFleet.Queue(jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver}))
+	cfg := jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver}
+	cfg.Replicas, cfg.UpdateStreams = c.natsFleet.Replicas()
+	return jobs.OpenQueue(ctx, b.JetStream(), cfg)
 }
 
 // fleet is what a process that runs jobs holds: the bus, its ledger, a
@@ -234,7 +236,7 @@ func openFleet(ctx context.Context, c *config, getenv func(string) string, log *
 		b.Close()
 		return nil, err
 	}
-	url, stop, err := cli.Sandboxd(ctx, c.sandbox, getenv, log)
+	url, stop, err := startSandboxd(ctx, c.sandbox, getenv, log)
 	if err != nil {
 		l.Close()
 		b.Close()

@@ -36,10 +36,10 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
-	"github.com/alineo-labs/alineo/cmd/internal/cli"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/examples/audit"
 	"github.com/alineo-labs/alineo/examples/execstats"
+	"github.com/alineo-labs/alineo/internal/cli"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/projections"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/internal/testutil"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/testenv"
 )
 

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
+	"github.com/alineo-labs/alineo/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad

@@ -34,7 +34,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 

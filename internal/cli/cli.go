@@ -18,14 +18,12 @@ import (
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
-	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 // Defaults shared by the binaries: everything embedded, under the working directory.
 const (
 	DefaultSQLite  = "./alineo.db"
 	DefaultNATSDir = "./.alineo/nats"
-	NoIsolationEnv = "ALINEO_SANDBOXD_NO_ISOLATION"
 )
 
 // Store is the store a projector writes (ProjectionStore) and the API reads:
@@ -86,34 +84,6 @@ func OpenBus(ctx context.Context, url, dir string, n *NATS, log *slog.Logger) (*
 		return nil, fmt.Errorf("bus: %w", err)
 	}
 	return b, nil
-}
-
-// Sandboxd returns url when set; otherwise it starts sandboxd in-process on a
-// loopback port and returns its URL and a function that stops it. With
-// ALINEO_SANDBOXD_NO_ISOLATION=1 sandboxes run as plain host processes.
-func Sandboxd(ctx context.Context, url string, getenv func(string) string, log *slog.Logger) (string, func(), error) {
-	if url != "" {
-		return url, func() {}, nil
-	}
-	cfg := sandboxd.Config{NoIsolation: getenv(NoIsolationEnv) == "1", Logger: log}
-	s, err := sandboxd.Open(ctx, cfg)
-	if err != nil {
-		return "", nil, fmt.Errorf("sandboxd: %w", err)
-	}
-	u, err := s.Start(ctx)
-	if err != nil {
-		_ = s.Close(context.Background())
-		if errors.Is(err, sandboxd.ErrIsolationUnavailable) {
-			return "", nil, fmt.Errorf("sandboxd: %w (set %s=1 to run sandboxes without isolation, development only)", err, NoIsolationEnv)
-		}
-		return "", nil, fmt.Errorf("sandboxd: %w", err)
-	}
-	stop := func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	}
-	return u, stop, nil
 }
 
 // Serve serves h on addr until ctx is done, then shuts it down. It returns
