@@ -200,6 +200,24 @@ func TestTail(t *testing.T) {
 	}
 }
 
+// TestFlagsAnywhere: the flags every command takes work before the
+// command, and a command's own flags after its arguments.
+func TestFlagsAnywhere(t *testing.T) {
+	e := apitest.New(t, token)
+	e.Session("build", "sb1", 2, true)
+	e.WaitProjected()
+	noenv := func(string) string { return "" }
+	var d adapters.SandboxDetails
+	out := runCLI(t, noenv, "--url", e.URL, "--token="+e.Token, "show", "build", "sb1", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.SandboxID != "sb1" {
+		t.Fatalf("show with the flags before it = %+v, %v (%q)", d, err, out)
+	}
+	out = runCLI(t, noenv, "-o", "jsonl", "sandboxes", "--url", e.URL, "--name", "build", "--token", e.Token)
+	if n := strings.Count(out, "\n"); n != 1 {
+		t.Errorf("sandboxes with flags on both sides = %q, want 1 line", out)
+	}
+}
+
 func TestJobs(t *testing.T) {
 	e := apitest.New(t, token)
 	getenv := envOf(e)
@@ -251,6 +269,11 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"sandboxes", "-o", "yaml"}, 2, nil},
 		{[]string{"job", "frob", "x"}, 2, nil},
 		{[]string{"sandboxes", "--url", "ftp://x"}, 2, nil},
+		{[]string{"--url", "ftp://x", "sandboxes"}, 2, nil},
+		{[]string{"--version"}, 0, []string{"alineo "}},
+		{[]string{"version"}, 0, []string{"alineo "}},
+		{[]string{"events", "--version"}, 0, []string{"alineo "}},
+		{[]string{"-o", "json"}, 2, nil},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, noenv, &out)

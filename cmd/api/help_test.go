@@ -14,5 +14,6 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"--help"}, Code: 0, Want: []string{"usage: api"}},
 		{Args: []string{"--nope"}, Code: 2},
 		{Args: []string{"extra"}, Code: 2},
+		{Args: []string{"--version"}, Code: 0, Want: []string{"api "}},
 	})
 }

@@ -28,6 +28,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"work", "--nope"}, Code: 2},
 		{Args: []string{"work", "--log-level", "loud"}, Code: 2},
 		{Args: []string{"status", "-o", "yaml", "0123"}, Code: 2},
+		{Args: []string{"--version"}, Code: 0, Want: []string{"executor "}},
+		{Args: []string{"work", "--version"}, Code: 0, Want: []string{"executor "}},
+		{Args: []string{"--log-level", "info", "-h"}, Code: 0, Want: []string{"usage: executor"}},
 	})
 }
 

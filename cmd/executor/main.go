@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,7 +56,8 @@ commands:
   demo              kill an executor mid-job and watch another take over
   help              print this help
 
-"executor COMMAND -h" lists the command's flags.`
+Flags go before or after the command and its argument. "executor COMMAND -h"
+lists the command's flags; "executor --version" prints the version.`
 
 // heads are the first lines of each command's -h.
 var heads = map[string]string{
@@ -66,6 +68,9 @@ var heads = map[string]string{
 	"demo": "usage: executor demo [flags]\n\nThe takeover demo: an executor killed mid-job, another taking over.\n" +
 		"On a terminal the dashboard stays up until Enter or Ctrl-C (--hold D: for D).",
 }
+
+// commandNames are the subcommands that take flags.
+var commandNames = []string{"run", "submit", "status", "work", "demo"}
 
 // config is what every subcommand reads.
 type config struct {
@@ -146,17 +151,25 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usage.Errorf(help, "no command")
+	// The command is the first argument that is not a flag or a flag's
+	// value: flags may come before it ("executor --nats U status ID").
+	var sets []*flag.FlagSet
+	for _, name := range commandNames {
+		fs, _ := flags(name, getenv, stdout)
+		sets = append(sets, fs)
 	}
-	cmd, args := args[0], args[1:]
+	cmd, args := usage.Command(args, sets...)
 	var wantArgs int
-	switch cmd {
-	case "run", "submit", "status":
-		wantArgs = 1
-	case "work", "demo":
-	case "help", "-h", "-help", "--help":
+	switch {
+	case cmd == "" && slices.ContainsFunc(args, usage.IsVersion), usage.IsVersion(cmd):
+		return usage.PrintVersion(stdout, "executor")
+	case cmd == "" && slices.ContainsFunc(args, usage.IsHelp), usage.IsHelp(cmd):
 		return usage.Help(stdout, help)
+	case cmd == "":
+		return usage.Errorf(help, "no command")
+	case cmd == "run", cmd == "submit", cmd == "status":
+		wantArgs = 1
+	case cmd == "work", cmd == "demo":
 	default:
 		return usage.Errorf(help, "unknown command %q", cmd)
 	}

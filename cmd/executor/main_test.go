@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,5 +136,25 @@ func TestSubmitAndWork(t *testing.T) {
 	}
 	if n, err := q.Pending(context.Background()); err != nil || n != 0 {
 		t.Errorf("pending = %d, %v; want 0", n, err)
+	}
+}
+
+// TestFlagsAnywhere: flags before the command and after its argument
+// ("executor status ID -o json") parse alike.
+func TestFlagsAnywhere(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	noenv := func(string) string { return "" }
+	out := &testutil.SyncBuffer{}
+	if err := run(context.Background(), []string{"--nats", natsURL, "submit", writeSpec(t, helloJob)}, noenv, out); err != nil {
+		t.Fatalf("flags before the command: %v", err)
+	}
+	id := strings.TrimSpace(out.String())
+	out = &testutil.SyncBuffer{}
+	if err := run(context.Background(), []string{"status", id, "-o", "json", "--nats", natsURL}, noenv, out); err != nil {
+		t.Fatalf("flags after the argument: %v", err)
+	}
+	var st jobs.Status
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil || st.ID != id || st.State != jobs.StateQueued {
+		t.Errorf("status -o json = %+v, %v (%q); want job %s queued", st, err, out, id)
 	}
 }

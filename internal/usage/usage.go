@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -43,20 +44,120 @@ func Text(fs *flag.FlagSet, head string) string {
 	return b.String()
 }
 
-// Parse parses args into fs. On -h or --help it prints Text(fs, head) to
-// stdout and returns flag.ErrHelp; a bad flag returns an *Error carrying that
-// text. fs's own output is discarded.
+// versionFlag is the flag every FlagSet parsed by Parse gets.
+const versionFlag = "version"
+
+// Parse parses args into fs, flags before or after the arguments ("show
+// NAME ID -o json" as well as "show -o json NAME ID"); after "--" everything
+// is an argument. Afterwards fs.Args() holds the arguments, in order.
+//
+// On -h or --help it prints Text(fs, head) to stdout and returns
+// flag.ErrHelp; on --version (a flag Parse adds to fs unless fs has one) it
+// prints Version of the command (fs's name up to its first space) and returns
+// flag.ErrHelp; a bad flag returns an *Error carrying Text(fs, head). fs's
+// own output is discarded.
 func Parse(fs *flag.FlagSet, args []string, head string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, Text(fs, head))
+	var version *bool
+	if fs.Lookup(versionFlag) == nil {
+		version = fs.Bool(versionFlag, false, "print the version (module and VCS revision) and exit")
+	}
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fmt.Fprint(stdout, Text(fs, head))
+			return flag.ErrHelp
+		case err != nil:
+			return &Error{Err: err, Usage: Text(fs, head)}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if version != nil && *version {
+		name, _, _ := strings.Cut(fs.Name(), " ")
+		fmt.Fprintln(stdout, Version(name))
 		return flag.ErrHelp
 	}
-	return &Error{Err: err, Usage: Text(fs, head)}
+	// Parse once more, only the arguments, so that fs.Args() returns them;
+	// the flags keep the values set above.
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// Command returns the command line's subcommand, the first argument of args
+// that is neither a flag nor a flag's value, and args without it, so that
+// flags may come before the subcommand ("alineo --url U sandboxes"). A
+// flag's value is told apart by looking the flag up in sets: a flag found in
+// none of them, a boolean one or one written -flag=value takes no separate
+// value. After "--" the next argument is the subcommand. It returns "" and
+// args when there is none.
+func Command(args []string, sets ...*flag.FlagSet) (string, []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			if i+1 < len(args) {
+				return args[i+1], append(slices.Clone(args[:i]), args[i+2:]...)
+			}
+			return "", args
+		case len(a) < 2 || a[0] != '-':
+			return a, append(slices.Clone(args[:i]), args[i+1:]...)
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if takesValue(name, sets) {
+			i++
+		}
+	}
+	return "", args
+}
+
+// takesValue reports whether the flag name of one of sets takes a separate
+// value (is not boolean).
+func takesValue(name string, sets []*flag.FlagSet) bool {
+	for _, fs := range sets {
+		if f := fs.Lookup(name); f != nil {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			return !ok || !b.IsBoolFlag()
+		}
+	}
+	return false
+}
+
+// IsHelp reports whether arg asks for the help: -h, -help, --help or help.
+func IsHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// IsVersion reports whether arg asks for the version: -version, --version
+// or version.
+func IsVersion(arg string) bool {
+	switch arg {
+	case "-version", "--version", "version":
+		return true
+	}
+	return false
+}
+
+// PrintVersion prints Version(name) to stdout and returns flag.ErrHelp (exit
+// 0): the answer to a "version" subcommand or a --version before one.
+func PrintVersion(stdout io.Writer, name string) error {
+	fmt.Fprintln(stdout, Version(name))
+	return flag.ErrHelp
 }
 
 // Help prints text to stdout and returns flag.ErrHelp: the answer to a
