@@ -73,7 +73,7 @@ func TestProjectionByName(t *testing.T) {
 	}
 	defer conn.Close()
 	var keys int
-	if err := conn.QueryRow(`SELECT count(*) FROM alineo_projection_offsets WHERE key LIKE 'execstats-p%-of-2'`).Scan(&keys); err != nil || keys != 2 {
+	if err := conn.QueryRow(`SELECT count(*) FROM execstats_offsets WHERE key LIKE 'execstats-p%-of-2'`).Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("partition offsets = %d, %v; want 2", keys, err)
 	}
 	vout = &testutil.SyncBuffer{}
