@@ -1,4 +1,4 @@
-package main
+package projectorcmd_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package main
+package projectorcmd_test
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestProjectionByName(t *testing.T) {
 	r := testutil.Start(t, run, []string{"--projection", "execstats", "--nats", url, "--sqlite", db, "--metrics", "", "--progress", "0"}, noenv)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var n int
-		conn, err := openSQLite(db)
+		conn, err := sql.Open("sqlite", db)
 		if err != nil {
 			return err
 		}
