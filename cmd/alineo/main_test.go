@@ -163,8 +163,62 @@ func TestEventsFollow(t *testing.T) {
 			t.Errorf("sequences not increasing (lost or repeated): %v", got)
 		}
 	}
-	if err := follow.Stop(t, 30*time.Second); err != nil {
-		t.Errorf("events -f ended with %v, want nil on Ctrl-C", err)
+	// The session's sandbox.closed ended it.
+	if err := follow.Wait(t, 10*time.Second); err != nil {
+		t.Errorf("events -f ended with %v, want nil at the session's close", err)
+	}
+}
+
+// TestEventsFollowEndsAtClose (issue 40 item 6): events -f ends when the
+// session closes, at once for a session closed already; --keep follows on
+// until Ctrl-C.
+func TestEventsFollowEndsAtClose(t *testing.T) {
+	e := apitest.New(t, token)
+	e.Session("done", "sbd", 1, true)
+	e.Session("live", "sbl", 1, false)
+	e.Session("kept", "sbk", 1, false)
+	e.WaitProjected()
+	getenv := envOf(e)
+
+	closedAlready := testutil.Start(t, run, []string{"events", "done", "sbd", "-f"}, getenv)
+	if err := closedAlready.Wait(t, 10*time.Second); err != nil || !strings.Contains(closedAlready.Out.String(), "sandbox.closed") {
+		t.Errorf("events -f of a closed session = %v, %q; want its events and an end", err, closedAlready.Out)
+	}
+
+	live := testutil.Start(t, run, []string{"events", "live", "sbl", "-f", "-o", "jsonl"}, getenv)
+	kept := testutil.Start(t, run, []string{"events", "kept", "sbk", "-f", "--keep", "-o", "jsonl"}, getenv)
+	for _, r := range []*testutil.Run{live, kept} {
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if n := strings.Count(r.Out.String(), "\n"); n != 4 {
+				return fmt.Errorf("%d events followed, want 4: %s", n, r.Out)
+			}
+			return nil
+		})
+	}
+	e.Publish("live", "sbl", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	e.Publish("kept", "sbk", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	if err := live.Wait(t, 10*time.Second); err != nil {
+		t.Errorf("events -f ended with %v, want nil at the close", err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(kept.Out.String(), "sandbox.closed") {
+			return fmt.Errorf("--keep has not printed the close yet: %s", kept.Out)
+		}
+		return nil
+	})
+	// Still following after the close: what comes next on the id is printed.
+	e.Publish("kept", "sbk", events.New(0, "", "", events.SandboxLevel, events.CredentialRevoked, events.CredentialPayload{Name: "tok"}))
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(kept.Out.String(), "credential.revoked") {
+			return fmt.Errorf("--keep stopped following: %s", kept.Out)
+		}
+		return nil
+	})
+	if kept.Returned() {
+		t.Error("events -f --keep ended at the close")
+	}
+	if err := kept.Stop(t, 10*time.Second); err != nil {
+		t.Errorf("events -f --keep ended with %v, want nil on Ctrl-C", err)
 	}
 }
 
