@@ -9,6 +9,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apiclient"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/usage"
 )
@@ -151,8 +152,9 @@ func jobCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
 			}
 			st, err := c.client.SubmitJob(ctx, spec)
 			var ae *apiclient.Error
-			if errors.As(err, &ae) && ae.Field != "" {
-				return fmt.Errorf("%s: %s: %s", args[1], ae.Field, ae.Message)
+			if errors.As(err, &ae) && ae.Code == wire.CodeInvalidSpec {
+				// The message names the field (or the line and column) already.
+				return fmt.Errorf("%s: %s", args[1], ae.Message)
 			}
 			if err != nil {
 				return err

@@ -299,8 +299,12 @@ func TestJobs(t *testing.T) {
 	bad := filepath.Join(dir, "bad.json")
 	_ = os.WriteFile(bad, []byte(`{"name":"x","image":"i","steps":[{"exec":{"comand":"x"}}]}`), 0o644)
 	var buf bytes.Buffer
-	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || !strings.Contains(err.Error(), "steps[0].exec.comand") {
-		t.Errorf("bad spec = %v, want the offending path", err)
+	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || strings.Count(err.Error(), "steps[0].exec.comand") != 1 {
+		t.Errorf("bad spec = %v, want the offending path, once", err)
+	}
+	_ = os.WriteFile(bad, []byte("{\n  \"name\": \"x\",\n  \"image\" \"i\"\n}"), 0o644)
+	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || !strings.Contains(err.Error(), bad+": job spec: line 3, column 11: not valid JSON") {
+		t.Errorf("spec with a syntax error = %v, want its file, line and column", err)
 	}
 }
 
