@@ -428,6 +428,8 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		_ = m.NakWithDelay(time.Second)
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
 		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
+	case permanent(err): // another attempt would fail alike (an image not found)
+		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
 	case attempt >= w.Queue.cfg.MaxDeliver:
 		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
 	default:
