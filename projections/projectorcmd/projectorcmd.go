@@ -39,8 +39,8 @@ func Main() {
 // *usage.Error; -h and --version return flag.ErrHelp.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	// Flags may come before the command: usage.Command tells their values
-	// from it by the flags of every command.
-	cmd, args := usage.Command(args, flagSet("run", getenv, &options{}), flagSet("rebuild", getenv, &options{}))
+	// from it by the flags.
+	cmd, args := usage.Command(args, flagSet("run", getenv, &options{}))
 	switch {
 	case cmd == "" && slices.ContainsFunc(args, usage.IsVersion), usage.IsVersion(cmd):
 		return usage.PrintVersion(stdout, "projector")
@@ -154,13 +154,11 @@ func flagSet(cmd string, getenv func(string) string, p *options) *flag.FlagSet {
 	fs.StringVar(&p.consumer, "consumer", "", "durable consumer name and offset key (default alineo-projector for tables, else the projection's name)")
 	fs.IntVar(&p.partitions, "partitions", 1, "partitions the stream is split into by sandbox (workers sharing the load)")
 	fs.IntVar(&p.partition, "partition", 0, "this worker's partition, 0..partitions-1 (rebuild: every partition unless given)")
-	switch cmd {
-	case "rebuild":
-		fs.Uint64Var(&p.from, "from", 1, "first stream sequence read")
-	case "run":
-		fs.StringVar(&p.metrics, "metrics", cli.Env(getenv, "ALINEO_METRICS_ADDR", "127.0.0.1:9464"), "address of /metrics and /healthz (env ALINEO_METRICS_ADDR); empty for none")
-		fs.DurationVar(&p.progress, "progress", 10*time.Second, "interval of the progress line; 0 for none")
-	}
+	// Every command takes every flag (a script passes the same ones to run
+	// and verify); each says which command reads it.
+	fs.Uint64Var(&p.from, "from", 1, "rebuild: first stream sequence read")
+	fs.StringVar(&p.metrics, "metrics", cli.Env(getenv, "ALINEO_METRICS_ADDR", "127.0.0.1:9464"), "run: address of /metrics and /healthz (env ALINEO_METRICS_ADDR); empty for none")
+	fs.DurationVar(&p.progress, "progress", 10*time.Second, "run: interval of the progress line; 0 for none")
 	return fs
 }
 
