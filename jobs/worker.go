@@ -63,6 +63,8 @@ type Worker struct {
 
 	mu    sync.Mutex
 	local map[string]*localAttempt // the deliveries running here, by job id
+
+	counters workerCounters // Stats (stats.go)
 }
 
 // localAttempt is a delivery of a job running in this Worker.
@@ -215,6 +217,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	w.noteTakeover(prev)
 	// A previous attempt may have died between creating a sandbox and
 	// recording it in the status: end whatever is tagged with the job. This
 	// attempt is recorded first, so a stalled earlier one that creates a
@@ -398,11 +401,13 @@ const (
 // back, or left alone when another delivery owns the job.
 func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err error) {
 	if errors.Is(context.Cause(jobCtx), errSuperseded) {
+		w.noteLeaseLost()
 		// Cancelled by a later delivery to this worker (supersedeLocal).
 		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "err", err)
 		return
 	}
 	if err != nil && w.superseded(jobCtx, id, attempt) {
+		w.noteLeaseLost()
 		// A later delivery took the job over (this worker stalled past its
 		// lease, and the new owner ended its sandbox, which is why this
 		// attempt failed): the job and its message are that delivery's now.
@@ -415,6 +420,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 	case err == nil:
 		w.finish(jobCtx, m, id, StateSucceeded, "", attempt)
 	case errors.Is(err, adapters.ErrFenced):
+		w.noteLeaseLost()
 		// Another worker took the job over (this one missed its lease): the
 		// job and its status are that worker's now; leave both alone.
 		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", id, "err", err)

@@ -64,7 +64,7 @@ var heads = map[string]string{
 	"run":    "usage: executor run [flags] JOB.json\n\nRuns one job in this process, on embedded defaults.",
 	"submit": "usage: executor submit [flags] JOB.json\n\nPublishes a job to ALINEO_JOBS and prints its id.",
 	"status": "usage: executor status [flags] JOB_ID\n\nPrints a job's status.",
-	"work":   "usage: executor work [flags]\n\nRuns jobs from ALINEO_JOBS until SIGTERM, then drains: the current step ends, is checkpointed and handed back.",
+	"work":   "usage: executor work [flags]\n\nRuns jobs from ALINEO_JOBS until SIGTERM, then drains: the current step ends, is checkpointed and handed back.\nWith --metrics, serves Prometheus metrics (alineo_executor_*) at /metrics and its health at /healthz.",
 	"demo": "usage: executor demo [flags]\n\nThe takeover demo: an executor killed mid-job, another taking over.\n" +
 		"On a terminal the dashboard stays up until Enter or Ctrl-C (--hold D: for D).",
 }
@@ -81,7 +81,7 @@ type config struct {
 	output, project                                                bool
 	deprecatedOutput                                               bool // --output was used
 	format                                                         string
-	apiListen, demoDir                                             string
+	apiListen, demoDir, metrics                                    string
 	hold                                                           time.Duration
 	natsFleet                                                      *cli.NATS
 }
@@ -136,6 +136,7 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 	case "status":
 		fs.StringVar(&c.format, "o", "text", "output format: text or json")
 	case "work":
+		fs.StringVar(&c.metrics, "metrics", getenv("ALINEO_METRICS_ADDR"), "address of /metrics and /healthz (env ALINEO_METRICS_ADDR; e.g. 127.0.0.1:9465); empty for none")
 		fs.IntVar(&c.concurrency, "concurrency", 1, "jobs run at once")
 		fs.StringVar(&c.id, "id", getenv("HOSTNAME"), "worker id shown in job statuses (default $HOSTNAME or random)")
 		fs.DurationVar(&c.drainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long the current step may take before the job is handed back anyway")
@@ -413,16 +414,30 @@ func work(ctx context.Context, c *config, getenv func(string) string, stdout io.
 		return err
 	}
 	print := jobs.Printer(stdout)
+	step := func(jobs.Event) {}
 	w := &jobs.Worker{
 		Queue: q, Client: f.client, Ledger: f.ledger, ID: c.id, Concurrency: c.concurrency,
 		DrainTimeout: c.drainTimeout, Logger: log,
 		Progress: func(id string, ev jobs.Event) {
+			step(ev)
 			ev.Job = id[:8] + " " + ev.Job
 			print(ev)
 		},
 	}
 	if c.output {
 		w.Output = prefixWriter(stdout, "  | ")
+	}
+	if c.metrics != "" {
+		reg := cli.NewRegistry()
+		step = workerMetrics(reg, w)
+		// Served until work returns: through the drain too.
+		mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		addr, _, err := cli.Serve(mctx, c.metrics, cli.MetricsHandler(reg, cli.NATSConnected(f.bus)))
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", addr)
 	}
 	fmt.Fprintf(stdout, "executor %s: pulling %s from %s (lease %s)\n", workerID(c), q.Config().Stream, f.bus.ClientURL(), q.Config().AckWait)
 	if err := w.Run(ctx); err != nil {

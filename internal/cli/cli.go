@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -112,15 +114,35 @@ func Serve(ctx context.Context, addr string, h http.Handler) (string, <-chan err
 }
 
 // MetricsHandler serves reg (and the Go and process collectors) at /metrics
-// and a liveness answer at /healthz.
-func MetricsHandler(reg *prometheus.Registry) http.Handler {
+// and a health answer at /healthz: 200 {"status":"ok"}, or, when one of
+// checks fails, 503 {"status":"unhealthy","error":...} naming the first
+// failure.
+func MetricsHandler(reg *prometheus.Registry, checks ...func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		for _, check := range checks {
+			if err := check(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(map[string]string{"status": "unhealthy", "error": err.Error()})
+				return
+			}
+		}
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	return mux
+}
+
+// NATSConnected is a health check: an error unless b's connection to NATS
+// is up (it reconnects by itself after an outage).
+func NATSConnected(b *bus.Bus) func() error {
+	return func() error {
+		if st := b.Conn().Status(); st != nats.CONNECTED {
+			return fmt.Errorf("NATS connection %s", st)
+		}
+		return nil
+	}
 }
 
 // NewRegistry returns a registry with the Go and process collectors.
