@@ -11,7 +11,9 @@
 // (NATS_URL; empty starts an embedded server under --nats-dir), --sandbox
 // (OPEN_SANDBOX_URL; empty starts sandboxd in-process), --sandbox-key
 // (OPEN_SANDBOX_API_KEY), --sqlite (./alineo.db) or --postgres (DATABASE_URL
-// or PG*) for the read model the in-process projector of run and demo keeps.
+// or PG*) for the read model the in-process projector of run and demo keeps;
+// work --metrics ADDR (ALINEO_METRICS_ADDR) serves the worker's Prometheus
+// metrics and /healthz. Flags go before or after the command.
 package main
 
 import (
