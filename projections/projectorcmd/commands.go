@@ -36,7 +36,7 @@ func follow(ctx context.Context, b *bus.Bus, def projections.Definition, h proje
 		return err
 	}
 	if o.metrics != "" {
-		addr, _, err := cli.Serve(ctx, o.metrics, cli.MetricsHandler(reg))
+		addr, _, err := cli.Serve(ctx, o.metrics, cli.MetricsHandler(reg, cli.NATSConnected(b)))
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
