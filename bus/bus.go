@@ -151,6 +151,7 @@ type Bus struct {
 	nc      *nats.Conn
 	ownConn bool
 	srv     *server.Server
+	lock    *storeLock // the embedded server's claim on its store directory
 	// localURL is the embedded server's URL with its token (empty for a
 	// server Open did not start).
 	localURL string
@@ -175,11 +176,11 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		opts := append([]nats.Option{nats.Name("alineo-bus"), nats.MaxReconnects(-1),
 			nats.ReconnectWait(250 * time.Millisecond)}, cfg.Options...)
 		if url == "" {
-			srv, local, err := startEmbedded(cfg.StoreDir)
+			srv, lock, local, err := startEmbedded(cfg.StoreDir)
 			if err != nil {
 				return nil, err
 			}
-			b.srv, b.localURL = srv, local
+			b.srv, b.lock, b.localURL = srv, lock, local
 			url = local
 		}
 		nc, err := nats.Connect(url, opts...)
@@ -394,6 +395,8 @@ func (b *Bus) shutdownServer() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+	b.lock.release() // after the server has let go of its files
+	b.lock = nil
 }
 
 // opCtx bounds one request to the server by defaultOpTimeout (or ctx's
@@ -411,18 +414,25 @@ const urlFile = "nats.url"
 // startEmbedded starts a NATS server with JetStream storing under dir,
 // listening on a loopback port and requiring a token generated for this
 // run: no other local user reaches the ledger or the jobs. It returns the
-// server and its URL with the token, which it also writes to dir/nats.url.
-func startEmbedded(dir string) (*server.Server, string, error) {
+// server, its claim on dir and its URL with the token, which it also writes
+// to dir/nats.url. A store directory has one server at a time: while
+// another process's server holds dir, it fails with a *StoreInUseError.
+func startEmbedded(dir string) (*server.Server, *storeLock, string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("embedded nats store dir: %w", err)
+		return nil, nil, "", fmt.Errorf("embedded nats store dir: %w", err)
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return nil, "", fmt.Errorf("embedded nats store dir: %w", err)
+		return nil, nil, "", fmt.Errorf("embedded nats store dir: %w", err)
+	}
+	lock, err := lockStore(abs)
+	if err != nil {
+		return nil, nil, "", err
 	}
 	var tok [24]byte
 	if _, err := rand.Read(tok[:]); err != nil {
-		return nil, "", fmt.Errorf("embedded nats token: %w", err)
+		lock.release()
+		return nil, nil, "", fmt.Errorf("embedded nats token: %w", err)
 	}
 	token := hex.EncodeToString(tok[:])
 	opts := &server.Options{
@@ -438,25 +448,32 @@ func startEmbedded(dir string) (*server.Server, string, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, "", fmt.Errorf("embedded nats: %w", err)
+		lock.release()
+		return nil, nil, "", fmt.Errorf("embedded nats: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, "", errors.New("embedded nats: not ready after 10s")
+		srv.WaitForShutdown()
+		lock.release()
+		return nil, nil, "", errors.New("embedded nats: not ready after 10s")
 	}
 	u, err := url.Parse(srv.ClientURL())
 	if err != nil {
 		srv.Shutdown()
-		return nil, "", fmt.Errorf("embedded nats: %w", err)
+		srv.WaitForShutdown()
+		lock.release()
+		return nil, nil, "", fmt.Errorf("embedded nats: %w", err)
 	}
 	u.User = url.User(token)
 	local := u.String()
 	if err := writePrivate(filepath.Join(abs, urlFile), local+"\n"); err != nil {
 		srv.Shutdown()
-		return nil, "", fmt.Errorf("embedded nats: %w", err)
+		srv.WaitForShutdown()
+		lock.release()
+		return nil, nil, "", fmt.Errorf("embedded nats: %w", err)
 	}
-	return srv, local, nil
+	return srv, lock, local, nil
 }
 
 // writePrivate writes s to path, mode 0600 (the file is replaced, never

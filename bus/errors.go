@@ -44,3 +44,28 @@ func (e *FencedError) Unwrap() []error {
 	}
 	return []error{adapters.ErrFenced}
 }
+
+// ErrStoreInUse is wrapped by the *StoreInUseError of an embedded server
+// started on a store directory another server holds.
+var ErrStoreInUse = errors.New("embedded NATS store in use")
+
+// StoreInUseError says which process holds an embedded server's store
+// directory and how to reach its server instead: the URL with its token is
+// in URLFile (mode 0600, readable by the same user). It unwraps to
+// ErrStoreInUse.
+type StoreInUseError struct {
+	Dir     string
+	PID     int // the holder's process id; 0 when it could not be read
+	URLFile string
+}
+
+func (e *StoreInUseError) Error() string {
+	who := "another process"
+	if e.PID > 0 {
+		who = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("embedded NATS store %s is in use by %s: connect to its server instead, with NATS_URL=$(cat %s) (or --nats)", e.Dir, who, e.URLFile)
+}
+
+// Unwrap returns ErrStoreInUse.
+func (e *StoreInUseError) Unwrap() error { return ErrStoreInUse }

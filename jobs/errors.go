@@ -33,18 +33,24 @@ var (
 )
 
 // SpecError says what is wrong with a job spec and where. Path is a JSON path
-// such as "steps[2].exec.timeout" ("" for the document itself). It unwraps to
-// ErrInvalidSpec.
+// such as "steps[2].exec.timeout" ("" for the document itself); a document
+// that is not JSON has the Line and Column (1-based, in characters) of its
+// first error instead. It unwraps to ErrInvalidSpec.
 type SpecError struct {
 	Path   string
 	Reason string
+	// Line and Column locate a JSON syntax error; 0 otherwise.
+	Line, Column int
 }
 
 func (e *SpecError) Error() string {
-	if e.Path == "" {
-		return "job spec: " + e.Reason
+	switch {
+	case e.Path != "":
+		return "job spec: " + e.Path + ": " + e.Reason
+	case e.Line > 0:
+		return fmt.Sprintf("job spec: line %d, column %d: %s", e.Line, e.Column, e.Reason)
 	}
-	return "job spec: " + e.Path + ": " + e.Reason
+	return "job spec: " + e.Reason
 }
 
 // Unwrap returns ErrInvalidSpec.

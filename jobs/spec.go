@@ -202,7 +202,7 @@ func Parse(data []byte) (Spec, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
-		return s, &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+		return s, syntaxError(data, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return s, &SpecError{Reason: "trailing data after the JSON document"}
@@ -269,6 +269,35 @@ func dupValue(dec *json.Decoder, path string) error {
 	return nil
 }
 
+// syntaxError is the *SpecError of data that is not JSON, err being the
+// decoder's: its reason, and the line and column of the offending character
+// (of the end, for a document cut short).
+func syntaxError(data []byte, err error) *SpecError {
+	se := &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+	var sx *json.SyntaxError
+	switch {
+	case errors.As(err, &sx):
+		// Offset counts the bytes read up to and including the offending one.
+		se.Line, se.Column = position(data, max(int(sx.Offset)-1, 0))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		se.Line, se.Column = position(data, len(data))
+		se.Reason = "not valid JSON: the document ends early"
+	}
+	return se
+}
+
+// position returns the 1-based line and column (in characters) of byte
+// offset off of data.
+func position(data []byte, off int) (line, col int) {
+	off = min(off, len(data))
+	before := data[:off]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	if i := bytes.LastIndexByte(before, '\n'); i >= 0 {
+		before = before[i+1:]
+	}
+	return line, 1 + utf8.RuneCount(before)
+}
+
 func jsonReason(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
@@ -281,7 +310,7 @@ func typeError(err error) error {
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return &SpecError{Reason: "not valid JSON: " + jsonReason(err)}
+		return &SpecError{Reason: "not valid JSON: " + jsonReason(err)} // Parse decoded it already: not reached
 	}
 	// A field's own UnmarshalJSON failed (Duration); the message names the value.
 	return &SpecError{Reason: jsonReason(err)}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,4 +143,34 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("re-parse of %s: %v", b, err)
 		}
 	})
+}
+
+// TestParseSyntaxErrorPosition: a document that is not JSON is reported
+// with the line and column of its first error (in characters), once.
+func TestParseSyntaxErrorPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc  string
+		line, col  int
+		wantReason string
+	}{
+		{"missing colon", "{\n  \"name\": \"n\",\n  \"image\" \"i\"\n}", 3, 11, "after object key"},
+		{"trailing comma", `{"a":1,}`, 1, 8, "beginning of object key"},
+		{"after non-ASCII", "{\n\"é\": x}", 2, 6, "invalid character 'x'"},
+		{"cut short", "{\"name\":\n", 2, 1, "ends early"},
+		{"empty", "", 1, 1, "ends early"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want a *SpecError", err)
+			}
+			if se.Line != tc.line || se.Column != tc.col || !strings.Contains(se.Reason, tc.wantReason) {
+				t.Errorf("err = %v (line %d, column %d), want line %d, column %d and %q", err, se.Line, se.Column, tc.line, tc.col, tc.wantReason)
+			}
+			if want := fmt.Sprintf("job spec: line %d, column %d: not valid JSON: ", tc.line, tc.col); !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("err = %q, want it to start with %q", err, want)
+			}
+		})
+	}
 }

@@ -78,6 +78,8 @@ type Worker struct {
 
 	mu    sync.Mutex
 	local map[string]*localAttempt // the deliveries running here, by job id
+
+	counters workerCounters // Stats (stats.go)
 }
 
 // localAttempt is a delivery of a job running in this Worker.
@@ -246,6 +248,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
+	w.noteTakeover(prev)
 	// A previous attempt may have died between creating a sandbox and
 	// recording it in the status: end whatever is tagged with the job. This
 	// attempt is recorded first, so a stalled earlier one that creates a
@@ -445,11 +448,13 @@ const (
 // run.
 func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, attempt int, err, lost error) {
 	if errors.Is(context.Cause(jobCtx), errSuperseded) {
+		w.noteLeaseLost()
 		// Cancelled by a later delivery to this worker (supersedeLocal).
 		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "err", err)
 		return
 	}
 	if err != nil && w.superseded(jobCtx, id, attempt) {
+		w.noteLeaseLost()
 		// A later delivery took the job over (this worker stalled past its
 		// lease, and the new owner ended its sandbox, which is why this
 		// attempt failed): the job and its message are that delivery's now.
@@ -464,6 +469,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 	case errors.Is(err, ErrCanceled): // stopped before a step (Queue.Cancel)
 		w.finish(jobCtx, m, id, StateCanceled, err.Error(), attempt)
 	case errors.Is(err, adapters.ErrFenced):
+		w.noteLeaseLost()
 		// Another worker took the job over (this one missed its lease): the
 		// job and its status are that worker's now; leave both alone.
 		w.Logger.Warn("jobs: fenced; the job was taken over by another worker", "job", id, "err", err)
@@ -484,6 +490,8 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		w.Logger.Warn("jobs: record status; handing the job back", "job", id, "err", err)
 		_ = m.NakWithDelay(time.Second)
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
+		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
+	case permanent(err): // another attempt would fail alike (an image not found)
 		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
 	case attempt >= w.Queue.cfg.MaxDeliver:
 		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)

@@ -19,7 +19,12 @@
 // its rows (SQLHandler does for database/sql) applies every entry once across
 // crashes and redeliveries, because the runtime resumes after the stored
 // offset and the handler skips a batch at or below it. A handler that cannot
-// gets at least once and must make Apply idempotent (by Entry.Seq).
+// gets at least once and must make Apply idempotent (by Entry.Seq). Each
+// SQLHandler keeps its offsets in a table of its own, named after its
+// projection (OffsetTableName), so projections share a database with each
+// other and with the product's tables; a handler that reports a
+// configuration it cannot work with (ErrInvalidConfig: an offset table of
+// another shape) stops its Runtime instead of being retried.
 //
 // Delivery order is what makes the offset sound, so every session recreates
 // the durable consumer at the handler's offset (a reused one would deliver past

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/alineo-labs/alineo/bus"
 )
 
 // One projector applies a consumer (a projection's partition) at a time.
@@ -143,4 +145,25 @@ func ownerKey(consumer string) string {
 		}
 	}
 	return string(out)
+}
+
+// PartitionOwner returns who holds the claim on the consumer key (a
+// partition's key, PartitionKey): the host, pid and a random part of the
+// projector applying it, or "" when none does. Safe for concurrent use.
+func PartitionOwner(ctx context.Context, b *bus.Bus, key string) (string, error) {
+	kv, err := b.JetStream().KeyValue(ctx, OwnersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	e, err := kv.Get(ctx, ownerKey(key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return string(e.Value()), nil
 }

@@ -225,10 +225,17 @@ func (r *Runtime) backoff(ctx context.Context) backoff.BackOff {
 	return backoff.WithContext(eb, ctx)
 }
 
-// retry runs op until it succeeds, returns a backoff.Permanent error, or ctx
-// is done, counting every failure.
+// retry runs op until it succeeds, returns a backoff.Permanent error or one
+// wrapping ErrInvalidConfig (a handler that cannot work: no retry mends it),
+// or ctx is done, counting every failure.
 func (r *Runtime) retry(ctx context.Context, what string, op func() error) error {
-	return backoff.RetryNotify(op, r.backoff(ctx), func(err error, wait time.Duration) {
+	return backoff.RetryNotify(func() error {
+		err := op()
+		if errors.Is(err, ErrInvalidConfig) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, r.backoff(ctx), func(err error, wait time.Duration) {
 		r.errs.Add(1)
 		r.m.errors.Inc()
 		r.Logger.Warn("projection: retrying", "projection", r.Name, "consumer", r.key, "op", what, "in", wait, "err", err)
@@ -279,8 +286,10 @@ func (r *Runtime) consumer(ctx context.Context, offset uint64) (jetstream.Consum
 }
 
 // Run consumes until ctx is done, then returns nil. It returns an error only
-// for a configuration it cannot run with; stream and handler failures are
-// retried with backoff (and counted in Errors).
+// for a configuration it cannot run with (wrapping ErrInvalidConfig, also
+// when the handler reports one: an SQLHandler's offset table of another
+// shape); stream and handler failures are retried with backoff (and counted
+// in Errors).
 func (r *Runtime) Run(ctx context.Context) error {
 	if err := r.Init(); err != nil {
 		return err
@@ -293,9 +302,14 @@ func (r *Runtime) Run(ctx context.Context) error {
 		octx, lost := context.WithCancelCause(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.keep(octx, o, lost) }()
+		var fatal error
 		for octx.Err() == nil {
 			err := r.session(octx)
 			if octx.Err() != nil {
+				break
+			}
+			if errors.Is(err, ErrInvalidConfig) {
+				fatal = err
 				break
 			}
 			r.errs.Add(1)
@@ -306,7 +320,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 			case <-time.After(250 * time.Millisecond):
 			}
 		}
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && fatal == nil {
 			r.errs.Add(1)
 			r.m.errors.Inc()
 			r.Logger.Warn("projection: lost the partition; claiming it again", "projection", r.Name, "consumer", r.key, "err", context.Cause(octx))
@@ -314,6 +328,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 		lost(nil)
 		<-done
 		o.release()
+		if fatal != nil {
+			return fmt.Errorf("projection %s: %w", r.Name, fatal)
+		}
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func benchDB(b *testing.B) *sql.DB {
 // ctx's cancellation, as SQLHandler.ApplyTx's doc suggests for many small
 // statements on SQLite (the transaction still ends with ctx).
 func countHandler(db *sql.DB) *projections.SQLHandler {
-	h := &projections.SQLHandler{DB: db, Dialect: projections.SQLite}
+	h := &projections.SQLHandler{DB: db, Dialect: projections.SQLite, Name: "count"}
 	h.ApplyTx = func(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
 		st, err := tx.PrepareContext(ctx, countUpsert)
 		if err != nil {

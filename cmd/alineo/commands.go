@@ -9,8 +9,9 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apiclient"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/api/wire"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 func sandboxesCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
@@ -41,12 +42,17 @@ func showCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
 	}
 }
 
+// errSessionClosed ends events -f at the session's sandbox.closed.
+var errSessionClosed = errors.New("session closed")
+
 func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-	follow := fs.Bool("f", false, "follow: print new events as they happen (resumes with Last-Event-ID after a drop) until Ctrl-C")
+	follow := fs.Bool("f", false, "follow: print new events as they happen (resumes with Last-Event-ID after a drop) until the session's sandbox.closed or Ctrl-C")
+	keep := fs.Bool("keep", false, "with -f: keep following after the session's sandbox.closed, until Ctrl-C")
 	return func(ctx context.Context, c *cli, args []string) error {
 		name, id := args[0], args[1]
 		c.out.stream = *follow
 		var last uint64
+		closed := false
 		c.out.eventsHeader(false)
 		for { // every page
 			page, err := c.client.Events(ctx, name, id, last, 0)
@@ -58,13 +64,14 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 					return err
 				}
 				last = e.Seq
+				closed = closed || e.Event.Canonical() == events.SandboxClosed
 			}
 			if page.NextAfter == 0 {
 				break
 			}
 			last = page.NextAfter
 		}
-		if !*follow {
+		if !*follow || closed && !*keep {
 			return nil
 		}
 		if err := c.out.flush(); err != nil {
@@ -74,15 +81,25 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		if last == 0 {
 			q.From = 1 // nothing projected yet: the session's whole history
 		}
-		return c.client.Stream(ctx, q, func(e events.Entry) error {
+		err := c.client.Stream(ctx, q, func(e events.Entry) error {
 			if e.Name != name {
 				return nil // another session of the same sandbox id
 			}
 			if err := c.out.event(e, false); err != nil {
 				return err
 			}
-			return c.out.flush()
+			if err := c.out.flush(); err != nil {
+				return err
+			}
+			if e.Event.Canonical() == events.SandboxClosed && !*keep {
+				return errSessionClosed
+			}
+			return nil
 		})
+		if errors.Is(err, errSessionClosed) {
+			return nil
+		}
+		return err
 	}
 }
 
@@ -135,8 +152,9 @@ func jobCmd(*flag.FlagSet) func(context.Context, *cli, []string) error {
 			}
 			st, err := c.client.SubmitJob(ctx, spec)
 			var ae *apiclient.Error
-			if errors.As(err, &ae) && ae.Field != "" {
-				return fmt.Errorf("%s: %s: %s", args[1], ae.Field, ae.Message)
+			if errors.As(err, &ae) && ae.Code == wire.CodeInvalidSpec {
+				// The message names the field (or the line and column) already.
+				return fmt.Errorf("%s: %s", args[1], ae.Message)
 			}
 			if err != nil {
 				return err

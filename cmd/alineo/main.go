@@ -4,7 +4,7 @@
 //
 //	alineo sandboxes [--name N] [--status running|completed] [--run-id R] [--sandbox-id ID] [--limit N]
 //	alineo show NAME ID
-//	alineo events NAME ID [-f]
+//	alineo events NAME ID [-f [--keep]]
 //	alineo tail [--event E]... [--sandbox ID] [--from SEQ]
 //	alineo jobs [--limit N]
 //	alineo job submit FILE
@@ -24,11 +24,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/alineo-labs/alineo/api/apiclient"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 func main() {
@@ -44,7 +45,8 @@ The auditor's CLI against the alineo API.
 commands:
   sandboxes             list sessions, newest first (filters: --name, --status, --run-id, --sandbox-id)
   show NAME ID          show one session's details
-  events NAME ID [-f]   print a session's events; -f follows them live
+  events NAME ID [-f]   print a session's events; -f follows them live until the
+                        session closes (--keep: until Ctrl-C)
   tail [--event E]      follow the whole event stream live (--event, --sandbox filter it)
   jobs                  list jobs, the most recently submitted first
   job submit FILE       submit a job spec (JSON) and print its id
@@ -52,8 +54,9 @@ commands:
   help                  print this help
 
 Every command takes --url (env ALINEO_API_URL, default http://127.0.0.1:8090),
---token (env ALINEO_API_TOKEN) and -o table|json|jsonl. "alineo COMMAND -h"
-lists the command's flags.`
+--token (env ALINEO_API_TOKEN) and -o table|json|jsonl, before or after the
+command and its arguments. "alineo COMMAND -h" lists the command's flags;
+"alineo --version" prints the version.`
 
 // DefaultURL is the API's address when neither --url nor ALINEO_API_URL is set.
 const DefaultURL = "http://127.0.0.1:8090"
@@ -68,7 +71,7 @@ type command struct {
 var commands = map[string]command{
 	"sandboxes": {"alineo sandboxes [flags]\n\nLists sessions, newest first.", 0, sandboxesCmd},
 	"show":      {"alineo show [flags] NAME ID\n\nShows one session's details.", 2, showCmd},
-	"events":    {"alineo events [flags] NAME ID\n\nPrints a session's events; -f follows them live and resumes after a drop.", 2, eventsCmd},
+	"events":    {"alineo events [flags] NAME ID\n\nPrints a session's events; -f follows them live (resuming after a drop) until the session's\nsandbox.closed, or with --keep until Ctrl-C.", 2, eventsCmd},
 	"tail":      {"alineo tail [flags]\n\nFollows the whole event stream live; resumes after a drop.", 0, tailCmd},
 	"jobs":      {"alineo jobs [flags]\n\nLists jobs, the most recently submitted first.", 0, jobsCmd},
 	"job":       {jobUsage, 2, jobCmd},
@@ -83,30 +86,31 @@ type cli struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usage.Errorf(help, "no command")
-	}
-	name, args := args[0], args[1:]
-	switch name {
-	case "help", "-h", "-help", "--help":
+	// The command is the first argument that is not a flag: the flags
+	// every command takes may come before it ("alineo --url U sandboxes").
+	global := flag.NewFlagSet("alineo", flag.ContinueOnError)
+	globalFlags(global, getenv)
+	name, args := usage.Command(args, global)
+	switch {
+	case name == "" && slices.ContainsFunc(args, usage.IsVersion), usage.IsVersion(name):
+		return usage.PrintVersion(stdout, "alineo")
+	case name == "" && slices.ContainsFunc(args, usage.IsHelp), usage.IsHelp(name):
 		return usage.Help(stdout, help)
+	case name == "":
+		return usage.Errorf(help, "no command")
 	}
 	cmd, ok := commands[name]
 	if !ok {
 		return usage.Errorf(help, "unknown command %q", name)
 	}
 	fs := flag.NewFlagSet("alineo "+name, flag.ContinueOnError)
-	base := cmd.usage
-	url := fs.String("url", env(getenv, "ALINEO_API_URL", DefaultURL), "API base URL (env ALINEO_API_URL)")
-	token := fs.String("token", getenv("ALINEO_API_TOKEN"), "API bearer token (env ALINEO_API_TOKEN)")
-	format := fs.String("o", "table", "output format: table, json or jsonl")
-	fs.StringVar(format, "output", "table", "output format: table, json or jsonl (same as -o)")
+	url, token, format := globalFlags(fs, getenv)
 	do := cmd.flags(fs)
-	head := "usage: " + base
-	pos, err := parse(fs, args, head, stdout)
-	if err != nil {
+	head := "usage: " + cmd.usage
+	if err := usage.Parse(fs, args, head, stdout); err != nil {
 		return err
 	}
+	pos := fs.Args()
 	if len(pos) != cmd.args {
 		return usage.Errorf(usage.Text(fs, head), "alineo %s: want %d argument(s), got %d", name, cmd.args, len(pos))
 	}
@@ -131,23 +135,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return err
 }
 
-// parse parses flags anywhere among the arguments ("show NAME ID -o json")
-// and returns the arguments; after "--" everything is an argument.
-func parse(fs *flag.FlagSet, args []string, head string, stdout io.Writer) ([]string, error) {
-	var pos []string
-	for {
-		if err := usage.Parse(fs, args, head, stdout); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
+// globalFlags registers on fs the flags every command takes.
+func globalFlags(fs *flag.FlagSet, getenv func(string) string) (url, token, format *string) {
+	url = fs.String("url", env(getenv, "ALINEO_API_URL", DefaultURL), "API base URL (env ALINEO_API_URL)")
+	token = fs.String("token", getenv("ALINEO_API_TOKEN"), "API bearer token (env ALINEO_API_TOKEN)")
+	format = fs.String("o", "table", "output format: table, json or jsonl")
+	fs.StringVar(format, "output", "table", "output format: table, json or jsonl (same as -o)")
+	return url, token, format
 }
 
 func env(getenv func(string) string, key, def string) string {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apitest"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/testutil"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -163,8 +163,62 @@ func TestEventsFollow(t *testing.T) {
 			t.Errorf("sequences not increasing (lost or repeated): %v", got)
 		}
 	}
-	if err := follow.Stop(t, 30*time.Second); err != nil {
-		t.Errorf("events -f ended with %v, want nil on Ctrl-C", err)
+	// The session's sandbox.closed ended it.
+	if err := follow.Wait(t, 10*time.Second); err != nil {
+		t.Errorf("events -f ended with %v, want nil at the session's close", err)
+	}
+}
+
+// TestEventsFollowEndsAtClose (issue 40 item 6): events -f ends when the
+// session closes, at once for a session closed already; --keep follows on
+// until Ctrl-C.
+func TestEventsFollowEndsAtClose(t *testing.T) {
+	e := apitest.New(t, token)
+	e.Session("done", "sbd", 1, true)
+	e.Session("live", "sbl", 1, false)
+	e.Session("kept", "sbk", 1, false)
+	e.WaitProjected()
+	getenv := envOf(e)
+
+	closedAlready := testutil.Start(t, run, []string{"events", "done", "sbd", "-f"}, getenv)
+	if err := closedAlready.Wait(t, 10*time.Second); err != nil || !strings.Contains(closedAlready.Out.String(), "sandbox.closed") {
+		t.Errorf("events -f of a closed session = %v, %q; want its events and an end", err, closedAlready.Out)
+	}
+
+	live := testutil.Start(t, run, []string{"events", "live", "sbl", "-f", "-o", "jsonl"}, getenv)
+	kept := testutil.Start(t, run, []string{"events", "kept", "sbk", "-f", "--keep", "-o", "jsonl"}, getenv)
+	for _, r := range []*testutil.Run{live, kept} {
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if n := strings.Count(r.Out.String(), "\n"); n != 4 {
+				return fmt.Errorf("%d events followed, want 4: %s", n, r.Out)
+			}
+			return nil
+		})
+	}
+	e.Publish("live", "sbl", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	e.Publish("kept", "sbk", events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+	if err := live.Wait(t, 10*time.Second); err != nil {
+		t.Errorf("events -f ended with %v, want nil at the close", err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(kept.Out.String(), "sandbox.closed") {
+			return fmt.Errorf("--keep has not printed the close yet: %s", kept.Out)
+		}
+		return nil
+	})
+	// Still following after the close: what comes next on the id is printed.
+	e.Publish("kept", "sbk", events.New(0, "", "", events.SandboxLevel, events.CredentialRevoked, events.CredentialPayload{Name: "tok"}))
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(kept.Out.String(), "credential.revoked") {
+			return fmt.Errorf("--keep stopped following: %s", kept.Out)
+		}
+		return nil
+	})
+	if kept.Returned() {
+		t.Error("events -f --keep ended at the close")
+	}
+	if err := kept.Stop(t, 10*time.Second); err != nil {
+		t.Errorf("events -f --keep ended with %v, want nil on Ctrl-C", err)
 	}
 }
 
@@ -200,6 +254,24 @@ func TestTail(t *testing.T) {
 	}
 }
 
+// TestFlagsAnywhere: the flags every command takes work before the
+// command, and a command's own flags after its arguments.
+func TestFlagsAnywhere(t *testing.T) {
+	e := apitest.New(t, token)
+	e.Session("build", "sb1", 2, true)
+	e.WaitProjected()
+	noenv := func(string) string { return "" }
+	var d adapters.SandboxDetails
+	out := runCLI(t, noenv, "--url", e.URL, "--token="+e.Token, "show", "build", "sb1", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.SandboxID != "sb1" {
+		t.Fatalf("show with the flags before it = %+v, %v (%q)", d, err, out)
+	}
+	out = runCLI(t, noenv, "-o", "jsonl", "sandboxes", "--url", e.URL, "--name", "build", "--token", e.Token)
+	if n := strings.Count(out, "\n"); n != 1 {
+		t.Errorf("sandboxes with flags on both sides = %q, want 1 line", out)
+	}
+}
+
 func TestJobs(t *testing.T) {
 	e := apitest.New(t, token)
 	getenv := envOf(e)
@@ -227,8 +299,12 @@ func TestJobs(t *testing.T) {
 	bad := filepath.Join(dir, "bad.json")
 	_ = os.WriteFile(bad, []byte(`{"name":"x","image":"i","steps":[{"exec":{"comand":"x"}}]}`), 0o644)
 	var buf bytes.Buffer
-	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || !strings.Contains(err.Error(), "steps[0].exec.comand") {
-		t.Errorf("bad spec = %v, want the offending path", err)
+	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || strings.Count(err.Error(), "steps[0].exec.comand") != 1 {
+		t.Errorf("bad spec = %v, want the offending path, once", err)
+	}
+	_ = os.WriteFile(bad, []byte("{\n  \"name\": \"x\",\n  \"image\" \"i\"\n}"), 0o644)
+	if err := run(context.Background(), []string{"job", "submit", bad}, getenv, &buf); err == nil || !strings.Contains(err.Error(), bad+": job spec: line 3, column 11: not valid JSON") {
+		t.Errorf("spec with a syntax error = %v, want its file, line and column", err)
 	}
 }
 
@@ -251,6 +327,11 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"sandboxes", "-o", "yaml"}, 2, nil},
 		{[]string{"job", "frob", "x"}, 2, nil},
 		{[]string{"sandboxes", "--url", "ftp://x"}, 2, nil},
+		{[]string{"--url", "ftp://x", "sandboxes"}, 2, nil},
+		{[]string{"--version"}, 0, []string{"alineo "}},
+		{[]string{"version"}, 0, []string{"alineo "}},
+		{[]string{"events", "--version"}, 0, []string{"alineo "}},
+		{[]string{"-o", "json"}, 2, nil},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), tc.args, noenv, &out)

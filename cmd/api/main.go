@@ -25,8 +25,8 @@ import (
 	"syscall"
 
 	"github.com/alineo-labs/alineo/api"
-	"github.com/alineo-labs/alineo/cmd/internal/cli"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/cli"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
 )
@@ -80,7 +80,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer store.Close()
-	q, err := jobs.OpenQueue(ctx, b.JetStream(), natsFleet.Queue(jobs.QueueConfig{}))
+	var qc jobs.QueueConfig
+	qc.Replicas, qc.UpdateStreams = natsFleet.Replicas()
+	q, err := jobs.OpenQueue(ctx, b.JetStream(), qc)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
+	"github.com/alineo-labs/alineo/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad
@@ -14,5 +14,6 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"--help"}, Code: 0, Want: []string{"usage: demo"}},
 		{Args: []string{"--nope"}, Code: 2},
 		{Args: []string{"extra"}, Code: 2},
+		{Args: []string{"--version"}, Code: 0, Want: []string{"demo "}},
 	})
 }

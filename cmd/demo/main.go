@@ -17,7 +17,7 @@ import (
 
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api"
-	"github.com/alineo-labs/alineo/cmd/internal/cli"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/cli"
 	"github.com/alineo-labs/alineo/jobs"
 )
 

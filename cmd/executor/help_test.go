@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
-	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
+	"github.com/alineo-labs/alineo/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad
@@ -32,6 +32,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"work", "--sandbox-ttl", "10s", "--sandbox-renew", "10s"}, Code: 2},
 		{Args: []string{"work", "--ack-wait", "3s", "--sandbox-renew", "6s"}, Code: 2}, // the default TTL is 6 s
 		{Args: []string{"status", "-o", "yaml", "0123"}, Code: 2},
+		{Args: []string{"--version"}, Code: 0, Want: []string{"executor "}},
+		{Args: []string{"work", "--version"}, Code: 0, Want: []string{"executor "}},
+		{Args: []string{"--log-level", "info", "-h"}, Code: 0, Want: []string{"usage: executor"}},
 	})
 }
 

@@ -11,7 +11,9 @@
 // (NATS_URL; empty starts an embedded server under --nats-dir), --sandbox
 // (OPEN_SANDBOX_URL; empty starts sandboxd in-process), --sandbox-key
 // (OPEN_SANDBOX_API_KEY), --sqlite (./alineo.db) or --postgres (DATABASE_URL
-// or PG*) for the read model the in-process projector of run and demo keeps.
+// or PG*) for the read model the in-process projector of run and demo keeps;
+// work --metrics ADDR (ALINEO_METRICS_ADDR) serves the worker's Prometheus
+// metrics and /healthz. Flags go before or after the command.
 //
 // In a fleet every executor uses its own host's sandbox server: embedded, or
 // --sandbox pointing at a local one. work creates each job's sandbox with an
@@ -32,6 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,8 +42,8 @@ import (
 
 	alineo "github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/bus"
-	"github.com/alineo-labs/alineo/cmd/internal/cli"
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/cli"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/projections"
 )
@@ -63,17 +66,21 @@ commands:
   demo              kill an executor mid-job and watch another take over
   help              print this help
 
-"executor COMMAND -h" lists the command's flags.`
+Flags go before or after the command and its argument. "executor COMMAND -h"
+lists the command's flags; "executor --version" prints the version.`
 
 // heads are the first lines of each command's -h.
 var heads = map[string]string{
 	"run":    "usage: executor run [flags] JOB.json\n\nRuns one job in this process, on embedded defaults.",
 	"submit": "usage: executor submit [flags] JOB.json\n\nPublishes a job to ALINEO_JOBS and prints its id.",
 	"status": "usage: executor status [flags] JOB_ID\n\nPrints a job's status.",
-	"work":   "usage: executor work [flags]\n\nRuns jobs from ALINEO_JOBS until SIGTERM, then drains: the current step ends, is checkpointed and handed back.",
+	"work":   "usage: executor work [flags]\n\nRuns jobs from ALINEO_JOBS until SIGTERM, then drains: the current step ends, is checkpointed and handed back.\nWith --metrics, serves Prometheus metrics (alineo_executor_*) at /metrics and its health at /healthz.",
 	"demo": "usage: executor demo [flags]\n\nThe takeover demo: an executor killed mid-job, another taking over.\n" +
 		"On a terminal the dashboard stays up until Enter or Ctrl-C (--hold D: for D).",
 }
+
+// commandNames are the subcommands that take flags.
+var commandNames = []string{"run", "submit", "status", "work", "demo"}
 
 // config is what every subcommand reads.
 type config struct {
@@ -85,7 +92,7 @@ type config struct {
 	output, project                                                bool
 	deprecatedOutput                                               bool // --output was used
 	format                                                         string
-	apiListen, demoDir                                             string
+	apiListen, demoDir, metrics                                    string
 	hold                                                           time.Duration
 	natsFleet                                                      *cli.NATS
 }
@@ -140,6 +147,7 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 	case "status":
 		fs.StringVar(&c.format, "o", "text", "output format: text or json")
 	case "work":
+		fs.StringVar(&c.metrics, "metrics", getenv("ALINEO_METRICS_ADDR"), "address of /metrics and /healthz (env ALINEO_METRICS_ADDR; e.g. 127.0.0.1:9465); empty for none")
 		fs.IntVar(&c.concurrency, "concurrency", 1, "jobs run at once")
 		fs.StringVar(&c.id, "id", getenv("HOSTNAME"), "worker id shown in job statuses (default $HOSTNAME or random)")
 		fs.DurationVar(&c.drainTimeout, "drain-timeout", time.Minute, "on SIGTERM, how long the current step may take before the job is handed back anyway")
@@ -157,17 +165,25 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usage.Errorf(help, "no command")
+	// The command is the first argument that is not a flag or a flag's
+	// value: flags may come before it ("executor --nats U status ID").
+	var sets []*flag.FlagSet
+	for _, name := range commandNames {
+		fs, _ := flags(name, getenv, stdout)
+		sets = append(sets, fs)
 	}
-	cmd, args := args[0], args[1:]
+	cmd, args := usage.Command(args, sets...)
 	var wantArgs int
-	switch cmd {
-	case "run", "submit", "status":
-		wantArgs = 1
-	case "work", "demo":
-	case "help", "-h", "-help", "--help":
+	switch {
+	case cmd == "" && slices.ContainsFunc(args, usage.IsVersion), usage.IsVersion(cmd):
+		return usage.PrintVersion(stdout, "executor")
+	case cmd == "" && slices.ContainsFunc(args, usage.IsHelp), usage.IsHelp(cmd):
 		return usage.Help(stdout, help)
+	case cmd == "":
+		return usage.Errorf(help, "no command")
+	case cmd == "run", cmd == "submit", cmd == "status":
+		wantArgs = 1
+	case cmd == "work", cmd == "demo":
 	default:
 		return usage.Errorf(help, "unknown command %q", cmd)
 	}
@@ -223,7 +239,9 @@ func readSpec(path string) (jobs.Spec, error) {
 }
 
 func openQueue(ctx context.Context, b *bus.Bus, c *config) (*jobs.Queue, error) {
-	return jobs.OpenQueue(ctx, b.JetStream(), c.natsFleet.Queue(jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver}))
+	cfg := jobs.QueueConfig{AckWait: c.ackWait, MaxDeliver: c.maxDeliver}
+	cfg.Replicas, cfg.UpdateStreams = c.natsFleet.Replicas()
+	return jobs.OpenQueue(ctx, b.JetStream(), cfg)
 }
 
 // fleet is what a process that runs jobs holds: the bus, its ledger, a
@@ -248,7 +266,7 @@ func openFleet(ctx context.Context, c *config, getenv func(string) string, log *
 		b.Close()
 		return nil, err
 	}
-	url, stop, err := cli.Sandboxd(ctx, c.sandbox, getenv, log)
+	url, stop, err := startSandboxd(ctx, c.sandbox, getenv, log)
 	if err != nil {
 		l.Close()
 		b.Close()
@@ -412,16 +430,30 @@ func work(ctx context.Context, c *config, getenv func(string) string, stdout io.
 		return err
 	}
 	print := jobs.Printer(stdout)
+	step := func(jobs.Event) {}
 	w := &jobs.Worker{
 		Queue: q, Client: f.client, Ledger: f.ledger, ID: c.id, Concurrency: c.concurrency,
 		DrainTimeout: c.drainTimeout, SandboxTTL: c.sandboxTTL, RenewEvery: c.sandboxRenew, Logger: log,
 		Progress: func(id string, ev jobs.Event) {
+			step(ev)
 			ev.Job = id[:8] + " " + ev.Job
 			print(ev)
 		},
 	}
 	if c.output {
 		w.Output = prefixWriter(stdout, "  | ")
+	}
+	if c.metrics != "" {
+		reg := cli.NewRegistry()
+		step = workerMetrics(reg, w)
+		// Served until work returns: through the drain too.
+		mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		addr, _, err := cli.Serve(mctx, c.metrics, cli.MetricsHandler(reg, cli.NATSConnected(f.bus)))
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", addr)
 	}
 	fmt.Fprintf(stdout, "executor %s: pulling %s from %s (lease %s)\n", workerID(c), q.Config().Stream, f.bus.ClientURL(), q.Config().AckWait)
 	if err := w.Run(ctx); err != nil {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +140,100 @@ func TestSubmitAndWork(t *testing.T) {
 	if n, err := q.Pending(context.Background()); err != nil || n != 0 {
 		t.Errorf("pending = %d, %v; want 0", n, err)
 	}
+}
+
+// TestFlagsAnywhere: flags before the command and after its argument
+// ("executor status ID -o json") parse alike.
+func TestFlagsAnywhere(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	noenv := func(string) string { return "" }
+	out := &testutil.SyncBuffer{}
+	if err := run(context.Background(), []string{"--nats", natsURL, "submit", writeSpec(t, helloJob)}, noenv, out); err != nil {
+		t.Fatalf("flags before the command: %v", err)
+	}
+	id := strings.TrimSpace(out.String())
+	out = &testutil.SyncBuffer{}
+	if err := run(context.Background(), []string{"status", id, "-o", "json", "--nats", natsURL}, noenv, out); err != nil {
+		t.Fatalf("flags after the argument: %v", err)
+	}
+	var st jobs.Status
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil || st.ID != id || st.State != jobs.StateQueued {
+		t.Errorf("status -o json = %+v, %v (%q); want job %s queued", st, err, out, id)
+	}
+}
+
+// TestWorkMetrics (issue 40 item 8): work --metrics serves the executor's
+// metrics (jobs running, steps, takeovers, leases lost) in a Prometheus
+// exposition that lints clean, and /healthz.
+func TestWorkMetrics(t *testing.T) {
+	natsURL := testenv.NATS(t)
+	env := map[string]string{"NATS_URL": natsURL, "OPEN_SANDBOX_URL": testenv.Sandboxd(t)}
+	getenv := func(k string) string { return env[k] }
+	w := testutil.Start(t, run, []string{"work", "--id", "w1", "--metrics", "127.0.0.1:0"}, getenv)
+	var base string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		m, err := w.Match(regexp.MustCompile(`metrics on (http://\S+)/metrics`))
+		if err != nil {
+			return err
+		}
+		base = m[1]
+		return nil
+	})
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	out := &testutil.SyncBuffer{}
+	if err := run(context.Background(), []string{"submit", writeSpec(t, helloJob)}, getenv, out); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, body := get("/metrics")
+		if !strings.Contains(body, `alineo_executor_steps_total{state="done"} 3`+"\n") || !strings.Contains(body, "alineo_executor_jobs_running 0\n") {
+			return fmt.Errorf("the job's 3 steps not yet counted, or the job not yet settled:\n%s", grepLines(body, "alineo_executor_"))
+		}
+		return nil
+	})
+	_, body := get("/metrics")
+	for _, want := range []string{"alineo_executor_takeovers_total 0\n",
+		"alineo_executor_leases_lost_total 0\n", `alineo_executor_steps_total{state="failed"} 0` + "\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(body, "alineo_executor_"))
+		}
+	}
+	// What promtool check metrics checks, with the same linter.
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatalf("lint: %v", err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "alineo_") {
+			t.Errorf("metric %s: %s", p.Metric, p.Text)
+		}
+	}
+	if err := w.Stop(t, 15*time.Second); err != nil {
+		t.Fatalf("work: %v", err)
+	}
+}
+
+func grepLines(s, prefix string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.HasPrefix(l, prefix) || strings.HasPrefix(l, "# HELP "+prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

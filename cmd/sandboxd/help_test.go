@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage/usagetest"
+	"github.com/alineo-labs/alineo/internal/usage/usagetest"
 )
 
 // TestHelpAndUsageErrors: -h/--help exit 0 and list the subcommands; bad
@@ -18,5 +18,10 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{Args: []string{"extra"}, Code: 2},
 		{Args: []string{"image"}, Code: 2},
 		{Args: []string{"image", "import", "onlyname"}, Code: 2},
+		{Args: []string{"--version"}, Code: 0, Want: []string{"sandboxd "}},
+		{Args: []string{"version"}, Code: 0, Want: []string{"sandboxd "}},
+		{Args: []string{"image", "ls", "--version"}, Code: 0, Want: []string{"sandboxd "}},
+		{Args: []string{"--data", "d", "image", "import", "-h"}, Code: 0, Want: []string{"usage: sandboxd image import"}},
+		{Args: []string{"--data", "d", "image", "import", "onlyname"}, Code: 2},
 	})
 }

@@ -34,7 +34,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
 )
 
@@ -55,7 +55,10 @@ commands:
   image rm REF                   remove an image record (its layers go at the next gc)
   image import NAME ROOTFS.tar   register a root filesystem tarball as an image
   image gc                       remove the layers no image or sandbox uses (server stopped)
-  help                           print this help`
+  help                           print this help
+
+Flags go before or after the command and its arguments; --version prints the
+version. sandboxd runs as root (user namespaces, mounts, cgroups).`
 
 // listFlag collects a repeated flag's values.
 type listFlag []string
@@ -83,12 +86,20 @@ func (f imageFlags) Set(v string) error {
 
 const defaultDataDir = "./.alineo/sandboxd"
 
+// errNeedsRoot is the answer to a start as another user than root.
+var errNeedsRoot = errors.New("sandboxd needs root (user namespaces, mounts, cgroups)")
+
+// geteuid is os.Geteuid; the tests replace it.
+var geteuid = os.Geteuid
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "image" {
-		return runImage(ctx, args[1:], stdout)
-	}
-	if len(args) > 0 && args[0] == "help" {
+	switch cmd, rest := usage.Command(args, imageFlagSet()); {
+	case cmd == "image":
+		return runImage(ctx, rest, stdout)
+	case cmd == "help":
 		return usage.Help(stdout, help)
+	case cmd == "version":
+		return usage.PrintVersion(stdout, "sandboxd")
 	}
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "TCP address of the lifecycle API")
@@ -137,6 +148,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if fs.NArg() > 0 {
 		return usage.Errorf(usage.Text(fs, help), "unexpected argument %q", fs.Arg(0))
 	}
+	// Said at once, before anything fails on a permission (the run
+	// directory, a mount, a cgroup) with a message that does not say why.
+	if geteuid() != 0 {
+		return errNeedsRoot
+	}
 	key, err := resolveAPIKey(*apiKey, *apiKeyFile, getenv("OPEN_SANDBOX_API_KEY"), stdout)
 	if err != nil {
 		return err
@@ -183,19 +199,32 @@ func registryFlags(fs *flag.FlagSet) (mirrors, insecure *listFlag) {
 
 const imageUsage = "usage: sandboxd image pull|ls|rm|import|gc [--data DIR] [ARGS]"
 
+// imageCmdFlags adds the flags of the image commands to fs.
+func imageCmdFlags(fs *flag.FlagSet) (data *string, mirrors, insecure *listFlag) {
+	data = fs.String("data", defaultDataDir, "data directory")
+	mirrors, insecure = registryFlags(fs)
+	return data, mirrors, insecure
+}
+
+// imageFlagSet is a FlagSet of the image commands' flags, for usage.Command.
+func imageFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("sandboxd image", flag.ContinueOnError)
+	imageCmdFlags(fs)
+	return fs
+}
+
 func runImage(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
+	cmd, args := usage.Command(args, imageFlagSet())
+	if cmd == "" {
 		return usage.Errorf("", imageUsage)
 	}
-	cmd := args[0]
 	fs := flag.NewFlagSet("sandboxd image "+cmd, flag.ContinueOnError)
-	data := fs.String("data", defaultDataDir, "data directory")
-	mirrors, insecure := registryFlags(fs)
+	data, mirrors, insecure := imageCmdFlags(fs)
 	head := "usage: sandboxd image " + cmd + " [--data DIR] [ARGS]"
 	if cmd == "import" {
 		head = "usage: sandboxd image import [--data DIR] NAME ROOTFS.tar"
 	}
-	if err := usage.Parse(fs, args[1:], head, stdout); err != nil {
+	if err := usage.Parse(fs, args, head, stdout); err != nil {
 		return err
 	}
 	cfg := sandboxd.Config{RegistryMirrors: *mirrors, InsecureRegistries: *insecure,

@@ -232,3 +232,25 @@ func TestRunAPIKeySources(t *testing.T) {
 		}
 	}
 }
+
+// TestRunNeedsRoot: started as another user than root, sandboxd says at once
+// that it needs root, before anything fails on a permission.
+func TestRunNeedsRoot(t *testing.T) {
+	defer func(f func() int) { geteuid = f }(geteuid)
+	geteuid = func() int { return 1000 }
+	data := filepath.Join(t.TempDir(), "data")
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0", "--data", data},
+		{"--listen", "127.0.0.1:0", "--data", data, "--no-isolation"}, // the run directory is root's too
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // without the check, the server would serve until then
+		err := run(ctx, args, env(nil), &syncBuffer{})
+		cancel()
+		if !errors.Is(err, errNeedsRoot) || err.Error() != "sandboxd needs root (user namespaces, mounts, cgroups)" {
+			t.Errorf("run(%q) as uid 1000 = %v, want %q", args, err, errNeedsRoot)
+		}
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the data directory was created before the refusal: %v", err)
+	}
+}

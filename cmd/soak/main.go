@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/cmd/soak/internal/soak"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 func main() {
@@ -40,6 +41,10 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == soak.RecheckCommand {
 		os.Exit(recheck(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && usage.IsVersion(os.Args[1]) {
+		fmt.Println(usage.Version("soak"))
+		return
 	}
 	os.Exit(run(os.Args[1:]))
 }

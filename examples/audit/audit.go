@@ -35,7 +35,7 @@ func Definition() projections.Definition {
 
 // New returns the projection's handler on db.
 func New(db *sql.DB, d projections.Dialect) *projections.SQLHandler {
-	return &projections.SQLHandler{DB: db, Dialect: d, Schema: schema, ApplyTx: func(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
+	return &projections.SQLHandler{DB: db, Dialect: d, Name: Name, Schema: schema, ApplyTx: func(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
 		return apply(ctx, tx, d, es)
 	}}
 }

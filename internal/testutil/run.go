@@ -69,3 +69,35 @@ func (r *Run) Stop(t testing.TB, timeout time.Duration) error {
 		return nil
 	}
 }
+
+// Wait waits at most timeout for the run to return by itself (its context
+// is not cancelled) and returns its error. It fails t (Fatal) when run does
+// not return in time.
+func (r *Run) Wait(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	if r.ended {
+		return r.err
+	}
+	select {
+	case r.err = <-r.done:
+		r.ended = true
+		return r.err
+	case <-time.After(timeout):
+		t.Fatalf("run did not return by itself within %v; output:\n%s", timeout, r.Out)
+		return nil
+	}
+}
+
+// Returned reports whether the run has returned, without waiting.
+func (r *Run) Returned() bool {
+	if r.ended {
+		return true
+	}
+	select {
+	case r.err = <-r.done:
+		r.ended = true
+		return true
+	default:
+		return false
+	}
+}

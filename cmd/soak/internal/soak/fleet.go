@@ -25,7 +25,7 @@ import (
 // Replicas is the replica count of every stream and bucket of the soak.
 const Replicas = 3
 
-// replicasEnv makes the binaries open the streams as R3 (cmd/internal/cli):
+// replicasEnv makes the binaries open the streams as R3 (internal/cli):
 // one opening them with the default would scale them down to R1.
 const replicasEnv = "ALINEO_NATS_REPLICAS=3"
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 // Case is one command line: the exit code it must map to and what its

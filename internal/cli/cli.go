@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,14 +20,12 @@ import (
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
-	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 // Defaults shared by the binaries: everything embedded, under the working directory.
 const (
 	DefaultSQLite  = "./alineo.db"
 	DefaultNATSDir = "./.alineo/nats"
-	NoIsolationEnv = "ALINEO_SANDBOXD_NO_ISOLATION"
 )
 
 // Store is the store a projector writes (ProjectionStore) and the API reads:
@@ -88,34 +88,6 @@ func OpenBus(ctx context.Context, url, dir string, n *NATS, log *slog.Logger) (*
 	return b, nil
 }
 
-// Sandboxd returns url when set; otherwise it starts sandboxd in-process on a
-// loopback port and returns its URL and a function that stops it. With
-// ALINEO_SANDBOXD_NO_ISOLATION=1 sandboxes run as plain host processes.
-func Sandboxd(ctx context.Context, url string, getenv func(string) string, log *slog.Logger) (string, func(), error) {
-	if url != "" {
-		return url, func() {}, nil
-	}
-	cfg := sandboxd.Config{NoIsolation: getenv(NoIsolationEnv) == "1", Logger: log}
-	s, err := sandboxd.Open(ctx, cfg)
-	if err != nil {
-		return "", nil, fmt.Errorf("sandboxd: %w", err)
-	}
-	u, err := s.Start(ctx)
-	if err != nil {
-		_ = s.Close(context.Background())
-		if errors.Is(err, sandboxd.ErrIsolationUnavailable) {
-			return "", nil, fmt.Errorf("sandboxd: %w (set %s=1 to run sandboxes without isolation, development only)", err, NoIsolationEnv)
-		}
-		return "", nil, fmt.Errorf("sandboxd: %w", err)
-	}
-	stop := func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	}
-	return u, stop, nil
-}
-
 // Serve serves h on addr until ctx is done, then shuts it down. It returns
 // the bound address at once (addr may end in :0) and a channel that receives
 // Serve's result.
@@ -142,15 +114,35 @@ func Serve(ctx context.Context, addr string, h http.Handler) (string, <-chan err
 }
 
 // MetricsHandler serves reg (and the Go and process collectors) at /metrics
-// and a liveness answer at /healthz.
-func MetricsHandler(reg *prometheus.Registry) http.Handler {
+// and a health answer at /healthz: 200 {"status":"ok"}, or, when one of
+// checks fails, 503 {"status":"unhealthy","error":...} naming the first
+// failure.
+func MetricsHandler(reg *prometheus.Registry, checks ...func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		for _, check := range checks {
+			if err := check(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(map[string]string{"status": "unhealthy", "error": err.Error()})
+				return
+			}
+		}
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	return mux
+}
+
+// NATSConnected is a health check: an error unless b's connection to NATS
+// is up (it reconnects by itself after an outage).
+func NATSConnected(b *bus.Bus) func() error {
+	return func() error {
+		if st := b.Conn().Status(); st != nats.CONNECTED {
+			return fmt.Errorf("NATS connection %s", st)
+		}
+		return nil
+	}
 }
 
 // NewRegistry returns a registry with the Go and process collectors.

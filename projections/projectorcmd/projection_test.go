@@ -1,4 +1,4 @@
-package main
+package projectorcmd_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alineo-labs/alineo/cmd/internal/usage"
 	"github.com/alineo-labs/alineo/internal/testutil"
+	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -23,7 +23,7 @@ func TestProjectionByName(t *testing.T) {
 	r := testutil.Start(t, run, []string{"--projection", "execstats", "--nats", url, "--sqlite", db, "--metrics", "", "--progress", "0"}, noenv)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var n int
-		conn, err := openSQLite(db)
+		conn, err := sql.Open("sqlite", db)
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func TestProjectionByName(t *testing.T) {
 	}
 	defer conn.Close()
 	var keys int
-	if err := conn.QueryRow(`SELECT count(*) FROM alineo_projection_offsets WHERE key LIKE 'execstats-p%-of-2'`).Scan(&keys); err != nil || keys != 2 {
+	if err := conn.QueryRow(`SELECT count(*) FROM execstats_offsets WHERE key LIKE 'execstats-p%-of-2'`).Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("partition offsets = %d, %v; want 2", keys, err)
 	}
 	vout = &testutil.SyncBuffer{}

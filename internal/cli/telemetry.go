@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/alineo-labs/alineo/cmd/internal/telemetry"
+	"github.com/alineo-labs/alineo/internal/telemetry"
 )
 
 // Tracing turns on OpenTelemetry trace export from the OTEL_* variables read
-// through getenv (see cmd/internal/telemetry; off when no OTLP endpoint is set).
+// through getenv (see internal/telemetry; off when no OTLP endpoint is set).
 // The returned stop flushes what is buffered, for at most five seconds, and
 // logs an export failure; call it before the process exits.
 func Tracing(ctx context.Context, service string, getenv func(string) string, log *slog.Logger) (stop func(), err error) {

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/alineo-labs/alineo/bus"
-	"github.com/alineo-labs/alineo/jobs"
 )
 
 // NATS holds the fleet settings every binary takes for its NATS connection
@@ -119,11 +118,12 @@ func (n *NATS) busConfig(cfg *bus.Config) error {
 	return nil
 }
 
-// Queue returns the jobs queue's settings of replicas: those given, applied
-// to existing streams only when given.
-func (n *NATS) Queue(cfg jobs.QueueConfig) jobs.QueueConfig {
-	if n != nil {
-		cfg.Replicas, cfg.UpdateStreams = n.replicas, n.told()
+// Replicas returns the replicas given (0: none) and whether existing
+// streams are to be changed to them (only when given): the jobs queue's
+// settings (jobs.QueueConfig's Replicas and UpdateStreams).
+func (n *NATS) Replicas() (replicas int, update bool) {
+	if n == nil {
+		return 0, false
 	}
-	return cfg
+	return n.replicas, n.told()
 }

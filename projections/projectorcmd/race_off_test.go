@@ -1,0 +1,5 @@
+//go:build !race
+
+package projectorcmd_test
+
+const raceEnabled = false
