@@ -184,6 +184,10 @@ const (
 	ReasonSnapshotReady    = "snapshot_ready"
 	ReasonSnapshotFailed   = "snapshot_capture_failed"
 	ReasonSnapshotDeleting = "snapshot_deleting"
+	// ReasonSnapshotCorrupt is a sandbox created from a snapshot whose
+	// restore met a blob that does not hash to its key (or has the wrong
+	// size): its message names the file.
+	ReasonSnapshotCorrupt = "SNAPSHOT_CORRUPT"
 )
 
 // SnapshotStatus is a snapshot's lifecycle status.

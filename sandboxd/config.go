@@ -61,6 +61,20 @@ type Config struct {
 	// writes in that sandbox fail with ENOSPC. Default 10 GiB; negative
 	// disables the quota (the layer then shares the data directory's disk).
 	DiskQuota int64
+	// Checkpoints is the checkpoint store of the snapshots' lineage: a
+	// postgres:// URL that every host of a fleet shares, or a SQLite file
+	// (a path, file:// or sqlite://). Empty: DataDir/snapshots' own SQLite
+	// file, this host's alone. Shared, every snapshot route works from every
+	// host (see shared.go); give Blobs too.
+	Checkpoints string
+	// Blobs is the snapshots' content store: file:// (a folder),
+	// s3://bucket?endpoint=…&region=…&use_path_style=true (credentials from
+	// the AWS environment and config chain), gs:// or azblob://. Empty:
+	// DataDir/snapshots' folder.
+	Blobs string
+	// BlobCacheBytes bounds the local read cache of a remote Blobs store.
+	// Default 4 GiB.
+	BlobCacheBytes int64
 	// EntrypointLogLimit bounds each sandbox's entrypoint log (its init's,
 	// entrypoint's and execd's output), which lies outside the disk quota: the
 	// server keeps at most this many of the latest bytes. Default 8 MiB.

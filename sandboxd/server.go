@@ -21,6 +21,7 @@ import (
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
 	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
+	"github.com/alineo-labs/alineo/sandboxd/snapshots"
 )
 
 // Server is an OpenSandbox-compatible lifecycle server in front of the
@@ -267,6 +268,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 			sb.rec.ExecdPort, sb.rec.EgressAPIPort, sb.rec.InitPID = 0, 0, 0
 			if err := s.saveRecord(&sb.rec); err != nil {
 				s.snap.db.Close()
+				s.snap.blobs.Close()
 				lock.Close()
 				return nil, err
 			}
@@ -374,6 +376,9 @@ func (s *Server) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := s.snap.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.snap.blobs.Close(); err != nil { // finishes filling the read cache
 		errs = append(errs, err)
 	}
 	if err := s.lock.Close(); err != nil {
@@ -575,7 +580,11 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	}
 	if rec.SnapshotID != "" {
 		if err := s.snap.restoreSnapshot(ctx, &rec); err != nil {
-			failed(ReasonRuntimeError, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
+			reason := ReasonRuntimeError
+			if errors.Is(err, snapshots.ErrCorruptBlob) {
+				reason = ReasonSnapshotCorrupt // the error names the file
+			}
+			failed(reason, fmt.Errorf("restore snapshot %s: %w", rec.SnapshotID, err))
 			s.rt.RemoveRuntimeDirs(rec.ID)
 			return
 		}

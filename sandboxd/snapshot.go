@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/alineo-labs/alineo/checkpoints"
-	"github.com/alineo-labs/alineo/checkpoints/sqlite"
 	"github.com/alineo-labs/alineo/sandboxd/snapshots"
 )
 
@@ -83,11 +82,12 @@ func (r *snapRecord) setStatus(st SnapshotState, reason, msg string) {
 // snapStore is the server's snapshots: their storage, their records and
 // their captures.
 type snapStore struct {
-	s    *Server
-	db   *sqlite.Store
-	mgr  *snapshots.Manager
-	recs *snapshots.RecordStore
-	kick chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
+	s     *Server
+	db    checkpoints.Store
+	blobs *snapshots.BlobStore
+	mgr   *snapshots.Manager
+	recs  *snapshots.RecordStore
+	kick  chan struct{} // wakes the GC loop; buffered 1, so requests coalesce
 	// slots holds a token per running capture.
 	slots chan struct{}
 
@@ -111,17 +111,14 @@ func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
-	blobs, err := snapshots.OpenBlobStore(filepath.Join(dir, snapshotBlobsDir), snapshots.BlobConfig{})
-	if err != nil {
-		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
-	}
-	db, err := sqlite.Open(ctx, filepath.Join(dir, snapshotDB), checkpoints.Options{})
+	db, blobs, err := openShared(ctx, s.cfg, filepath.Join(dir, snapshotDB), filepath.Join(dir, snapshotBlobsDir), filepath.Join(dir, "blobcache"))
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	ss := &snapStore{
 		s:     s,
 		db:    db,
+		blobs: blobs,
 		mgr:   snapshots.NewManager(db, blobs, snapshots.ManagerConfig{Logger: s.log, NewID: func() string { return "ckpt-" + newID() }}),
 		recs:  recs,
 		kick:  make(chan struct{}, 1),
@@ -131,6 +128,7 @@ func openSnapshots(ctx context.Context, s *Server) (*snapStore, error) {
 	ids, err := recs.IDs()
 	if err != nil {
 		db.Close()
+		blobs.Close()
 		return nil, fmt.Errorf("sandboxd: snapshots: %w", err)
 	}
 	for _, name := range ids {
@@ -304,8 +302,14 @@ func (ss *snapStore) capture(sb *sandbox, r *snapRecord) {
 	var err error
 	select {
 	case ss.slots <- struct{}{}:
+		var arts []checkpoints.Artifact
+		if arts, err = ss.recordArtifacts(ctx, r); err != nil {
+			<-ss.slots
+			break
+		}
 		_, st, err = ss.mgr.Snapshot(ctx, snapshots.SnapshotInput{
-			ThreadID: thread, Root: root, ID: id, Label: name, MaxBytes: ss.s.cfg.DiskQuota, // a restore must fit the disk
+			Artifacts: arts,
+			ThreadID:  thread, Root: root, ID: id, Label: name, MaxBytes: ss.s.cfg.DiskQuota, // a restore must fit the disk
 			Freeze: func(ctx context.Context) (func(), error) { return ss.freezeForSnapshot(ctx, sb) },
 			IDs:    ids,
 		})
@@ -370,24 +374,24 @@ func (ss *snapStore) freezeForSnapshot(ctx context.Context, sb *sandbox) (func()
 
 // getSnapshot returns snapshot id.
 func (ss *snapStore) getSnapshot(id string) (Snapshot, error) {
+	r, err := ss.lookup(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	r, ok := ss.snaps[id]
-	if !ok {
-		return Snapshot{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
-	}
 	return r.Snapshot, nil
 }
 
 // readySnapshot returns a copy of the record of snapshot id, which must be
 // Ready.
 func (ss *snapStore) readySnapshot(id string) (snapRecord, error) {
+	r, err := ss.lookup(id)
+	if err != nil {
+		return snapRecord{}, err
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	r, ok := ss.snaps[id]
-	if !ok {
-		return snapRecord{}, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
-	}
 	if r.Status.State != SnapshotReady {
 		return snapRecord{}, &SnapshotStateError{SnapshotID: id, Op: "restore", State: r.Status.State}
 	}
@@ -408,6 +412,9 @@ func (ss *snapStore) listSnapshots(sandboxID string, states map[SnapshotState]bo
 		recs = append(recs, *r)
 	}
 	ss.mu.Unlock()
+	if len(states) == 0 || states[SnapshotReady] {
+		recs = ss.remoteList(sandboxID, recs)
+	}
 	sort.Slice(recs, func(i, j int) bool {
 		a, b := recs[i], recs[j]
 		if !a.CreatedAt.Equal(b.CreatedAt) {
@@ -425,6 +432,9 @@ func (ss *snapStore) listSnapshots(sandboxID string, states map[SnapshotState]bo
 // deleteSnapshot deletes a Ready or Failed snapshot; its blobs no other
 // checkpoint references are collected in the background.
 func (ss *snapStore) deleteSnapshot(ctx context.Context, id string) error {
+	if _, err := ss.lookup(id); err != nil {
+		return err
+	}
 	ss.mu.Lock()
 	r, ok := ss.snaps[id]
 	if !ok {

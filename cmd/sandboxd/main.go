@@ -124,6 +124,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	mirrors, insecure := registryFlags(fs)
 	initBin := fs.String("init-binary", "", "statically linked sandboxd binary bind-mounted into every sandbox as its init and execd (default: this executable, which must then be static to run in images: CGO_ENABLED=0)")
 	pullTimeout := fs.Duration("pull-timeout", 10*time.Minute, "bound of the image pull of a create")
+	ckpts := fs.String("checkpoints", getenv("SANDBOXD_CHECKPOINTS"), "snapshots' checkpoint store: postgres://… shared by a fleet's hosts, or a SQLite path (env SANDBOXD_CHECKPOINTS; default a SQLite file under --data)")
+	blobs := fs.String("blobs", getenv("SANDBOXD_BLOBS"), "snapshots' blob store: file://DIR, s3://BUCKET?endpoint=…&region=…&use_path_style=true (AWS credentials from the environment), gs://, azblob:// (env SANDBOXD_BLOBS; default a folder under --data)")
+	blobCache := fs.String("blob-cache", "4GiB", "local read cache of a remote --blobs store")
 	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
 	}
@@ -137,6 +140,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	shmBytes, err := sandboxd.ParseSize(*shm)
 	if err != nil || shmBytes <= 0 {
 		return fmt.Errorf("--shm-size: want a size such as 64MiB, got %q", *shm)
+	}
+	cacheBytes, err := sandboxd.ParseSize(*blobCache)
+	if err != nil || cacheBytes <= 0 {
+		return fmt.Errorf("--blob-cache: want a size such as 4GiB, got %q", *blobCache)
 	}
 	memBytes, err := sandboxd.ParseSize(*defMem)
 	if err != nil {
@@ -171,7 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
 		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,
-		PullTimeout: *pullTimeout})
+		PullTimeout: *pullTimeout, Checkpoints: *ckpts, Blobs: *blobs, BlobCacheBytes: cacheBytes})
 	if err != nil {
 		return err
 	}

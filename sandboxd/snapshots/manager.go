@@ -225,6 +225,9 @@ type SnapshotInput struct {
 	// IDs is the range of host ids Root's files are owned by: the
 	// checkpoint records the ids the sandbox sees (see IDRange).
 	IDs IDRange
+	// Artifacts are added to the checkpoint as they are (their blobs
+	// stored already).
+	Artifacts []checkpoints.Artifact
 }
 
 // Snapshot captures in.Root against the thread's head checkpoint and appends
@@ -310,6 +313,7 @@ func (m *Manager) snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 		c := &checkpoints.Checkpoint{
 			ID: in.ID, ThreadID: in.ThreadID, ParentID: head, CreatedAt: start,
 			Reason: in.Reason, Label: in.Label, SourceRunID: in.SourceRunID, Files: entries,
+			Artifacts: in.Artifacts,
 		}
 		if _, err := m.store.Append(ctx, checkpoints.AppendInput{Checkpoint: c, ExpectedHead: head, Writer: w}); err != nil {
 			return err
