@@ -85,6 +85,7 @@ var commandNames = []string{"run", "submit", "status", "work", "demo"}
 // config is what every subcommand reads.
 type config struct {
 	nats, natsDir, sandbox, sandboxKey, sqlite, postgres, logLevel string
+	sandboxProxy                                                   bool
 	ackWait, drainTimeout                                          time.Duration
 	sandboxTTL, sandboxRenew                                       time.Duration
 	concurrency, maxDeliver                                        int
@@ -133,6 +134,7 @@ func flags(name string, getenv func(string) string, out io.Writer) (*flag.FlagSe
 	c.natsFleet = cli.NATSFlags(fs, getenv)
 	fs.StringVar(&c.sandbox, "sandbox", getenv("OPEN_SANDBOX_URL"), "OpenSandbox server URL (env OPEN_SANDBOX_URL); empty starts sandboxd in-process")
 	fs.StringVar(&c.sandboxKey, "sandbox-key", getenv("OPEN_SANDBOX_API_KEY"), "OpenSandbox API key (env OPEN_SANDBOX_API_KEY)")
+	fs.BoolVar(&c.sandboxProxy, "sandbox-proxy", getenv("OPEN_SANDBOX_USE_SERVER_PROXY") == "true", "reach each sandbox's execd through the OpenSandbox server's proxy, for servers whose sandboxes the executor cannot reach (Kubernetes; env OPEN_SANDBOX_USE_SERVER_PROXY=true)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	fs.DurationVar(&c.ackWait, "ack-wait", jobs.DefaultAckWait, "job lease: redelivered to another worker after this long without a heartbeat")
 	fs.IntVar(&c.maxDeliver, "max-deliver", jobs.DefaultMaxDeliver, "deliveries of one job before it fails")
@@ -272,7 +274,7 @@ func openFleet(ctx context.Context, c *config, getenv func(string) string, log *
 		b.Close()
 		return nil, err
 	}
-	client, err := alineo.New(alineo.Options{BaseURL: url, APIKey: c.sandboxKey, Adapter: l, Logger: log})
+	client, err := alineo.New(alineo.Options{BaseURL: url, APIKey: c.sandboxKey, UseServerProxy: c.sandboxProxy, Adapter: l, Logger: log})
 	if err != nil {
 		stop()
 		l.Close()
