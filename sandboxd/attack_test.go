@@ -1,6 +1,7 @@
 package sandboxd_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -416,4 +417,49 @@ func execdEndpointKey(t *testing.T, base, id string, key []string) (string, stri
 	var ep sandboxd.Endpoint
 	r.decode(t, &ep)
 	return "http://" + ep.Endpoint, ep.Headers[sandboxd.ExecdTokenHeader]
+}
+
+// TestVolumeQuota is issue 41's last quota: a managed (pvc) volume has a
+// disk of its own, of its request's storage (or Config.VolumeQuota), so a
+// sandbox cannot fill the host's disk through it; the volume and its data
+// survive a restart of the server, and a volume deleted with its sandbox
+// takes its disk along.
+func TestVolumeQuota(t *testing.T) {
+	data := t.TempDir()
+	s, base := startServer(t, sandboxd.Config{DataDir: data})
+	vol := map[string]any{"name": "v", "mountPath": "/vol", "pvc": map[string]any{"claimName": "small", "storage": "16Mi"}}
+	id := create(t, base, map[string]any{"volumes": []any{vol}})
+	u, tok := execdEndpoint(t, base, id, false)
+	if got := sh(t, u, tok, "ls -A /vol | wc -l"); got != "0" {
+		t.Errorf("a new volume holds %s entries, want none", got)
+	}
+	out := sh(t, u, tok, "echo kept > /vol/kept; head -c 64000000 /dev/zero > /vol/big 2>&1; echo $?; cat /vol/kept")
+	if !strings.HasPrefix(out, "1") || !strings.HasSuffix(out, "kept") {
+		t.Errorf("writing 64 MB into a 16 MiB volume: %q, want a failure and the earlier file kept", out)
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || !strings.Contains(string(b), filepath.Join(data, "volumes", "small")+" ") {
+		t.Errorf("the volume's disk is not mounted on its directory (%v)", err)
+	}
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id, nil), http.StatusNoContent)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, base = startServer(t, sandboxd.Config{DataDir: data})
+	vol["pvc"].(map[string]any)["deleteOnSandboxTermination"] = false
+	id = create(t, base, map[string]any{"volumes": []any{vol}})
+	u, tok = execdEndpoint(t, base, id, false)
+	if got := sh(t, u, tok, "cat /vol/kept"); got != "kept" {
+		t.Errorf("after a restart the volume holds %q, want kept", got)
+	}
+	gone := map[string]any{"name": "g", "mountPath": "/gone", "pvc": map[string]any{"claimName": "gone", "deleteOnSandboxTermination": true}}
+	id2 := create(t, base, map[string]any{"volumes": []any{gone}})
+	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+id2, nil), http.StatusNoContent)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, p := range []string{filepath.Join(data, "volumes", "gone"), filepath.Join(data, "volumes", ".disks", "gone.img")} {
+			if _, err := os.Stat(p); err == nil {
+				return fmt.Errorf("%s still there", p)
+			}
+		}
+		return nil
+	})
 }

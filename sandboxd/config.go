@@ -61,6 +61,12 @@ type Config struct {
 	// writes in that sandbox fail with ENOSPC. Default 10 GiB; negative
 	// disables the quota (the layer then shares the data directory's disk).
 	DiskQuota int64
+	// VolumeQuota is the size of the disk of its own that a managed (pvc)
+	// volume gets when its request names no storage: past it, writes to the
+	// volume fail with ENOSPC. Default DiskQuota; negative: no disk, the
+	// volume shares the data directory's (as before; volumes made by an
+	// earlier version have none).
+	VolumeQuota int64
 	// Checkpoints is the checkpoint store of the snapshots' lineage: a
 	// postgres:// URL that every host of a fleet shares, or a SQLite file
 	// (a path, file:// or sqlite://). Empty: DataDir/snapshots' own SQLite
@@ -210,6 +216,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DiskQuota == 0 {
 		c.DiskQuota = 10 << 30
+	}
+	if c.VolumeQuota == 0 {
+		c.VolumeQuota = c.DiskQuota
 	}
 	if c.EntrypointLogLimit <= 0 {
 		c.EntrypointLogLimit = 8 << 20

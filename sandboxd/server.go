@@ -235,13 +235,18 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.lock = lock
-	s.vol = &volumeResolver{dir: filepath.Join(s.dataDir, "volumes"), roots: roots, noIsolation: cfg.NoIsolation, log: s.log}
+	s.vol = &volumeResolver{dir: filepath.Join(s.dataDir, "volumes"), roots: roots, noIsolation: cfg.NoIsolation, quota: cfg.VolumeQuota, log: s.log}
 	s.rt = runtime.New(runtimeConfig(cfg, s.dataDir, s.guardDial(cfg.EgressDial), s.log))
 	s.runDir = s.rt.RunDir()
 	// What an earlier run left mounted (it died) goes first.
 	s.rt.Recover()
 	if !cfg.NoIsolation {
 		if err := prepareVolumes(s.vol.dir); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("sandboxd: %w", err)
+		}
+		if err := s.vol.mountDisks(); err != nil {
+			_ = s.vol.unmountDisks()
 			lock.Close()
 			return nil, fmt.Errorf("sandboxd: %w", err)
 		}
@@ -369,6 +374,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.bg.Wait()
+	if err := s.vol.unmountDisks(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.rt.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -101,8 +103,65 @@ type volumeResolver struct {
 	// roots are Config.VolumeRoots, resolved.
 	roots       []string
 	noIsolation bool
-	log         *slog.Logger
-	mu          sync.Mutex // creates of managed volumes
+	// quota is the size of a managed volume's own disk when its request
+	// names none (Config.VolumeQuota); negative: no disk, the data
+	// directory's.
+	quota int64
+	log   *slog.Logger
+	mu    sync.Mutex // creates of managed volumes
+}
+
+// volumeDisks, in the managed volumes' directory, holds each volume's disk
+// image (<claim>.img), which is mounted on the volume's directory: the
+// volume's quota. A dot name is no claim name.
+const volumeDisks = ".disks"
+
+// disk gives claim its disk (size bytes, made if missing) and mounts it on
+// the claim's directory.
+func (vr *volumeResolver) disk(claim string, size int64) error {
+	if vr.quota < 0 || vr.noIsolation {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(vr.dir, volumeDisks), 0o700); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return runtime.VolumeDisk(ctx, filepath.Join(vr.dir, volumeDisks, claim+".img"), filepath.Join(vr.dir, claim), size)
+}
+
+// mountDisks mounts the disk of every managed volume that has one, at
+// Open: the volumes of an earlier run come back with their quota.
+func (vr *volumeResolver) mountDisks() error {
+	ents, err := os.ReadDir(filepath.Join(vr.dir, volumeDisks))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		claim, ok := strings.CutSuffix(e.Name(), ".img")
+		if !ok || !pvcName.MatchString(claim) {
+			continue
+		}
+		if err := vr.disk(claim, 0); err != nil {
+			return fmt.Errorf("volume %s: %w", claim, err)
+		}
+	}
+	return nil
+}
+
+// unmountDisks detaches every managed volume's disk, at Close.
+func (vr *volumeResolver) unmountDisks() error {
+	ents, _ := os.ReadDir(filepath.Join(vr.dir, volumeDisks))
+	var errs []error
+	for _, e := range ents {
+		if claim, ok := strings.CutSuffix(e.Name(), ".img"); ok && pvcName.MatchString(claim) {
+			errs = append(errs, runtime.UnmountVolume(filepath.Join(vr.dir, claim)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // parseVolumes decodes and validates the volumes of a create request (absent,
@@ -258,7 +317,21 @@ func (vr *volumeResolver) pvcVolume(i int, v Volume, m *volumeMount) error {
 		if v.PVC.CreateIfNotExists != nil && !*v.PVC.CreateIfNotExists {
 			return invalid(codeVolumePVCNotFound, field, "volume %s does not exist and createIfNotExists is false", claim)
 		}
+		size := vr.quota
+		if v.PVC.Storage != "" {
+			if size, err = ParseSize(v.PVC.Storage); err != nil || size <= 0 {
+				return invalid("INVALID_REQUEST", fmt.Sprintf("volumes[%d].pvc.storage", i), "storage %q is not a size such as 1Gi", v.PVC.Storage)
+			}
+		}
 		if fd, err = runtime.OpenBeneath(vr.dir, claim, true); err != nil {
+			return fmt.Errorf("create volume %s: %w", claim, err)
+		}
+		unix.Close(fd)
+		if err := vr.disk(claim, size); err != nil {
+			_ = os.Remove(filepath.Join(vr.dir, claim))
+			return fmt.Errorf("create volume %s: %w", claim, err)
+		}
+		if fd, err = runtime.OpenBeneath(vr.dir, claim, false); err != nil {
 			return fmt.Errorf("create volume %s: %w", claim, err)
 		}
 		created = true
@@ -303,6 +376,11 @@ func (vr *volumeResolver) removeVolumes(ms []volumeMount) {
 		if m.Remove == "" || filepath.Dir(m.Remove) != vr.dir {
 			continue
 		}
+		if err := runtime.UnmountVolume(m.Remove); err != nil {
+			vr.log.Warn("sandboxd: unmount volume", "dir", m.Remove, "err", err)
+			continue
+		}
+		_ = os.Remove(filepath.Join(vr.dir, volumeDisks, filepath.Base(m.Remove)+".img"))
 		if err := os.RemoveAll(m.Remove); err != nil {
 			vr.log.Warn("sandboxd: remove volume", "dir", m.Remove, "err", err)
 		}

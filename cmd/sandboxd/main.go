@@ -127,6 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ckpts := fs.String("checkpoints", getenv("SANDBOXD_CHECKPOINTS"), "snapshots' checkpoint store: postgres://… shared by a fleet's hosts, or a SQLite path (env SANDBOXD_CHECKPOINTS; default a SQLite file under --data)")
 	blobs := fs.String("blobs", getenv("SANDBOXD_BLOBS"), "snapshots' blob store: file://DIR, s3://BUCKET?endpoint=…&region=…&use_path_style=true (AWS credentials from the environment), gs://, azblob:// (env SANDBOXD_BLOBS; default a folder under --data)")
 	blobCache := fs.String("blob-cache", "4GiB", "local read cache of a remote --blobs store")
+	volQuota := fs.String("volume-quota", "", "size of the disk of its own of a managed (pvc) volume whose request names no storage (default: --disk-quota); 0: none")
 	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
 	}
@@ -140,6 +141,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	shmBytes, err := sandboxd.ParseSize(*shm)
 	if err != nil || shmBytes <= 0 {
 		return fmt.Errorf("--shm-size: want a size such as 64MiB, got %q", *shm)
+	}
+	var volBytes int64
+	if *volQuota != "" {
+		if volBytes, err = sandboxd.ParseSize(*volQuota); err != nil {
+			return fmt.Errorf("--volume-quota: %w", err)
+		}
+		if volBytes == 0 {
+			volBytes = -1 // Config: negative means no disk of its own
+		}
 	}
 	cacheBytes, err := sandboxd.ParseSize(*blobCache)
 	if err != nil || cacheBytes <= 0 {
@@ -178,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
 		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,
-		PullTimeout: *pullTimeout, Checkpoints: *ckpts, Blobs: *blobs, BlobCacheBytes: cacheBytes})
+		PullTimeout: *pullTimeout, Checkpoints: *ckpts, Blobs: *blobs, BlobCacheBytes: cacheBytes, VolumeQuota: volBytes})
 	if err != nil {
 		return err
 	}

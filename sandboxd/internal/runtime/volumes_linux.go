@@ -1,13 +1,18 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
 // beneath is how every volume directory is resolved from its parent's
@@ -96,4 +101,36 @@ func (r *Runtime) bindVolume(m Volume, base uint32, target string) error {
 		return fmt.Errorf("volume %s: %w", m.Name, err)
 	}
 	return nil
+}
+
+// VolumeDisk gives a managed volume a disk of its own: img, a sparse ext4
+// image of size bytes (made if missing), loop-mounted nosuid,nodev on dir,
+// so that past size the volume's writes fail with ENOSPC and only there. A
+// dir that is already a mount point (a server that died left it mounted) is
+// left as it is.
+func VolumeDisk(ctx context.Context, img, dir string, size int64) error {
+	if ms, _ := mountinfo.Below(dir); slices.Contains(ms, dir) {
+		return nil
+	}
+	fresh := false
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+		if err := formatDisk(ctx, img, size); err != nil {
+			return err
+		}
+		fresh = true
+	} else if err != nil {
+		return fmt.Errorf("volume disk: %w", err)
+	}
+	if err := mountDisk(img, dir); err != nil {
+		return err
+	}
+	if fresh { // a new volume is empty, as on any other backend
+		_ = os.Remove(filepath.Join(dir, "lost+found"))
+	}
+	return nil
+}
+
+// UnmountVolume detaches whatever is mounted at or below dir.
+func UnmountVolume(dir string) error {
+	return unmountSandbox(dir)
 }
