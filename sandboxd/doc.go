@@ -149,8 +149,8 @@
 // namespaces, the sandbox init) is package sandboxd/internal/runtime; this
 // package keeps the API, the lifecycle, images, volumes and snapshots.
 //
-// This package imports the standard library, golang.org/x/sys, checkpoints,
-// checkpoints/sqlite, sandboxd/egress, sandboxd/execd, sandboxd/images,
-// sandboxd/internal/runtime and sandboxd/snapshots; it must not import the
-// SDK, the ledger, the bus or testenv.
+// Of this module it imports checkpoints, checkpoints/storeurl,
+// sandboxd/egress, sandboxd/execd, sandboxd/images, sandboxd/internal/runtime
+// and sandboxd/snapshots only (and the standard library, golang.org/x/sys);
+// never the SDK, the ledger, the bus or testenv.
 package sandboxd

@@ -38,7 +38,7 @@
 // through a token bucket per sandbox, with host names cut to 253 bytes, and
 // counted, every one, in Metrics.
 //
-// This package imports the standard library, package redact and the
-// Prometheus client (for Metrics); it must not import sandboxd, the SDK, the
+// Of this module it imports redact only (and the standard library and the
+// Prometheus client, for Metrics); it must not import sandboxd, the SDK, the
 // ledger, the bus or testenv (tests may use testenv).
 package egress

@@ -1,7 +1,6 @@
 package egress_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
@@ -39,23 +40,8 @@ var loop = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 // in httptest's TLS certificate.
 var testResolver = mapResolver{"example.com": loop, "allowed.test": loop, "denied.test": loop, "api.example.com": loop}
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects output from several goroutines.
+type syncBuffer = testutil.SyncBuffer
 
 // upstream is a test server that records the headers of the last request.
 type upstream struct {

@@ -54,8 +54,8 @@
 // readable cgroup they fall back to /proc/stat and /proc/meminfo, i.e. the machine. In
 // --no-isolation mode they therefore describe the parent's cgroup or the host, not one sandbox.
 //
-// Package execd imports the standard library, github.com/coder/websocket and golang.org/x/sys/unix
-// (the /pty terminal) and sandboxd/internal/proctree and sandboxd/internal/oomscore. It must not
-// import sandboxd or any other alineo package: it runs inside the sandbox and knows nothing of the
-// lifecycle server.
+// Of this module it imports sandboxd/internal/oomscore and sandboxd/internal/proctree only (and
+// the standard library, github.com/coder/websocket and golang.org/x/sys/unix for the /pty
+// terminal). It must not import sandboxd or any other alineo package: it runs inside the sandbox
+// and knows nothing of the lifecycle server.
 package execd

@@ -28,7 +28,7 @@
 // nothing either. Each stored layer records its unpacked bytes in the
 // user.alineo.unpacked extended attribute of its directory.
 //
-// This package imports the standard library, golang.org/x/sys,
-// golang.org/x/sync and github.com/google/go-containerregistry; it must not
-// import sandboxd.
+// Of this module it imports nothing: only the standard library,
+// golang.org/x/sys, golang.org/x/sync and github.com/google/go-containerregistry;
+// it must not import sandboxd.
 package images

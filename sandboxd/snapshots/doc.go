@@ -40,7 +40,7 @@
 // every checkpoint sharing it. A blob read from the local cache is copied with
 // copy_file_range, which reflinks on filesystems that support it (btrfs, XFS).
 //
-// This package imports checkpoints, gocloud.dev/blob with its file, s3, gcs
+// Of this module it imports checkpoints only, and gocloud.dev/blob with its file, s3, gcs
 // and azure drivers (the last two can be left out with the build tags
 // alineo_nogcs and alineo_noazure), golang.org/x/sync, golang.org/x/sys/unix
 // and the standard library; it must not import the rest of sandboxd.

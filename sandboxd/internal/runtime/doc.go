@@ -23,10 +23,11 @@
 // passed to RunRole as values (Roles); what it needs from the server per
 // sandbox comes over its configuration pipe.
 //
-// This package imports the standard library, golang.org/x/sys,
-// github.com/opencontainers/runtime-spec, github.com/moby/profiles/seccomp,
-// internal/mountinfo, sandboxd/egress, sandboxd/images,
-// sandboxd/internal/oomscore and sandboxd/internal/proctree. It must not
+// Of this module it imports internal/mountinfo, sandboxd/egress,
+// sandboxd/images, sandboxd/internal/oomscore and sandboxd/internal/proctree
+// only (and the standard library, golang.org/x/sys,
+// github.com/opencontainers/runtime-spec, github.com/moby/profiles/seccomp).
+// It must not
 // import sandboxd itself (the server imports it), sandboxd/execd (the init
 // gets execd as a Roles value), sandboxd/snapshots, the SDK, the ledger, the
 // bus or testenv.
