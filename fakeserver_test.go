@@ -26,6 +26,9 @@ type fakeServer struct {
 	// snapState is the state of every snapshot (Creating, Ready, Failed);
 	// "" refuses snapshots with 409.
 	snapState string
+	// arrived, when set, is called as each command request arrives, before
+	// it is answered.
+	arrived func(cmd string)
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
@@ -155,6 +158,13 @@ func (f *fakeServer) endpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"endpoint": host + "/execd/" + r.PathValue("id")})
 }
 
+// sent returns the commands received so far.
+func (f *fakeServer) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.commands...)
+}
+
 func (f *fakeServer) live() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -172,6 +182,9 @@ func (f *fakeServer) command(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.commands = append(f.commands, req.Command)
 	f.mu.Unlock()
+	if f.arrived != nil {
+		f.arrived(req.Command)
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
 	if f.script != nil {

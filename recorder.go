@@ -42,7 +42,7 @@ type pendingChunk struct {
 // recorder drives one exec from its request to the end of its output, in
 // stages, a method each:
 //
-//   - open sends the request while exec.started is written;
+//   - open sends the request once exec.started is written;
 //   - record takes the stream's output events (read from the stream by read)
 //     and queues them for the ledger in groups;
 //   - deliver hands each group to the readers once its write is done (it
@@ -112,19 +112,16 @@ func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-cha
 	r.finish(ctx, pctx)
 }
 
-// open sends the request while exec.started is written. Nothing of the stream
-// is recorded or delivered before exec.started is written; if that write
-// fails, the stream is closed (which kills the command). It returns the exec's
-// error if it cannot go on, and sets stream otherwise.
+// open sends the request once exec.started is written: the intent is in the
+// ledger before the command can run, so a crash never leaves a command that
+// ran with no trace of it. If that write fails, nothing is sent. It returns
+// the exec's error if it cannot go on, and sets stream otherwise.
 func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) error {
 	e := r.e
-	stream, err := open(pctx, ex)
 	if serr := <-started; serr != nil {
-		if err == nil {
-			stream.Close()
-		}
 		return &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: serr}
 	}
+	stream, err := open(pctx, ex)
 	if err != nil {
 		var apiErr *opensandbox.APIError
 		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {
