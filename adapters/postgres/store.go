@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/groupcommit"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
 )
@@ -73,6 +74,10 @@ type Store struct {
 	pool   *pgxpool.Pool
 
 	cu catchUpState
+
+	// gc commits appends: concurrent ones share one transaction, in one
+	// round trip.
+	gc *groupcommit.Committer[[]events.Entry]
 }
 
 // Open returns a Store for the database at dsn: a postgres:// URL or a
@@ -97,7 +102,9 @@ func Open(dsn string, cfg Config) (*Store, error) {
 	if !strings.Contains(dsn, "pool_max_conns") {
 		pcfg.MaxConns = cfg.MaxConns
 	}
-	return &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}, nil
+	s := &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}
+	s.gc = groupcommit.New(s.commitAppends, func(es []events.Entry) int { return len(es) }, groupcommit.Config{})
+	return s, nil
 }
 
 func (s *Store) isClosed() bool {
@@ -151,9 +158,12 @@ func (s *Store) current() (*pgxpool.Pool, error) {
 	return s.pool, nil
 }
 
-// Close closes the pool, waiting for connections in use to be returned. It is
-// idempotent; every later call returns an error wrapping adapters.ErrClosed.
+// Close closes the pool, once the appends it finds queued or being committed
+// are committed (or failed), waiting for connections in use to be returned;
+// appends made after it started are refused. It is idempotent; every later
+// call returns an error wrapping adapters.ErrClosed.
 func (s *Store) Close() error {
+	s.gc.Close()
 	s.mu.Lock()
 	p := s.pool
 	s.closed, s.pool = true, nil
