@@ -61,6 +61,9 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// maxCommitsInFlight bounds the append batches being committed at once.
+const maxCommitsInFlight = 4
+
 // Store is a ledger in one Postgres database. All methods are safe for
 // concurrent use, by several Stores (and processes) on one database too.
 type Store struct {
@@ -103,7 +106,13 @@ func Open(dsn string, cfg Config) (*Store, error) {
 		pcfg.MaxConns = cfg.MaxConns
 	}
 	s := &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}
-	s.gc = groupcommit.New(s.commitAppends, func(es []events.Entry) int { return len(es) }, groupcommit.Config{})
+	// A few batches in flight at once, each on a connection of its own: a
+	// commit waits for a round trip to a server process, which a loaded
+	// machine may be slow to run; the pool keeps half its connections for
+	// reads.
+	inFlight := max(1, min(maxCommitsInFlight, int(pcfg.MaxConns)/2))
+	s.gc = groupcommit.New(s.commitAppends, func(es []events.Entry) int { return len(es) },
+		groupcommit.Config{MaxInFlight: inFlight})
 	return s, nil
 }
 

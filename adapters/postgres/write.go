@@ -125,9 +125,9 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 }
 
 // commitShared commits one append's encoded entries es, all or nothing,
-// through the store's group commit: alone at once when no commit is in
-// flight, else in one transaction (one round trip) with the other appends
-// queued meanwhile.
+// through the store's group commit: alone at once while fewer than
+// maxCommitsInFlight commits are in flight, else in one transaction (one
+// round trip) with the other appends queued meanwhile.
 func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) error {
 	err := s.gc.Do(ctx, es)
 	if errors.Is(err, groupcommit.ErrClosed) {
