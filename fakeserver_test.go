@@ -3,6 +3,7 @@ package alineo
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,9 +27,9 @@ type fakeServer struct {
 	// snapState is the state of every snapshot (Creating, Ready, Failed);
 	// "" refuses snapshots with 409.
 	snapState string
-	// arrived, when set, is called as each command request arrives, before
-	// it is answered.
-	arrived func(cmd string)
+	// arrived, when set, is called as each command request arrives (with its
+	// RemoteAddr), before it is answered.
+	arrived func(cmd, remote string)
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
@@ -37,11 +38,12 @@ type fakeServer struct {
 	images    []string // the image of each create
 	next      int
 	commands  []string
-	prefer    []string // the Prefer header of each snapshot create
+	prefer    []string                  // the Prefer header of each snapshot create
+	conns     map[string]http.ConnState // by RemoteAddr: the state of each connection
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
-	f := &fakeServer{sandboxes: map[string]string{}}
+	f := &fakeServer{sandboxes: map[string]string{}, conns: map[string]http.ConnState{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sandboxes", f.create)
 	mux.HandleFunc("GET /v1/sandboxes/{id}", f.get)
@@ -53,9 +55,23 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("GET /v1/snapshots/{snap}", f.snapshot(http.StatusOK))
 	mux.HandleFunc("GET /execd/{id}/ping", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /execd/{id}/command", f.command)
-	f.Server = httptest.NewServer(mux)
+	f.Server = httptest.NewUnstartedServer(mux)
+	f.Config.ConnState = func(c net.Conn, state http.ConnState) {
+		f.mu.Lock()
+		f.conns[c.RemoteAddr().String()] = state
+		f.mu.Unlock()
+	}
+	f.Start()
 	t.Cleanup(f.Close)
 	return f
+}
+
+// connState returns the state of the connection a request came on, from its
+// RemoteAddr.
+func (f *fakeServer) connState(remote string) http.ConnState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns[remote]
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -183,7 +199,7 @@ func (f *fakeServer) command(w http.ResponseWriter, r *http.Request) {
 	f.commands = append(f.commands, req.Command)
 	f.mu.Unlock()
 	if f.arrived != nil {
-		f.arrived(req.Command)
+		f.arrived(req.Command, r.RemoteAddr)
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)

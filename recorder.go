@@ -116,25 +116,37 @@ func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-cha
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.cancel = cancel
-	if err := r.openStream(pctx, ex, started, open); err != nil {
+	// The request's context follows pctx while the stream runs, and no
+	// longer once record is done: the rest of a finished response is then
+	// drained by the stream, which hands its connection back to the pool
+	// for the next exec; cancelling it with pctx as the exec ends cut the
+	// connection (a new one per exec, under load). Close still cancels an
+	// unfinished stream.
+	sctx, scancel := context.WithCancelCause(context.WithoutCancel(pctx))
+	unlink := context.AfterFunc(pctx, func() { scancel(context.Cause(pctx)) })
+	if err := r.openStream(pctx, sctx, ex, started, open); err != nil {
+		unlink()
+		scancel(nil)
 		r.e.fail(err)
 		return
 	}
 	defer r.stream.Close()
 	r.record(pctx)
+	unlink()
 	r.finish(ctx, pctx)
 }
 
-// openStream sends the request once exec.started is written: the intent is in
-// the ledger before the command can run, so a crash never leaves a command
-// that ran with no trace of it. If that write fails, nothing is sent. It
-// returns the exec's error if it cannot go on, and sets stream otherwise.
-func (r *recorder) openStream(pctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) error {
+// openStream sends the request, under sctx, once exec.started is written:
+// the intent is in the ledger before the command can run, so a crash never
+// leaves a command that ran with no trace of it. If that write fails,
+// nothing is sent. It returns the exec's error if it cannot go on, and sets
+// stream otherwise.
+func (r *recorder) openStream(pctx, sctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) error {
 	e := r.e
 	if serr := <-started; serr != nil {
 		return &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: serr}
 	}
-	stream, err := open(pctx, ex)
+	stream, err := open(sctx, ex)
 	if err != nil {
 		var apiErr *opensandbox.APIError
 		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {

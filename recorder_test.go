@@ -3,6 +3,7 @@ package alineo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // The recorder's stages, each through a fake execd and a store that fails or
@@ -104,7 +106,7 @@ func TestRecorderOpenWaitsForStartedCommit(t *testing.T) {
 	store := &failingStore{Store: memory.New()}
 	var sb *Sandbox
 	arrived := make(chan bool, 4) // per request: whether its exec.started was committed
-	f.arrived = func(string) {
+	f.arrived = func(string, string) {
 		es, err := store.Store.ReadAll(context.Background(), sb.Name(), sb.ID())
 		if err != nil {
 			t.Error(err)
@@ -145,6 +147,34 @@ func TestRecorderOpenWaitsForStartedCommit(t *testing.T) {
 	}
 	if committed := <-arrived; !committed {
 		t.Fatal("the request reached the server before exec.started was committed")
+	}
+}
+
+// finish: the exec ends without cutting its connection: the rest of the
+// response (here, the server returns 50 ms after the terminal event) is
+// drained and the connection goes back to the pool for the next exec, as
+// the raw client's does; cancelling the request as the exec ended closed it.
+func TestRecorderKeepsConnection(t *testing.T) {
+	f := newFakeServer(t)
+	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
+		defaultScript(w, fl, cmd)
+		time.Sleep(50 * time.Millisecond)
+	}
+	remote := make(chan string, 1)
+	f.arrived = func(_, addr string) { remote <- addr }
+	_, sb := recorderEnv(t, f, nil)
+	if _, err := sb.Exec(context.Background(), "echo hi").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	addr := <-remote
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if s := f.connState(addr); s != http.StateIdle && s != http.StateClosed {
+			return fmt.Errorf("connection %s: %v", addr, s)
+		}
+		return nil
+	})
+	if s := f.connState(addr); s != http.StateIdle {
+		t.Fatalf("the exec's connection is %v once its response ended, want idle (kept for the next request)", s)
 	}
 }
 
