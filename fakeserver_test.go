@@ -3,6 +3,7 @@ package alineo
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,6 +29,9 @@ type fakeServer struct {
 	snapState string
 	// failDelete makes DELETE /v1/sandboxes/{id} answer this status.
 	failDelete int
+	// arrived, when set, is called as each command request arrives (with its
+	// RemoteAddr), before it is answered.
+	arrived func(cmd, remote string)
 
 	mu        sync.Mutex
 	peak      int               // most sandboxes alive at once
@@ -36,11 +40,12 @@ type fakeServer struct {
 	images    []string // the image of each create
 	next      int
 	commands  []string
-	prefer    []string // the Prefer header of each snapshot create
+	prefer    []string                  // the Prefer header of each snapshot create
+	conns     map[string]http.ConnState // by RemoteAddr: the state of each connection
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
-	f := &fakeServer{sandboxes: map[string]string{}}
+	f := &fakeServer{sandboxes: map[string]string{}, conns: map[string]http.ConnState{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sandboxes", f.create)
 	mux.HandleFunc("GET /v1/sandboxes/{id}", f.get)
@@ -52,9 +57,23 @@ func newFakeServer(t *testing.T) *fakeServer {
 	mux.HandleFunc("GET /v1/snapshots/{snap}", f.snapshot(http.StatusOK))
 	mux.HandleFunc("GET /execd/{id}/ping", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /execd/{id}/command", f.command)
-	f.Server = httptest.NewServer(mux)
+	f.Server = httptest.NewUnstartedServer(mux)
+	f.Config.ConnState = func(c net.Conn, state http.ConnState) {
+		f.mu.Lock()
+		f.conns[c.RemoteAddr().String()] = state
+		f.mu.Unlock()
+	}
+	f.Start()
 	t.Cleanup(f.Close)
 	return f
+}
+
+// connState returns the state of the connection a request came on, from its
+// RemoteAddr.
+func (f *fakeServer) connState(remote string) http.ConnState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns[remote]
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -161,6 +180,13 @@ func (f *fakeServer) endpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"endpoint": host + "/execd/" + r.PathValue("id")})
 }
 
+// sent returns the commands received so far.
+func (f *fakeServer) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.commands...)
+}
+
 func (f *fakeServer) live() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -178,6 +204,9 @@ func (f *fakeServer) command(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.commands = append(f.commands, req.Command)
 	f.mu.Unlock()
+	if f.arrived != nil {
+		f.arrived(req.Command, r.RemoteAddr)
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
 	if f.script != nil {

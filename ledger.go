@@ -97,7 +97,11 @@ type emission struct {
 // batch is full. done[i] receives the result of es[i]'s write. Either all are
 // queued or none (the error is then ctx's).
 func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
-	return l.queueMany(ctx, c, false, done, es)
+	lead, err := l.queueMany(ctx, c, done, es)
+	if err == nil && lead {
+		go l.drain()
+	}
+	return err
 }
 
 // writeMany is emitMany for a caller that waits for the writes right away:
@@ -106,10 +110,28 @@ func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es
 // the running writer's. Either way done[i] receives es[i]'s result, and
 // when writeMany returns having written them, done is already filled.
 func (l *ledger) writeMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
-	return l.queueMany(ctx, c, true, done, es)
+	lead, err := l.queueMany(ctx, c, done, es)
+	if err == nil && lead {
+		l.writeLed(len(es))
+	}
+	return err
 }
 
-func (l *ledger) queueMany(ctx context.Context, c *chain, inline bool, done []<-chan error, es []emission) error {
+// emitLed is emitChained for a caller that will wait for the write in a
+// goroutine of its own, which it is about to start: when no writer is
+// running, lead is true and that goroutine must call writeLed(1), which
+// writes the entry there, sparing the hand-over to a writer goroutine and
+// back (an exec's exec.started, which its request waits for).
+func (l *ledger) emitLed(ctx context.Context, c *chain, ev events.Event, step int, payload any) (done <-chan error, lead bool, err error) {
+	var d [1]<-chan error
+	lead, err = l.queueMany(ctx, c, d[:], []emission{{ev: ev, step: step, payload: payload}})
+	return d[0], lead, err
+}
+
+// queueMany stamps and queues es, done[i] receiving es[i]'s result. It
+// reports lead when no writer was running: the caller is the writer now, and
+// must write (writeLed) or start one (drain); the queue held nothing before es.
+func (l *ledger) queueMany(ctx context.Context, c *chain, done []<-chan error, es []emission) (lead bool, err error) {
 	for i := range es {
 		select {
 		case l.slots <- struct{}{}:
@@ -117,7 +139,7 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, inline bool, done []<-
 			for range i {
 				<-l.slots
 			}
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 	l.mu.Lock()
@@ -139,29 +161,30 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, inline bool, done []<-
 		done[i] = ch
 		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})
 	}
-	if l.running {
-		l.mu.Unlock()
-		return nil
-	}
+	lead = !l.running
 	l.running = true
 	l.mu.Unlock()
-	if !inline {
-		go l.drain()
-		return nil
+	return lead, nil
+}
+
+// writeLed writes the first n entries of the queue, those of the caller that
+// queueMany made the writer, and nothing queued after them: what was queued
+// meanwhile goes to a writer goroutine.
+func (l *ledger) writeLed(n int) {
+	for n > 0 {
+		w := min(n, ledgerBatchMax)
+		l.drainBatch(w)
+		n -= w
 	}
-	// This goroutine is the writer now; the queue held nothing before es.
-	// What was queued while it wrote goes to a writer goroutine.
-	l.drainBatch()
 	l.mu.Lock()
 	if len(l.queue) == 0 {
 		l.running = false
 		l.queue = nil
 		l.mu.Unlock()
-		return nil
+		return
 	}
 	l.mu.Unlock()
 	go l.drain()
-	return nil
 }
 
 // write emits an event and waits for it to be written. The write itself does not
@@ -176,16 +199,16 @@ func (l *ledger) write(ctx context.Context, ev events.Event, step int, payload a
 
 // drain writes the queue, batch by batch, until it is empty.
 func (l *ledger) drain() {
-	for l.drainBatch() {
+	for l.drainBatch(ledgerBatchMax) {
 	}
 }
 
-// drainBatch writes the next batch of the queue and reports whether it
-// wrote one; on an empty queue it stops the writer (running = false) and
-// reports false. Only the writer calls it.
-func (l *ledger) drainBatch() bool {
+// drainBatch writes the next batch of the queue, at most limit entries, and
+// reports whether it wrote one; on an empty queue it stops the writer
+// (running = false) and reports false. Only the writer calls it.
+func (l *ledger) drainBatch(limit int) bool {
 	l.mu.Lock()
-	n := min(len(l.queue), ledgerBatchMax)
+	n := min(len(l.queue), limit)
 	if n == 0 {
 		l.running = false
 		l.queue = nil

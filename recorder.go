@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alineo-labs/alineo/events"
@@ -11,9 +12,6 @@ import (
 )
 
 const (
-	// maxUnpublished bounds the output events an exec has read from its stream
-	// and not yet queued for the ledger.
-	maxUnpublished = 128
 	// maxInFlight bounds the output groups of one exec being written to the
 	// ledger at once; lines arriving meanwhile are merged into the next group.
 	maxInFlight = 2
@@ -21,13 +19,12 @@ const (
 	maxGroup = 256 << 10
 )
 
-// outputLinger is how long the recorder waits, with no other group of the
-// exec in flight, for the event after a group before writing the group: if
-// the stream ends meanwhile, the last group and exec.completed are written
-// in one transaction; if more output of the same stream comes, it joins the
-// group. Short commands end within it (the exit follows their output by a
-// fraction of a millisecond), saving a ledger write on the critical path.
-// It is a variable for tests only.
+// outputLinger is how long an output group stays open, from its first event,
+// for the events after it: if the stream ends meanwhile, the last group and
+// exec.completed are written in one transaction; more output of the same
+// stream joins the group. Short commands end within it (the exit follows
+// their output by a fraction of a millisecond), saving a ledger write on the
+// critical path. It is a variable for tests only.
 var outputLinger = time.Millisecond
 
 // openFunc sends an exec's request to execd and returns its stream.
@@ -39,12 +36,23 @@ type pendingChunk struct {
 	done <-chan error
 }
 
+// openGroup is the output group being formed: events of one stream, read and
+// not yet queued for the ledger. Its timer queues it once outputLinger has
+// passed, if the exec's goroutine, blocked reading the stream, has not.
+type openGroup struct {
+	stream events.Stream
+	data   []byte
+	timer  *time.Timer
+}
+
 // recorder drives one exec from its request to the end of its output, in
 // stages, a method each:
 //
-//   - open sends the request while exec.started is written;
-//   - record takes the stream's output events (read from the stream by read)
-//     and queues them for the ledger in groups;
+//   - open sends the request once exec.started is written;
+//   - record reads the stream's output events and gathers them into groups,
+//     each queued for the ledger (flush) when an event of the other stream
+//     comes, when it is full, when its linger ends, or with exec.completed
+//     at the end;
 //   - deliver hands each group to the readers once its write is done (it
 //     starts with the first group queued: a command whose only output is
 //     written with exec.completed has none);
@@ -52,8 +60,11 @@ type pendingChunk struct {
 //     with the exec's error.
 //
 // A failed write or delivery cancels the stream's context (cancel), which
-// stops the stream and kills the command. read and deliver run in goroutines
-// of their own; every other method runs in the exec's goroutine.
+// stops the stream and kills the command. The exec's goroutine reads the
+// stream itself, so a short command's output goes from the stream to the
+// ledger and to its readers without a hand-over between goroutines; deliver
+// runs in a goroutine of its own, and a group's linger timer queues it from
+// the timer's goroutine.
 type recorder struct {
 	e     *Exec
 	lines bool // output events are lines of a shell command, not raw bytes
@@ -61,20 +72,25 @@ type recorder struct {
 	stream *opensandbox.Stream
 	cancel context.CancelCauseFunc // cancels the stream's context
 
-	evc       chan opensandbox.Event // output events, from read to record; read closes it
-	inFlight  chan struct{}          // a token per group queued and not yet delivered
-	queue     chan pendingChunk      // groups queued for the ledger, in order, to deliver
-	delivered chan error             // deliver's first error, once queue is closed
+	inFlight  chan struct{}     // a token per group queued and not yet delivered
+	queue     chan pendingChunk // groups queued for the ledger, in order, to deliver
+	delivered chan error        // deliver's first error, once queue is closed
 
-	// Owned by record, then by finish.
-	linger     *time.Timer
-	next       *opensandbox.Event // read ahead while grouping, not yet recorded
-	more       bool               // evc is open
-	stopped    bool               // record left before the end of the stream
-	res        opensandbox.Result // valid once ended reported true
-	streamErr  error              // how the stream ended, once ended was called
+	// mu guards open, which record fills and flush takes.
+	mu   sync.Mutex
+	open *openGroup
+
+	// qmu serialises flush (the exec's goroutine's and linger timers'), so
+	// groups are queued in the order read; it guards the fields below until
+	// finish, which takes it to end them.
+	qmu        sync.Mutex
+	stopped    bool               // a flush found pctx done: nothing more is queued
 	emitErr    error              // a write that could not be queued
 	delivering bool               // deliver runs: started with the first group queued
+	finished   bool               // finish has run: a linger timer firing late queues nothing
+	over       bool               // the stream ended (Next returned false): set by record
+	res        opensandbox.Result // valid once ended reported true
+	streamErr  error              // how the stream ended, once ended was called
 	completed  <-chan error       // the write of exec.completed; nil until queued
 	lastOut    <-chan error       // the write of last, queued with exec.completed
 	last       *chunk             // the last group, delivered by finish with the end
@@ -84,11 +100,9 @@ func newRecorder(e *Exec, lines bool) *recorder {
 	return &recorder{
 		e:         e,
 		lines:     lines,
-		evc:       make(chan opensandbox.Event, maxUnpublished),
 		inFlight:  make(chan struct{}, maxInFlight),
 		queue:     make(chan pendingChunk, maxInFlight),
 		delivered: make(chan error, 1),
-		more:      true,
 	}
 }
 
@@ -102,29 +116,37 @@ func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-cha
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.cancel = cancel
-	if err := r.open(pctx, ex, started, open); err != nil {
+	// The request's context follows pctx while the stream runs, and no
+	// longer once record is done: the rest of a finished response is then
+	// drained by the stream, which hands its connection back to the pool
+	// for the next exec; cancelling it with pctx as the exec ends cut the
+	// connection (a new one per exec, under load). Close still cancels an
+	// unfinished stream.
+	sctx, scancel := context.WithCancelCause(context.WithoutCancel(pctx))
+	unlink := context.AfterFunc(pctx, func() { scancel(context.Cause(pctx)) })
+	if err := r.openStream(pctx, sctx, ex, started, open); err != nil {
+		unlink()
+		scancel(nil)
 		r.e.fail(err)
 		return
 	}
 	defer r.stream.Close()
-	go r.read(pctx)
 	r.record(pctx)
+	unlink()
 	r.finish(ctx, pctx)
 }
 
-// open sends the request while exec.started is written. Nothing of the stream
-// is recorded or delivered before exec.started is written; if that write
-// fails, the stream is closed (which kills the command). It returns the exec's
-// error if it cannot go on, and sets stream otherwise.
-func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) error {
+// openStream sends the request, under sctx, once exec.started is written:
+// the intent is in the ledger before the command can run, so a crash never
+// leaves a command that ran with no trace of it. If that write fails,
+// nothing is sent. It returns the exec's error if it cannot go on, and sets
+// stream otherwise.
+func (r *recorder) openStream(pctx, sctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) error {
 	e := r.e
-	stream, err := open(pctx, ex)
 	if serr := <-started; serr != nil {
-		if err == nil {
-			stream.Close()
-		}
 		return &SandboxError{SandboxID: e.sb.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: serr}
 	}
+	stream, err := open(sctx, ex)
 	if err != nil {
 		var apiErr *opensandbox.APIError
 		if errors.As(err, &apiErr) || errors.Is(err, opensandbox.ErrInvalidRequest) {
@@ -140,23 +162,6 @@ func (r *recorder) open(pctx context.Context, ex *opensandbox.Execd, started <-c
 		r.lines = false // chunks of exact bytes, not lines to terminate
 	}
 	return nil
-}
-
-// read hands the stream's output events to record until the stream ends or
-// pctx is done, then closes evc. It runs in a goroutine of its own.
-func (r *recorder) read(pctx context.Context) {
-	defer close(r.evc)
-	for r.stream.Next() {
-		ev, ok := r.output(r.stream.Event())
-		if !ok {
-			continue
-		}
-		select {
-		case r.evc <- ev:
-		case <-pctx.Done():
-			return
-		}
-	}
 }
 
 // deliver waits for the write of each queued group, in order, and hands the
@@ -185,112 +190,89 @@ func (r *recorder) deliver(pctx context.Context) {
 	r.delivered <- first
 }
 
-// record queues the output events for the ledger in groups: while maxInFlight
-// groups of this exec are being written, the lines that arrive meanwhile are
-// merged into the next group (same stream, up to maxGroup bytes). An idle
-// ledger thus records every line on its own and at once, a busy one fewer,
-// larger rows. It returns at the end of the stream, when a write cannot be
-// queued (emitErr), or when pctx is done (stopped).
+// record reads the stream's output events until the stream ends (over) or a
+// group cannot be queued, gathering them into groups of one stream, up to
+// maxGroup bytes: an event of the other stream, or a full group, queues the
+// open group (flush) and opens the next. An open group lingers for
+// outputLinger, then its timer queues it; while maxInFlight groups are being
+// written, a flush waits, and what the stream brings meanwhile is merged
+// into the next group. An idle ledger thus records every line at once, a
+// busy one fewer, larger rows.
 func (r *recorder) record(pctx context.Context) {
-	defer r.stopLinger()
-	for r.more || r.next != nil {
-		ev, ok := r.take()
+	for r.stream.Next() {
+		ev, ok := r.output(r.stream.Event())
 		if !ok {
-			return
+			continue
 		}
-		select {
-		case r.inFlight <- struct{}{}:
-		case <-pctx.Done():
-			r.stopped = true
-			return
-		}
-		s, data := r.group(pctx, ev)
-		if !r.queueGroup(pctx, s, data) {
-			return
-		}
-	}
-}
-
-// take returns the next event to record: the one read ahead, else the next one
-// from read. It returns false at the end of the stream.
-func (r *recorder) take() (opensandbox.Event, bool) {
-	if r.next != nil {
-		ev := *r.next
-		r.next = nil
-		return ev, true
-	}
-	ev, ok := <-r.evc
-	if !ok {
-		r.more = false
-	}
-	return ev, ok
-}
-
-// group returns ev's stream and bytes with those of the events after it on
-// the same stream merged in, up to maxGroup bytes: the events already read,
-// and, when no other group is in flight, those arriving within outputLinger.
-// An event of the other stream ends the group and is kept in next.
-func (r *recorder) group(pctx context.Context, ev opensandbox.Event) (events.Stream, []byte) {
-	s := streamOf(ev)
-	data := r.bytesOf(nil, ev)
-	lingered := false
-	for r.more && len(data) < maxGroup {
-		nx, ok, got := r.poll()
-		if !got {
-			if lingered || len(r.inFlight) > 1 {
-				break
+		s := streamOf(ev)
+		r.mu.Lock()
+		if g := r.open; g != nil && g.stream == s {
+			g.data = r.bytesOf(g.data, ev)
+			full := len(g.data) >= maxGroup
+			r.mu.Unlock()
+			if full && !r.flush(pctx, g) {
+				return
 			}
-			lingered = true
-			if nx, ok, got = r.await(pctx); !got {
-				break
-			}
+			continue
 		}
-		if !ok {
-			r.more = false
-			break
+		g := r.open
+		r.mu.Unlock()
+		if g != nil && !r.flush(pctx, g) {
+			return
 		}
-		if streamOf(nx) != s {
-			r.next = &nx
-			break
-		}
-		data = r.bytesOf(data, nx)
+		g = &openGroup{stream: s, data: r.bytesOf(nil, ev)}
+		r.mu.Lock()
+		r.open = g
+		g.timer = time.AfterFunc(outputLinger, func() { r.flush(pctx, g) })
+		r.mu.Unlock()
 	}
-	return s, data
+	r.qmu.Lock()
+	r.over = true
+	r.qmu.Unlock()
 }
 
-// poll returns the next event from read if there is one already (got); ok is
-// false when evc is closed.
-func (r *recorder) poll() (ev opensandbox.Event, ok, got bool) {
-	select {
-	case ev, ok = <-r.evc:
-		return ev, ok, true
-	default:
-		return ev, false, false
+// take closes g, the open group, and returns it, or nil when it is no longer
+// open (queued already).
+func (r *recorder) take(g *openGroup) *openGroup {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.open != g || g == nil {
+		return nil
 	}
+	r.open = nil
+	g.timer.Stop()
+	return g
 }
 
-// await is poll waiting up to outputLinger, or until pctx is done.
-func (r *recorder) await(pctx context.Context) (ev opensandbox.Event, ok, got bool) {
-	if r.linger == nil {
-		r.linger = time.NewTimer(outputLinger)
-	} else {
-		r.linger.Reset(outputLinger)
+// flush queues group g for the ledger, if it is still open, and reports
+// whether recording goes on. It runs in the exec's goroutine (the next event
+// is of the other stream, g is full) or in g's linger timer; qmu makes the
+// groups queued in the order read.
+func (r *recorder) flush(pctx context.Context, g *openGroup) bool {
+	r.qmu.Lock()
+	defer r.qmu.Unlock()
+	if r.stopped || r.emitErr != nil {
+		return false
 	}
+	if r.finished {
+		return true
+	}
+	if g = r.take(g); g == nil {
+		return true
+	}
+	return r.queueGroup(pctx, g.stream, g.data)
+}
+
+// await waits for an inFlight token: for fewer than maxInFlight groups in
+// flight. It reports false, setting stopped, if pctx ends first. Called
+// with qmu held.
+func (r *recorder) await(pctx context.Context) bool {
 	select {
-	case ev, ok = <-r.evc:
-		r.linger.Stop()
-		return ev, ok, true
-	case <-r.linger.C:
-		return ev, false, false
+	case r.inFlight <- struct{}{}:
+		return true
 	case <-pctx.Done():
-		r.linger.Stop()
-		return ev, false, false
-	}
-}
-
-func (r *recorder) stopLinger() {
-	if r.linger != nil {
-		r.linger.Stop()
+		r.stopped = true
+		return false
 	}
 }
 
@@ -314,14 +296,11 @@ func (r *recorder) bytesOf(dst []byte, ev opensandbox.Event) []byte {
 	return append(dst, rawBytes(ev)...)
 }
 
-// queueGroup queues one group (which holds an inFlight token) for the ledger
-// and reports whether recording goes on. When the stream ended right after the
-// group, the group is queued together with exec.completed, so both are written
-// in one batch (not when output is redacted: the redaction may still hold some
-// back).
+// queueGroup queues one group for the ledger, once an inFlight token is
+// free, and reports whether recording goes on. Called with qmu held.
 func (r *recorder) queueGroup(pctx context.Context, s events.Stream, data []byte) bool {
 	e := r.e
-	if !r.more && r.next == nil && e.red == nil && r.queueLast(pctx, s, data) {
+	if !r.await(pctx) {
 		return false
 	}
 	if e.red != nil {
@@ -352,24 +331,18 @@ func (r *recorder) enqueue(pctx context.Context, p pendingChunk) {
 }
 
 // queueLast queues the exec's last group (stream s, data) and exec.completed
-// together, in one batch, if the stream ended well; finish, not deliver, hands
-// the group to the readers, with the end. It reports false, having queued
-// nothing, when the stream did not end well: the group is then recorded alone.
-func (r *recorder) queueLast(pctx context.Context, s events.Stream, data []byte) bool {
-	if !r.ended() {
-		return false
-	}
+// together, in one batch, the stream having ended well; finish, not deliver,
+// hands the group to the readers, with the end. Called with qmu held.
+func (r *recorder) queueLast(pctx context.Context, s events.Stream, data []byte) {
 	e := r.e
 	var buf [4]emission
 	var done [4]<-chan error
 	ems := e.appendCompletion(append(buf[:0], emission{ev: events.ExecOutput, step: e.step, payload: outputPayload(e.step, s, data)}), r.res)
 	r.emitErr = e.sb.ledger.writeMany(pctx, e.chain, done[:len(ems)], ems...)
-	<-r.inFlight // not deliver's to deliver
 	if r.emitErr == nil {
 		r.lastOut, r.completed = done[0], done[len(ems)-1]
 		r.last = &chunk{stream: s, data: data}
 	}
-	return true
 }
 
 // ended reads how the stream ended into streamErr and res, and reports whether
@@ -383,12 +356,23 @@ func (r *recorder) ended() bool {
 	return r.streamErr == nil
 }
 
-// finish queues exec.completed unless record did, waits for every write and
-// delivery, stops read, and ends the output with the exec's error.
+// finish queues the open group and exec.completed, when the stream ended,
+// waits for every write and delivery, and ends the output with the exec's
+// error. The last group and exec.completed are queued in one batch, so both
+// are written together, when the stream ended well (not when output is
+// redacted: the redaction may still hold some back).
 func (r *recorder) finish(ctx, pctx context.Context) {
-	if !r.more && !r.stopped && r.emitErr == nil && r.completed == nil {
-		r.complete(ctx, pctx)
+	r.qmu.Lock()
+	r.finished = true
+	g := r.take(r.openGroup())
+	if r.over && !r.stopped && r.emitErr == nil {
+		if g != nil && r.e.red == nil && r.ended() {
+			r.queueLast(pctx, g.stream, g.data)
+		} else if g == nil || r.queueGroup(pctx, g.stream, g.data) {
+			r.complete(ctx, pctx)
+		}
 	}
+	r.qmu.Unlock()
 	close(r.queue)
 	var perr error
 	if r.delivering {
@@ -399,11 +383,8 @@ func (r *recorder) finish(ctx, pctx context.Context) {
 			perr = &SandboxError{SandboxID: r.e.sb.id, Op: fmt.Sprintf("record exec %d output", r.e.step), Err: err}
 		}
 	}
-	// Stop read, if it still runs, and wait for it.
 	if perr != nil || r.emitErr != nil {
 		r.cancel(errors.Join(perr, r.emitErr))
-	}
-	for range r.evc {
 	}
 	if err := r.failure(ctx, pctx, perr); err != nil {
 		r.e.fail(err)
@@ -412,10 +393,18 @@ func (r *recorder) finish(ctx, pctx context.Context) {
 	r.end(pctx)
 }
 
+// openGroup returns the open group, nil when there is none.
+func (r *recorder) openGroup() *openGroup {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.open
+}
+
 // complete queues exec.completed, at the end of the stream, right behind the
 // last output group (and the output the redaction held back), so both are
 // written together; being in the exec's chain, it is not written if an output
-// row failed. It queues nothing if the stream did not end well.
+// row failed. It queues nothing if the stream did not end well. Called with
+// qmu held.
 func (r *recorder) complete(ctx, pctx context.Context) {
 	if r.emitErr = r.flushRedacted(pctx); r.emitErr != nil || !r.ended() {
 		return

@@ -3,6 +3,7 @@ package alineo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // The recorder's stages, each through a fake execd and a store that fails or
@@ -67,8 +69,8 @@ func wantSandboxError(t *testing.T, err error, op string, cause error) {
 	}
 }
 
-// open: exec.started fails to be written. The stream is closed, nothing of it
-// is recorded or delivered, and the exec fails with the write's error.
+// open: exec.started fails to be written. The request is never sent, nothing
+// is recorded, and the exec fails with the write's error.
 func TestRecorderOpenStartedWriteFails(t *testing.T) {
 	f := newFakeServer(t)
 	boom := errors.New("boom")
@@ -84,8 +86,95 @@ func TestRecorderOpenStartedWriteFails(t *testing.T) {
 	if res.Stdout != "" || res.ExitCode != -1 {
 		t.Errorf("result = %+v, want no output and exit -1", res)
 	}
+	if got := f.sent(); len(got) != 0 {
+		t.Errorf("the server received %q, want nothing: the intent was never recorded", got)
+	}
 	if got := outputRows(t, c, sb, 1); len(got) != 0 || hasEvent(t, c, sb, events.ExecCompleted, 1) {
 		t.Fatalf("ledger has output %q or exec.completed of a call whose exec.started failed", got)
+	}
+}
+
+// open: the request is sent only once exec.started is committed. The
+// store's append of exec.started is held until released; the server notes,
+// as each request arrives, whether the ledger holds its exec.started. A
+// request sent while the commit is in flight (as it was, overlapping the
+// two) arrives while the append is held: the append is released at that
+// arrival, or after a grace period in which none came, so the test ends
+// either way.
+func TestRecorderOpenWaitsForStartedCommit(t *testing.T) {
+	f := newFakeServer(t)
+	store := &failingStore{Store: memory.New()}
+	var sb *Sandbox
+	arrived := make(chan bool, 4) // per request: whether its exec.started was committed
+	f.arrived = func(string, string) {
+		es, err := store.Store.ReadAll(context.Background(), sb.Name(), sb.ID())
+		if err != nil {
+			t.Error(err)
+		}
+		committed := false
+		for _, e := range es {
+			committed = committed || e.Event == events.ExecStarted && e.StepIndex == 1
+		}
+		arrived <- committed
+	}
+	held := make(chan struct{})
+	store.fail = func(e events.Entry) error {
+		if e.Event != events.ExecStarted {
+			return nil
+		}
+		close(held)
+		select {
+		case c := <-arrived: // the request came while held
+			arrived <- c
+		case <-time.After(300 * time.Millisecond):
+		}
+		return nil
+	}
+	c := newFakeClient(t, f, store)
+	sb, err := c.Sandbox(context.Background(), SandboxOptions{Image: "ubuntu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	ex := sb.Exec(context.Background(), "echo hi")
+	<-held
+	res, err := ex.Wait()
+	if err != nil || res.Stdout != "hi\n" {
+		t.Fatalf("Wait = %+v, %v; want stdout hi", res, err)
+	}
+	if got := f.sent(); len(got) != 1 {
+		t.Fatalf("the server received %q, want one command", got)
+	}
+	if committed := <-arrived; !committed {
+		t.Fatal("the request reached the server before exec.started was committed")
+	}
+}
+
+// finish: the exec ends without cutting its connection: the rest of the
+// response (here, the server returns 50 ms after the terminal event) is
+// drained and the connection goes back to the pool for the next exec, as
+// the raw client's does; cancelling the request as the exec ended closed it.
+func TestRecorderKeepsConnection(t *testing.T) {
+	f := newFakeServer(t)
+	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
+		defaultScript(w, fl, cmd)
+		time.Sleep(50 * time.Millisecond)
+	}
+	remote := make(chan string, 1)
+	f.arrived = func(_, addr string) { remote <- addr }
+	_, sb := recorderEnv(t, f, nil)
+	if _, err := sb.Exec(context.Background(), "echo hi").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	addr := <-remote
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if s := f.connState(addr); s != http.StateIdle && s != http.StateClosed {
+			return fmt.Errorf("connection %s: %v", addr, s)
+		}
+		return nil
+	})
+	if s := f.connState(addr); s != http.StateIdle {
+		t.Fatalf("the exec's connection is %v once its response ended, want idle (kept for the next request)", s)
 	}
 }
 

@@ -237,7 +237,10 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 	}
 	payload := call.started
 	payload.Seq = e.step
-	started, err := s.ledger.emitChained(ctx, e.chain, events.ExecStarted, e.step, payload)
+	// exec.started is queued here, under s.mu, so the ledger keeps the order
+	// of calls; the exec's goroutine writes it when no writer is running
+	// (lead), and sends the request once it is written.
+	started, lead, err := s.ledger.emitLed(ctx, e.chain, events.ExecStarted, e.step, payload)
 	if err != nil {
 		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
 		return e
@@ -253,6 +256,9 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 			cancel(nil)
 			s.running.Done()
 		}()
+		if lead {
+			s.ledger.writeLed(1)
+		}
 		e.run(ectx, ex, started, call.open, call.lines)
 	}()
 	return e

@@ -46,7 +46,9 @@
 // Append returns once the message is handed to the bounded async-publish
 // window; Sync(ctx, sandboxID) returns once every event of that sandbox
 // published so far is acknowledged by the stream (Flush does it for all).
-// AppendBatch publishes and then waits like Sync. A failed publish makes the
+// AppendBatch publishes and then waits like Sync, once for the whole batch;
+// so does the SDK's hand-over (AppendValidated), even for one entry, so that
+// what the SDK records is in the stream when its write returns. A failed publish makes the
 // sandbox's writer fail every later call with the same error, so no event is
 // ever stored after a lost one; Takeover starts a new epoch.
 //

@@ -150,6 +150,13 @@ func (w *writer) notifyLocked() {
 	}
 }
 
+// quiesce returns once no call holds w.mu: an append that held it when the
+// ledger was closed has published, and every later one sees closed.
+func (w *writer) quiesce() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+}
+
 // wait blocks until nothing of w is in flight, or w failed.
 func (w *writer) wait(ctx context.Context) error {
 	for {
@@ -518,7 +525,9 @@ func (l *Ledger) Release(ctx context.Context, sandboxID string) error {
 	return err
 }
 
-// lockWriter returns sandboxID's writer locked, never a released one.
+// lockWriter returns sandboxID's writer locked, never a released one, or
+// ErrClosed once Close has begun (Close then waits for whoever holds a
+// writer locked: nothing is published after its flush).
 func (l *Ledger) lockWriter(sandboxID string) (*writer, error) {
 	for {
 		w, err := l.writer(sandboxID)
@@ -526,6 +535,10 @@ func (l *Ledger) lockWriter(sandboxID string) (*writer, error) {
 			return nil, err
 		}
 		w.mu.Lock()
+		if l.closed.Load() {
+			w.mu.Unlock()
+			return nil, ErrClosed
+		}
 		if !w.released {
 			return w, nil
 		}
@@ -613,14 +626,21 @@ func (l *Ledger) Append(ctx context.Context, e events.Entry) error {
 func (l *Ledger) ValidatedSelf() any { return l }
 
 // AppendValidated appends entries the SDK's ledger writer validated, without
-// validating them again (see the adapters package doc): one entry as Append,
-// several as AppendBatch. Only this module can call it with entries.
+// validating them again (see the adapters package doc), and returns once
+// they are acknowledged by the stream, as AppendBatch does: the SDK's
+// writes are durable when they return (an exec's request waits for its
+// exec.started). The entries are published into the async window one after
+// the other and their acknowledgements awaited once, for the whole batch.
+// Only this module can call it with entries.
 func (l *Ledger) AppendValidated(ctx context.Context, v validated.Entries) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if es := v.Slice(); len(es) == 1 {
-		return l.append(ctx, es[0])
+		if err := l.append(ctx, es[0]); err != nil {
+			return err
+		}
+		return l.Sync(ctx, es[0].SandboxID)
 	}
 	return l.appendBatch(ctx, v.Slice())
 }
@@ -874,22 +894,29 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close flushes pending publishes (for at most 10 s) and makes every later
-// call return ErrClosed. It does not close the Bus. Idempotent.
+// Close refuses every later call with ErrClosed, then flushes the publishes
+// already made (for at most 10 s): appends made while it runs are refused
+// rather than flushed, so it ends however busy the ledger is. It does not
+// close the Bus. Idempotent.
 func (l *Ledger) Close() error {
-	if l.closed.Load() {
+	l.mu.Lock()
+	first := l.closed.CompareAndSwap(false, true)
+	ws := make([]*writer, 0, len(l.writers))
+	for _, w := range l.writers {
+		ws = append(ws, w)
+	}
+	l.mu.Unlock()
+	if !first {
 		return nil
+	}
+	for _, w := range ws {
+		w.quiesce()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := l.Flush(ctx)
-	l.mu.Lock()
-	first := l.closed.CompareAndSwap(false, true)
-	l.mu.Unlock()
-	if first {
-		close(l.done)
-		l.stopBg()
-	}
+	close(l.done)
+	l.stopBg()
 	l.claims.Wait()
 	l.js.CleanupPublisher()
 	if err != nil && !errors.Is(err, ErrFenced) {

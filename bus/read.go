@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -92,6 +93,26 @@ func slowDecode(e *events.Entry, data []byte) error {
 type readResult struct {
 	entries  []events.Entry // the entries kept, in stream order
 	firstSeq uint64         // first stream sequence seen on the subject (any name), 0 if none
+	arena    []byte         // the slab kept payloads are copied into (own)
+}
+
+// arenaSize is the slab the payloads of one read are copied into.
+const arenaSize = 64 << 10
+
+// own returns a copy of p in the read's arena, so that a kept entry holds its
+// payload's bytes and not the whole message it was decoded from (a resumed
+// session keeps every payload of its execs: the messages' headers and
+// envelopes were most of its memory). A large payload gets a slice of its own.
+func (r *readResult) own(p []byte) []byte {
+	if len(p) > arenaSize/4 {
+		return bytes.Clone(p)
+	}
+	if cap(r.arena)-len(r.arena) < len(p) {
+		r.arena = make([]byte, 0, arenaSize)
+	}
+	n := len(r.arena)
+	r.arena = append(r.arena, p...)
+	return r.arena[n : n+len(p) : n+len(p)]
 }
 
 // read reads every message on filter, in stream order, up to the subject's
@@ -296,6 +317,10 @@ func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in
 	}
 	if err != nil || name != "" && e.Name != name {
 		res.entries = res.entries[:len(res.entries)-1]
+		return
+	}
+	if e.Payload != nil {
+		e.Payload = res.own(e.Payload)
 	}
 }
 

@@ -61,8 +61,10 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"ListCheckpoints", testListCheckpoints},
 		{"DeleteSandbox", testDeleteSandbox},
 		{"ConcurrentAppends", testConcurrentAppends},
+		{"ManySessionsAtOnce", testManySessionsAtOnce},
 		{"CanceledContext", testCanceledContext},
 		{"Close", testClose},
+		{"CloseWhileAppending", testCloseWhileAppending},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,6 +93,7 @@ func RunReadModel(t *testing.T, newStore func(t *testing.T) adapters.Store) {
 		{"DetailsByName", testDetailsByName},
 		{"DetailsWithoutCreated", testDetailsWithoutCreated},
 		{"DeleteSandbox", testDeleteSandboxDetails},
+		{"ManySessionsAtOnce", testManySessionsDetails},
 		{"Environments", testEnvironments},
 		{"Close", testCloseReadModel},
 	}

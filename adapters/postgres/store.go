@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/groupcommit"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
 )
@@ -60,6 +61,9 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// maxCommitsInFlight bounds the append batches being committed at once.
+const maxCommitsInFlight = 4
+
 // Store is a ledger in one Postgres database. All methods are safe for
 // concurrent use, by several Stores (and processes) on one database too.
 type Store struct {
@@ -73,6 +77,10 @@ type Store struct {
 	pool   *pgxpool.Pool
 
 	cu catchUpState
+
+	// gc commits appends: concurrent ones share one transaction, in one
+	// round trip.
+	gc *groupcommit.Committer[[]events.Entry]
 }
 
 // Open returns a Store for the database at dsn: a postgres:// URL or a
@@ -97,7 +105,15 @@ func Open(dsn string, cfg Config) (*Store, error) {
 	if !strings.Contains(dsn, "pool_max_conns") {
 		pcfg.MaxConns = cfg.MaxConns
 	}
-	return &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}, nil
+	s := &Store{pcfg: pcfg, cfg: cfg, initSem: make(chan struct{}, 1)}
+	// A few batches in flight at once, each on a connection of its own: a
+	// commit waits for a round trip to a server process, which a loaded
+	// machine may be slow to run; the pool keeps half its connections for
+	// reads.
+	inFlight := max(1, min(maxCommitsInFlight, int(pcfg.MaxConns)/2))
+	s.gc = groupcommit.New(s.commitAppends, func(es []events.Entry) int { return len(es) },
+		groupcommit.Config{MaxInFlight: inFlight})
+	return s, nil
 }
 
 func (s *Store) isClosed() bool {
@@ -151,9 +167,12 @@ func (s *Store) current() (*pgxpool.Pool, error) {
 	return s.pool, nil
 }
 
-// Close closes the pool, waiting for connections in use to be returned. It is
-// idempotent; every later call returns an error wrapping adapters.ErrClosed.
+// Close closes the pool, once the appends it finds queued or being committed
+// are committed (or failed), waiting for connections in use to be returned;
+// appends made after it started are refused. It is idempotent; every later
+// call returns an error wrapping adapters.ErrClosed.
 func (s *Store) Close() error {
+	s.gc.Close()
 	s.mu.Lock()
 	p := s.pool
 	s.closed, s.pool = true, nil

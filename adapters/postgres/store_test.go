@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/adaptertest"
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/testenv"
@@ -309,4 +310,28 @@ func TestServerHangs(t *testing.T) {
 	if es, err := s.ReadAll(t.Context(), "n", "after"); err != nil || len(es) != 1 {
 		t.Fatalf("ReadAll after thaw = %d entries, %v; want 1", len(es), err)
 	}
+}
+
+// TestAppendErrorIsItsOwn: a trigger refuses every row of one session while
+// others append at once, in shared transactions; only that session's
+// appends fail.
+func TestAppendErrorIsItsOwn(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	s := open(t, dsn)
+	c := t.Context()
+	if err := s.Append(c, created(1, "n", "first")); err != nil { // first use: migrate
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(c, `
+CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.sandbox_id = 'refused' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER refuse BEFORE INSERT ON alineo_events FOR EACH ROW EXECUTE FUNCTION refuse();`); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.AppendErrorIsItsOwn(t, s, "refused")
 }

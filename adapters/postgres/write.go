@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/groupcommit"
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
@@ -23,13 +26,17 @@ var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "pay
 const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true)`
 
-// insertProjected inserts a batch in order from arrays, skipping entries whose
-// ledger sequence is stored already, and returns the sequences it stored.
-const insertProjected = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
+// insertArrays inserts rows in order (their ids, hence their Seq, follow it)
+// from one array per column (columnArrays).
+const insertArrays = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
 SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, true
 FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[])
   WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, n)
-ORDER BY n
+ORDER BY n`
+
+// insertProjected is insertArrays skipping entries whose ledger sequence is
+// stored already; it returns the sequences it stored.
+const insertProjected = insertArrays + `
 ON CONFLICT (ledger_seq) DO NOTHING
 RETURNING ledger_seq`
 
@@ -93,25 +100,10 @@ func (s *Store) append(ctx context.Context, e events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("postgres: append: %w", err)
 	}
-	p, err := s.db(ctx)
-	if err != nil {
-		return s.translate(ctx, "append", err)
-	}
-	if !summary.Summarised(e.Event) {
-		_, err = p.Exec(ctx, insertOne, row(e, 0)[:9]...)
-		return s.translate(ctx, "append", err)
-	}
-	// A batch runs as one implicit transaction, in one round trip.
-	b := &pgx.Batch{}
-	b.Queue(insertOne, row(e, 0)[:9]...)
-	var d summary.Deltas
-	d.Add(e)
-	queueDetails(b, &d)
-	return s.translate(ctx, "append", p.SendBatch(ctx, b).Close())
+	return s.commitShared(ctx, "append", []events.Entry{e})
 }
 
-// AppendBatch implements adapters.Ledger: it validates every entry first,
-// then copies the entries in with COPY.
+// AppendBatch implements adapters.Ledger: it validates every entry first.
 func (s *Store) AppendBatch(ctx context.Context, es []events.Entry) error {
 	for i, e := range es {
 		if err := events.Validate(e); err != nil {
@@ -129,27 +121,77 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("postgres: append batch: %w", err)
 	}
+	return s.commitShared(ctx, "append batch", es)
+}
+
+// commitShared commits one append's encoded entries es, all or nothing,
+// through the store's group commit: alone at once while fewer than
+// maxCommitsInFlight commits are in flight, else in one transaction (one
+// round trip) with the other appends queued meanwhile.
+func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) error {
+	err := s.gc.Do(ctx, es)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		err = adapters.ErrClosed
+	}
+	return s.translate(ctx, op, err)
+}
+
+// copyAbove is the number of rows above which a commit copies its rows in
+// with COPY (three round trips) rather than one INSERT from arrays.
+const copyAbove = 1000
+
+// commitTimeout bounds a batch's commit, which no caller's ctx bounds.
+const commitTimeout = 30 * time.Second
+
+// commitAppends is the group commit's Commit: it writes the entries of every
+// append of the batch, in order, and folds them into the details, in one
+// transaction. Up to copyAbove rows that is one round trip: a pgx batch (an
+// implicit transaction) of one INSERT from arrays and the details' upserts;
+// one entry is a single-row INSERT.
+func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, commitTimeout)
+		defer cancel()
+	}
 	p, err := s.db(ctx)
 	if err != nil {
-		return s.translate(ctx, "append batch", err)
+		return err
 	}
-	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		var d summary.Deltas
-		src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) {
-			d.Add(es[i])
-			return row(es[i], 0), nil
+	es := appends[0]
+	if len(appends) > 1 {
+		es = slices.Concat(appends...)
+	}
+	var d summary.Deltas
+	for _, e := range es {
+		d.Add(e)
+	}
+	if len(es) > copyAbove {
+		return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) { return row(es[i], 0), nil })
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
+				return err
+			}
+			if d.Len() == 0 {
+				return nil
+			}
+			b := &pgx.Batch{}
+			queueDetails(b, &d)
+			return tx.SendBatch(ctx, b).Close()
 		})
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
-			return err
-		}
-		if d.Len() == 0 {
-			return nil
-		}
-		b := &pgx.Batch{}
-		queueDetails(b, &d)
-		return tx.SendBatch(ctx, b).Close()
-	})
-	return s.translate(ctx, "append batch", err)
+	}
+	if len(es) == 1 && d.Len() == 0 {
+		_, err = p.Exec(ctx, insertOne, row(es[0], 0)[:9]...)
+		return err
+	}
+	b := &pgx.Batch{}
+	if len(es) == 1 {
+		b.Queue(insertOne, row(es[0], 0)[:9]...)
+	} else {
+		b.Queue(insertArrays, columnArrays(es)...)
+	}
+	queueDetails(b, &d)
+	return p.SendBatch(ctx, b).Close()
 }
 
 // ApplyBatch implements adapters.ProjectionStore. A batch normally holds
@@ -206,7 +248,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		var d summary.Deltas
 		if len(es) > 0 {
-			stored, err := insertArrays(ctx, tx, es)
+			stored, err := insertProjectedArrays(ctx, tx, es)
 			if err != nil {
 				return err
 			}
@@ -242,35 +284,10 @@ func finishApply(ctx context.Context, tx pgx.Tx, d *summary.Deltas, consumer str
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// insertArrays inserts projected entries in one statement and returns the
-// ledger sequences it stored (those not stored before).
-func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64]bool, error) {
-	var (
-		sandboxIDs, names, evs []string
-		steps                  []int32
-		branches               []*int32
-		payloads, errs         []*string
-		tss, seqs              []int64
-	)
-	for _, e := range es {
-		sandboxIDs, names, evs = append(sandboxIDs, e.SandboxID), append(names, e.Name), append(evs, string(e.Event))
-		steps, tss, seqs = append(steps, int32(e.StepIndex)), append(tss, e.Ts), append(seqs, int64(e.Seq))
-		var branch *int32
-		if e.Branch != nil {
-			b := int32(*e.Branch)
-			branch = &b
-		}
-		var payload, errText *string
-		if e.Payload != nil {
-			p := string(e.Payload)
-			payload = &p
-		}
-		if e.Error != "" {
-			errText = &e.Error
-		}
-		branches, payloads, errs = append(branches, branch), append(payloads, payload), append(errs, errText)
-	}
-	rows, err := tx.Query(ctx, insertProjected, sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs)
+// insertProjectedArrays inserts projected entries in one statement and
+// returns the ledger sequences it stored (those not stored before).
+func insertProjectedArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64]bool, error) {
+	rows, err := tx.Query(ctx, insertProjected, columnArrays(es)...)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +300,38 @@ func insertArrays(ctx context.Context, tx pgx.Tx, es []events.Entry) (map[uint64
 		stored[uint64(seq)] = true
 	}
 	return stored, nil
+}
+
+// columnArrays returns the arguments of insertArrays for es: one array per
+// column, ledger_seq being each entry's Seq (NULL when 0).
+func columnArrays(es []events.Entry) []any {
+	var (
+		sandboxIDs, names, evs = make([]string, len(es)), make([]string, len(es)), make([]string, len(es))
+		steps                  = make([]int32, len(es))
+		branches               = make([]*int32, len(es))
+		payloads, errs         = make([]*string, len(es)), make([]*string, len(es))
+		tss, seqs              = make([]int64, len(es)), make([]*int64, len(es))
+	)
+	for i, e := range es {
+		sandboxIDs[i], names[i], evs[i] = e.SandboxID, e.Name, string(e.Event)
+		steps[i], tss[i] = int32(e.StepIndex), e.Ts
+		if e.Seq != 0 {
+			seq := int64(e.Seq)
+			seqs[i] = &seq
+		}
+		if e.Branch != nil {
+			b := int32(*e.Branch)
+			branches[i] = &b
+		}
+		if e.Payload != nil {
+			p := string(e.Payload)
+			payloads[i] = &p
+		}
+		if e.Error != "" {
+			errs[i] = &e.Error
+		}
+	}
+	return []any{sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs}
 }
 
 // DeleteSandbox implements adapters.Ledger.

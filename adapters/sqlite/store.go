@@ -16,6 +16,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/internal/groupcommit"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
 )
@@ -96,6 +97,9 @@ type Store struct {
 	stmts           sync.Map
 	appendsPrepared atomic.Bool
 
+	// gc commits appends: concurrent ones share one transaction (one fsync).
+	gc *groupcommit.Committer[[]events.Entry]
+
 	mu     sync.RWMutex
 	closed bool
 	w      *sql.DB // one connection; every transaction is BEGIN IMMEDIATE
@@ -123,7 +127,9 @@ func Open(path string, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	return &Store{path: path, cfg: cfg, initSem: make(chan struct{}, 1)}, nil
+	s := &Store{path: path, cfg: cfg, initSem: make(chan struct{}, 1)}
+	s.gc = groupcommit.New(s.commitAppends, func(es []events.Entry) int { return len(es) }, groupcommit.Config{})
+	return s, nil
 }
 
 // Path returns the absolute path of the database file, or Memory.
@@ -270,9 +276,12 @@ func (s *Store) wal(ctx context.Context, w *sql.DB) error {
 	}
 }
 
-// Close closes the database handles. It is idempotent; every later call
-// returns an error wrapping adapters.ErrClosed. An in-memory ledger is gone.
+// Close closes the database handles, once the appends it finds queued or
+// being committed are committed (or failed); appends made after it started
+// are refused. It is idempotent; every later call returns an error wrapping
+// adapters.ErrClosed. An in-memory ledger is gone.
 func (s *Store) Close() error {
+	s.gc.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/adaptertest"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/testenv"
@@ -257,4 +258,72 @@ func TestApplyBatchAtomic(t *testing.T) {
 	if es, err := s.ReadAll(c, "n", "id"); err != nil || len(es) != 1 || es[0].Seq != 7 {
 		t.Fatalf("ReadAll = %+v, %v; want the entry with Seq 7", es, err)
 	}
+}
+
+// TestCloseCommitsWhatItAccepted closes the store while sessions append at
+// once: every append ends with nil or ErrClosed, and every one that ended
+// with nil is in the file, read back by a new store.
+func TestCloseCommitsWhatItAccepted(t *testing.T) {
+	path := testenv.SQLitePath(t)
+	s := open(t, path)
+	const sessions = 16
+	var wg sync.WaitGroup
+	accepted := make([]int, sessions) // appends of each session that returned nil
+	begun := make(chan struct{}, sessions)
+	for n := range sessions {
+		wg.Go(func() {
+			for i := 1; ; i++ {
+				err := s.Append(context.Background(), events.New(int64(i), "n", fmt.Sprint("s-", n), i, events.ExecStarted,
+					events.ExecStartedPayload{Seq: i, Kind: events.KindCommand, Cmd: "echo"}))
+				if i == 1 {
+					begun <- struct{}{}
+				}
+				if err != nil {
+					if !errors.Is(err, adapters.ErrClosed) {
+						t.Errorf("session %d append %d = %v, want nil or ErrClosed", n, i, err)
+					}
+					return
+				}
+				accepted[n] = i
+			}
+		})
+	}
+	for range sessions {
+		<-begun
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	again := open(t, path)
+	for n := range sessions {
+		es, err := again.ReadAll(t.Context(), "n", fmt.Sprint("s-", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := len(es), accepted[n]; got != want {
+			t.Errorf("session %d: %d entries in the file, want the %d appends that returned nil", n, got, want)
+		}
+	}
+}
+
+// TestAppendErrorIsItsOwn: a trigger refuses every row of one session while
+// others append at once, in shared transactions; only that session's
+// appends fail.
+func TestAppendErrorIsItsOwn(t *testing.T) {
+	path := testenv.SQLitePath(t)
+	s := open(t, path)
+	if err := s.Append(t.Context(), created(1, "n", "first")); err != nil { // creates the schema
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), `CREATE TRIGGER refuse BEFORE INSERT ON alineo_events
+		WHEN NEW.sandbox_id = 'refused' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.AppendErrorIsItsOwn(t, s, "refused")
 }

@@ -3,11 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/internal/entries"
+	"github.com/alineo-labs/alineo/adapters/internal/groupcommit"
 	"github.com/alineo-labs/alineo/adapters/internal/summary"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
@@ -22,13 +24,28 @@ const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
 
 const insertOne = insertCols + values
 
-// chunk is the number of rows of one multi-row INSERT of AppendBatch.
+// chunk is the number of rows of one multi-row INSERT of a commit.
 const chunk = 100
 
 var insertChunk = insertRows(chunk)
 
+// insertsOf holds the multi-row INSERTs of 1 to chunk rows, built once.
+var insertsOf = func() (q [chunk + 1]string) {
+	for n := 1; n <= chunk; n++ {
+		q[n] = buildInsert(n)
+	}
+	return q
+}()
+
 // insertRows returns a multi-row INSERT of n rows.
 func insertRows(n int) string {
+	if n > 0 && n <= chunk {
+		return insertsOf[n]
+	}
+	return buildInsert(n)
+}
+
+func buildInsert(n int) string {
 	return insertCols + strings.TrimSuffix(strings.Repeat(values+`, `, n), ", ")
 }
 
@@ -165,19 +182,24 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 
 // write runs f in one immediate transaction on the writer connection.
 func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+	return s.translate(op, s.inTx(ctx, f))
+}
+
+// inTx is write with the driver's error untranslated.
+func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	w, _, err := s.dbs(ctx)
 	if err != nil {
-		return s.translate(op, err)
+		return err
 	}
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
-		return s.translate(op, err)
+		return err
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()
-		return s.translate(op, err)
+		return err
 	}
-	return s.translate(op, tx.Commit())
+	return tx.Commit()
 }
 
 // Append implements adapters.Ledger: it validates e.
@@ -207,21 +229,7 @@ func (s *Store) append(ctx context.Context, e events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: append: %w", err)
 	}
-	if err := s.prepareAppends(ctx); err != nil {
-		return s.translate("append", err)
-	}
-	if !summary.Summarised(e.Event) {
-		// One statement: atomic without an explicit transaction.
-		return s.translate("append", s.execOne(ctx, insertOne, args(nil, e, 0)...))
-	}
-	return s.write(ctx, "append", func(tx *sql.Tx) error {
-		if _, err := s.execPrepared(ctx, tx, insertOne, args(nil, e, 0)...); err != nil {
-			return err
-		}
-		var d summary.Deltas
-		d.Add(e)
-		return s.appendDetails(ctx, tx, &d)
-	})
+	return s.commitShared(ctx, "append", []events.Entry{e})
 }
 
 // AppendBatch implements adapters.Ledger: it validates every entry first.
@@ -242,50 +250,72 @@ func (s *Store) appendBatch(ctx context.Context, es []events.Entry) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: append batch: %w", err)
 	}
+	return s.commitShared(ctx, "append batch", es)
+}
+
+// commitShared commits one append's encoded entries es, all or nothing,
+// through the store's group commit: alone at once when the writer is idle,
+// else in one transaction with the other appends queued while the writer
+// was busy.
+func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) error {
 	if err := s.prepareAppends(ctx); err != nil {
-		return s.translate("append batch", err)
+		return s.translate(op, err)
 	}
-	return s.write(ctx, "append batch", func(tx *sql.Tx) error {
-		var d summary.Deltas
-		a := make([]any, 0, 9*chunk)
-		if len(es) >= chunk {
-			stmt, err := tx.PrepareContext(ctx, insertChunk)
-			if err != nil {
-				return err
-			}
-			defer stmt.Close()
-			for len(es) >= chunk {
-				a = a[:0]
-				for _, e := range es[:chunk] {
-					a = args(a, e, 0)
-					d.Add(e)
-				}
-				if _, err := stmt.ExecContext(ctx, a...); err != nil {
-					return err
-				}
-				es = es[chunk:]
-			}
+	err := s.gc.Do(ctx, es)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		err = adapters.ErrClosed
+	}
+	return s.translate(op, err)
+}
+
+// commitAppends is the group commit's Commit: it writes the entries of
+// every append of the batch in one immediate transaction (one fsync), in
+// order, with prepared multi-row INSERTs, and folds them into the details
+// summary there. One entry that the summary does not count is one statement,
+// atomic without an explicit transaction.
+func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) error {
+	n := 0
+	for _, es := range appends {
+		n += len(es)
+	}
+	if n == 1 && !summary.Summarised(appends[0][0].Event) {
+		return s.execOne(ctx, insertOne, args(nil, appends[0][0], 0)...)
+	}
+	// The statements are prepared outside the transaction: the writer has
+	// one connection, which the transaction holds.
+	w, _, err := s.dbs(ctx)
+	if err != nil {
+		return err
+	}
+	if n >= chunk {
+		if _, err := s.prepared(ctx, w, insertChunk); err != nil {
+			return err
 		}
-		if len(es) > 0 {
-			a = a[:0]
+	}
+	if tail := n % chunk; tail > 0 {
+		if _, err := s.prepared(ctx, w, insertRows(tail)); err != nil {
+			return err
+		}
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var d summary.Deltas
+		a := make([]any, 0, 9*min(n, chunk))
+		left := n
+		for _, es := range appends {
 			for _, e := range es {
 				a = args(a, e, 0)
 				d.Add(e)
-			}
-			if err := s.insertTail(ctx, tx, len(es), a); err != nil {
-				return err
+				if rows := len(a) / 9; rows == chunk || rows == left {
+					if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+						return err
+					}
+					left -= rows
+					a = a[:0]
+				}
 			}
 		}
 		return s.appendDetails(ctx, tx, &d)
 	})
-}
-
-// insertTail inserts the last n rows of a batch (fewer than chunk), whose
-// column values are a: with a prepared statement for the few rows an exec
-// commits at once (its last output and exec.completed; appendQueries).
-func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, n int, a []any) error {
-	_, err := s.execPrepared(ctx, tx, insertRows(n), a...)
-	return err
 }
 
 // ApplyBatch implements adapters.ProjectionStore. It looks up which of the
