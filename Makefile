@@ -57,7 +57,7 @@ build:
 	$(GO) build ./...
 
 test: deps
-	$(GO) test $(TESTFLAGS) -timeout 20m $(PKGS)
+	$(GO) test $(TESTFLAGS) -timeout 35m $(PKGS)
 
 test-race:
 	$(MAKE) test TESTFLAGS="-race $(TESTFLAGS)"
