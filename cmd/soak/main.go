@@ -38,6 +38,18 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == soak.NetnsExecCommand {
+		err := soak.RunInNetns(os.Args[2:]) // returns only on an error
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
+	if len(os.Args) > 1 && os.Args[1] == soak.NetJanitorCommand {
+		if err := soak.RunNetJanitor(os.Args[2:], os.Stdin, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == soak.RecheckCommand {
 		os.Exit(recheck(os.Args[2:]))
 	}

@@ -13,11 +13,6 @@ import (
 	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
-// ErrInterrupted is Run's error when its context ended (SIGINT or SIGTERM)
-// before the checks: the fleet was stopped at once and the report holds
-// what the run had so far.
-var ErrInterrupted = errors.New("soak interrupted")
-
 // sandboxdRunRoot is sandboxd's default Config.RunDir, which the soak's
 // sandboxd uses.
 const sandboxdRunRoot = "/run/alineo-sandboxd"
