@@ -22,6 +22,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -113,6 +114,14 @@ func run(args []string) int {
 	fs.DurationVar(&c.FaultEvery, "fault-every", 0, "pause between faults (default 5s)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 0, "the executors' job lease (default 6s)")
 	fs.BoolVar(&c.NoIsolation, "no-isolation", false, "run sandboxd with --no-isolation (no runc)")
+	fs.IntVar(&c.Hosts, "hosts", 0, "run the multi-host soak: this many hosts, each a network namespace with its own sandboxd and executors (0: the single-host soak on loopback)")
+	fs.IntVar(&c.ExecutorsPerHost, "executors-per-host", 2, "executors on each host (with -hosts)")
+	shared := fs.Bool("shared-storage", true, "give every host's sandboxd the shared checkpoint store and bucket (--checkpoints postgres://, --blobs s3://), so a checkpoint restores on any host (with -hosts)")
+	fs.DurationVar(&c.HostDown, "host-down", 0, "how long a killed host stays down (default 30s)")
+	fs.DurationVar(&c.Partition, "partition", 0, "how long a partitioned host's or NATS node's link stays down (default ack-wait + 10s)")
+	fs.DurationVar(&c.S3Down, "s3-down", 0, "how long the S3 server stays stopped (default 10s)")
+	fs.StringVar(&c.NetPrefix, "net-prefix", "", "prefix of the network's namespaces, link and lock (default "+soak.DefaultNetPrefix+")")
+	subnet := fs.String("subnet", soak.DefaultSubnet.String(), "the network's subnet, inside "+soak.TestRange.String())
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -121,6 +130,12 @@ func run(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "soak: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	c.LocalStorage = !*shared
+	var err error
+	if c.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
+		fmt.Fprintf(os.Stderr, "soak: -subnet: %v\n", err)
 		return 2
 	}
 	ctx, stop := stopOnSignal()
