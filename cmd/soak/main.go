@@ -6,7 +6,14 @@
 // repeats the schedule).
 //
 //	soak [-jobs 200] [-duration D] [-seed N] [-dir DIR] [-keep] ...
+//	soak -hosts 3 [-shared-storage=false] [-host-down D] [-partition D] ...
 //	soak recheck [-timeout D] DIR
+//
+// With -hosts N the fleet runs across N hosts, each a network namespace on
+// a bridge with its own sandboxd and executors (make soak-hosts,
+// soak-hosts-ci); the soak binary then also enters namespaces for the
+// processes it starts (in-netns) and runs the network's janitor
+// (net-janitor).
 //
 // make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
 // submits jobs for 30 minutes. SIGINT or SIGTERM stops it at once, in any

@@ -471,31 +471,48 @@ func (f *Fleet) startSandboxd(ctx context.Context, port int) error {
 }
 
 // waitSandboxd waits until the sandboxd p answers a list at url; it gives
-// up at once, with its log's last lines, when p exits.
+// up at once, with what it wrote, when p exits.
 func (f *Fleet) waitSandboxd(ctx context.Context, p *Proc, url string) error {
 	c, err := opensandbox.New(opensandbox.Config{BaseURL: url})
 	if err != nil {
 		return err
 	}
-	return poll(ctx, p.Name, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+	var exited error
+	err = poll(ctx, p.Name, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
 		if !p.Running() {
-			return false, fmt.Errorf("%s exited: %s", p.Name, lastLines(p.Log, 5))
+			exited = fmt.Errorf("%s exited: %s", p.Name, lastRun(p.Log))
+			return true, nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := c.ListSandboxes(cctx, opensandbox.ListSandboxesOptions{})
 		return err == nil, err
 	})
+	if exited != nil {
+		return exited
+	}
+	return err
 }
 
-// lastLines returns the last n lines of the file path, joined by " | ".
-func lastLines(path string, n int) string {
+// lastRun returns what the last run of a process wrote to its log path
+// (after Start's header): its first 2 lines (a usage error's message) and
+// its last 3, joined by " | ".
+func lastRun(path string) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+	text := string(data)
+	if i := strings.LastIndex(text, "=== soak: start "); i >= 0 {
+		if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+			text = text[i+j+1:]
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) > 5 {
+		lines = append(lines[:2:2], append([]string{"..."}, lines[len(lines)-3:]...)...)
+	}
+	return strings.Join(lines, " | ")
 }
 
 // shutdown stops every process: the executors first (they drain), then the

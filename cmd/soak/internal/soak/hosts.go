@@ -139,9 +139,11 @@ func (f *Fleet) StartS3(ctx context.Context) error {
 		return err
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
-	return poll(ctx, "s3", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+	var exited error
+	err := poll(ctx, "s3", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
 		if !f.S3.Running() {
-			return false, fmt.Errorf("s3 exited: %s", lastLines(f.S3.Log, 5))
+			exited = fmt.Errorf("s3 exited: %s", lastRun(f.S3.Log))
+			return true, nil
 		}
 		resp, err := client.Get(f.S3Endpoint + "/")
 		if err != nil {
@@ -150,6 +152,10 @@ func (f *Fleet) StartS3(ctx context.Context) error {
 		resp.Body.Close()
 		return true, nil
 	})
+	if exited != nil {
+		return exited
+	}
+	return err
 }
 
 // BlobsURL is the --blobs of every host's sandboxd: the shared bucket.
