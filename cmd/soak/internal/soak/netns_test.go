@@ -347,3 +347,70 @@ func TestInNetnsDropsToTheUser(t *testing.T) {
 		t.Fatalf("output:\n%s\nwant uid, gid and groups 65534 and h1's address", out)
 	}
 }
+
+// Killing a host kills every process on it, however it got there: its
+// supervised processes, a child in a session of its own (sandboxd's
+// runtime) and a grandchild in a network namespace of its own (a
+// sandbox's); none counts as a crash, and another host's process lives on.
+func TestKillHostKillsEverythingOnIt(t *testing.T) {
+	needNetns(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	p := testPlan(t, "alst6", 249)
+	dir := t.TempDir()
+	n := openTestNetwork(t, p, dir)
+	f := &Fleet{cfg: Config{Dir: dir, Self: self(t)}, Net: n}
+	proc := func(name, node, script string) *Proc {
+		pr := f.put(&Proc{Name: name, Path: "/bin/sh", Args: []string{"-c", script}, Dir: dir, Log: filepath.Join(dir, name+".log")}, f.at(node))
+		if err := pr.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pr.Kill() })
+		return pr
+	}
+	pidFile := func(name string) string { return filepath.Join(dir, name) }
+	h1 := &Host{Name: "h1", Netns: n.NS("h1"),
+		Sandboxd: proc("h1-sandboxd", "h1", "setsid sleep 1000 & echo $! > "+pidFile("runtime")+
+			"; unshare -n sleep 1000 & echo $! > "+pidFile("sandbox")+"; wait"),
+		Executors: []*Proc{proc("h1-executor-1", "h1", "exec sleep 1000")}}
+	other := proc("h2-executor-1", "h2", "exec sleep 1000")
+	var pids []int
+	for _, name := range []string{"runtime", "sandbox"} {
+		if !awaitCond(10*time.Second, func() bool { data, _ := os.ReadFile(pidFile(name)); return len(data) > 1 }) {
+			t.Fatalf("no %s pid", name)
+		}
+		data, _ := os.ReadFile(pidFile(name))
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+		pids = append(pids, pid)
+	}
+	// The sandbox's process is in a namespace of its own, not h1's.
+	if !awaitCond(10*time.Second, func() bool {
+		a, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[1]))
+		b, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", h1.Sandboxd.Pid()))
+		return a != "" && b != "" && a != b
+	}) {
+		t.Fatal("the sandbox's process did not get a network namespace of its own")
+	}
+	pids = append(pids, h1.Sandboxd.Pid(), h1.Executors[0].Pid())
+	if err := f.killHost(h1); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if !gone(pid) {
+			t.Errorf("process %d of h1 still runs", pid)
+		}
+	}
+	for _, pr := range h1.procs() {
+		if pr.Running() || len(pr.Crashes()) > 0 {
+			t.Errorf("%s: running %v, crashes %v", pr.Name, pr.Running(), pr.Crashes())
+		}
+	}
+	if !other.Running() {
+		t.Error("h2's process died with h1")
+	}
+}
