@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,9 @@ func (c *Config) logf(format string, args ...any) {
 
 // Report is a run's outcome.
 type Report struct {
-	Seed    int64
+	Seed int64
+	// Hosts is the multi-host soak's host count; 0 for the single-host soak.
+	Hosts   int
 	Results []Result
 	Faults  []FaultRecord
 	Figures Figures
@@ -335,7 +338,7 @@ func (h *harness) getPhase() string {
 // interruptedReport is the report of a run stopped before its checks: the
 // faults so far and the figures the load and the lag sampler have.
 func (h *harness) interruptedReport() *Report {
-	rep := &Report{Seed: h.cfg.Seed}
+	rep := &Report{Seed: h.cfg.Seed, Hosts: h.cfg.Hosts}
 	if h.sched != nil {
 		rep.Faults = h.sched.done()
 	}
@@ -447,7 +450,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	h.setPhase("checking")
-	rep := &Report{Seed: cfg.Seed, Results: RunChecks(obs), Faults: sched.done()}
+	rep := &Report{Seed: cfg.Seed, Hosts: cfg.Hosts, Results: RunChecks(obs), Faults: sched.done()}
 	rep.Figures = h.figures(obs, elapsed)
 	return rep, nil
 }
@@ -591,7 +594,11 @@ func (r *Report) Print(w io.Writer) {
 	rows := r.Results
 	if r.Interrupted != "" { // the checks did not run: say so for each
 		rows = nil
-		for _, c := range Checks {
+		checks := Checks
+		if r.Hosts > 0 {
+			checks = append(slices.Clone(Checks), HostChecks...)
+		}
+		for _, c := range checks {
 			rows = append(rows, Result{Check: c.Name, Detail: "not run: interrupted"})
 		}
 	}
