@@ -286,9 +286,11 @@ func (s *faults) killNATS(ctx context.Context, rec *FaultRecord, leader bool) er
 type HostLoss struct {
 	Kind string // FaultKillHost or FaultPartitionHost
 	Host string
-	// At is when the host's processes were killed or its link went down.
-	At   time.Time
-	Jobs []LostJob
+	// At is when the host's processes were killed or its link went down,
+	// Back when it was back (its sandboxd answering again, or its link up);
+	// zero if it never came back.
+	At, Back time.Time
+	Jobs     []LostJob
 }
 
 // LostJob is a job running on a lost host: its status read just before
@@ -349,9 +351,11 @@ func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
 	}
 	rec.Target = fmt.Sprintf("%s (%d jobs)", h.Name, len(lost))
 	loss := HostLoss{Kind: rec.Kind, Host: h.Name, At: time.Now(), Jobs: lost}
-	s.mu.Lock()
-	s.losses = append(s.losses, loss)
-	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.losses = append(s.losses, loss)
+		s.mu.Unlock()
+	}()
 	if rec.Kind == FaultPartitionHost {
 		if err := s.f.Net.SetLink(ctx, h.Name, false); err != nil {
 			return err
@@ -359,7 +363,11 @@ func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
 		sleep(ctx, s.f.cfg.Partition)
 		// Up again even when ctx ended: a signal's abort then finds the
 		// fleet as it was.
-		return s.f.Net.SetLink(context.WithoutCancel(ctx), h.Name, true)
+		if err := s.f.Net.SetLink(context.WithoutCancel(ctx), h.Name, true); err != nil {
+			return err
+		}
+		loss.Back = time.Now()
+		return nil
 	}
 	if err := s.f.killHost(h); err != nil {
 		return err
@@ -368,7 +376,11 @@ func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.f.startHost(ctx, h)
+	if err := s.f.startHost(ctx, h); err != nil {
+		return err
+	}
+	loss.Back = time.Now()
+	return nil
 }
 
 // partitionNATS takes a NATS node's link down for Partition, then up, and

@@ -226,34 +226,39 @@ func checkHostsClean(o *Observation) (string, []string) {
 }
 
 // Recovery is the time from a host's loss to one of its jobs running again
-// on another host: the creation of the job's first session after the loss.
+// on another host.
 type Recovery struct {
 	Job, Host string
-	Took      time.Duration // -1: never seen
+	Took      time.Duration // -1: never seen running elsewhere
 }
 
 // recoveries measures, for every job of a lost host that had not finished
-// before the loss, the time from the loss to its first session created
-// after it (entry times, Unix ms: the executors' clocks, this machine's).
+// before the loss, the time from the loss to the job running again on
+// another host: the creation of its first session after the loss while the
+// host was still down (a killed host writes nothing, a partitioned one
+// reaches no ledger), else, when the session that finished it is another
+// host's, that session's creation. Times are the entries' (Unix ms: the
+// executors' clocks, this machine's).
 func recoveries(o *Observation) []Recovery {
 	sessions := o.byName()
+	byID := map[string]Job{}
+	for _, j := range o.Jobs {
+		byID[j.ID] = j
+	}
 	var out []Recovery
 	for _, loss := range o.HostLosses {
-		at := loss.At.UnixMilli()
+		at, back := loss.At.UnixMilli(), loss.Back.UnixMilli()
 		for _, lj := range loss.Jobs {
 			ss := sessions[lj.Name]
-			var j Job
-			for _, x := range o.Jobs {
-				if x.ID == lj.ID {
-					j = x
-				}
-			}
+			j := byID[lj.ID]
 			if slices.ContainsFunc(finishes(j, ss), func(f finish) bool { return f.session == lj.Status.SandboxID && f.ts <= at }) {
 				continue
 			}
 			r := Recovery{Job: lj.Name, Host: loss.Host, Took: -1}
 			for _, c := range creations(ss) {
-				if c.ts > at && c.session != lj.Status.SandboxID {
+				down := c.ts > at && (loss.Back.IsZero() || c.ts < back)
+				final := c.ts > at && c.session == j.Status.SandboxID && o.ExecutorHosts[j.Status.Worker] != loss.Host
+				if c.session != lj.Status.SandboxID && (down || final) {
 					r.Took = time.Duration(c.ts-at) * time.Millisecond
 					break
 				}

@@ -194,6 +194,17 @@ func TestRecoveries(t *testing.T) {
 	if len(rs) != 1 || rs[0].Took != want || rs[0].Host != "h1" {
 		t.Fatalf("recoveries = %+v, want one of %s on h1", rs, want)
 	}
+	// The host was back before the job ran again: the new session counts
+	// only as the finishing one on another host's executor.
+	o.HostLosses[0].Back = time.UnixMilli(created - 1)
+	if rs := recoveries(o); len(rs) != 1 || rs[0].Took != want {
+		t.Fatalf("recoveries = %+v, want one of %s (the finishing session, on h2)", rs, want)
+	}
+	o.Jobs[1].Status.Worker = "h1-executor-1" // it ran again on h1, once back
+	if rs := recoveries(o); len(rs) != 1 || rs[0].Took != -1 {
+		t.Fatalf("recoveries = %+v, want one never seen elsewhere (-1)", rs)
+	}
+	o = goodHostObservation()
 	o.HostLosses[0].At = time.UnixMilli(created + 1) // after every session
 	if rs := recoveries(o); len(rs) != 1 || rs[0].Took != -1 {
 		t.Fatalf("recoveries = %+v, want one never seen (-1)", rs)
