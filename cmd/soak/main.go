@@ -113,7 +113,7 @@ func run(args []string) int {
 	fs.StringVar(&c.Dir, "dir", "", "directory of the processes' data and logs (default a temporary one, removed after a pass)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep -dir after a pass")
 	fs.StringVar(&c.BinDir, "bin", "", "prebuilt sandboxd, executor, projector and api (default: built from ./cmd)")
-	fs.IntVar(&c.Executors, "executors", 4, "executor processes")
+	fs.IntVar(&c.Executors, "executors", 4, "executor processes (the single-host soak's; with -hosts see -executors-per-host)")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "jobs each executor runs at once")
 	fs.IntVar(&c.Projectors, "projectors", 2, "projector partitions, each a process (--partitions N --partition I)")
 	fs.IntVar(&c.Auditors, "auditors", 20, "SSE auditors")
