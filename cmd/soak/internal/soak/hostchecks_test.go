@@ -279,9 +279,12 @@ func TestSandboxdArgs(t *testing.T) {
 	if !slices.Contains(env, "AWS_ACCESS_KEY_ID="+s3Access) || !slices.Contains(env, "AWS_SECRET_ACCESS_KEY="+s3Secret) {
 		t.Errorf("env %q lacks the S3 credentials", env)
 	}
+	if !slices.Contains(env, "TMPDIR=/d/hosts/h1/tmp") {
+		t.Errorf("env %q lacks the host's own TMPDIR", env)
+	}
 	f.cfg.LocalStorage = true
 	args, env = f.sandboxdArgs(h, 8080)
-	if joined := strings.Join(args, " "); strings.Contains(joined, "--checkpoints") || strings.Contains(joined, "--blobs") || len(env) != 0 {
+	if joined := strings.Join(args, " "); strings.Contains(joined, "--checkpoints") || strings.Contains(joined, "--blobs") || len(env) != 1 {
 		t.Errorf("local storage: args %q, env %q", joined, env)
 	}
 }

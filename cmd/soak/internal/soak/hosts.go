@@ -167,20 +167,28 @@ func (f *Fleet) BlobsURL() string {
 	return "s3://" + S3Bucket + "?" + q.Encode()
 }
 
+// tmp is host h's temporary directory (TMPDIR of its processes): as
+// on machines of their own, no two hosts share one (a blob store's local
+// read cache defaults to one there: shared, a restore on another host
+// would find the blobs the first host read).
+func (h *Host) tmp() string { return filepath.Join(filepath.Dir(h.Data), "tmp") }
+
 // sandboxdArgs are host h's sandboxd's arguments and environment: on the
 // host's every address (its loopback, where its executors reach it, and
-// its bridge address, where the soak lists it), its own data directory,
-// and unless Config.LocalStorage the shared checkpoint store and bucket.
+// its bridge address, where the soak lists it), its own data and temporary
+// directories, and unless Config.LocalStorage the shared checkpoint store
+// and bucket.
 func (f *Fleet) sandboxdArgs(h *Host, port int) (args, env []string) {
 	args = []string{"--listen", "0.0.0.0:" + strconv.Itoa(port), "--data", h.Data,
 		"--log-level", "warn", "--disk-quota", "512MiB", "--default-memory", "512MiB"}
 	if f.cfg.NoIsolation {
 		args = append(args, "--no-isolation")
 	}
+	env = []string{"TMPDIR=" + h.tmp()}
 	if !f.cfg.LocalStorage {
 		args = append(args, "--checkpoints", f.CheckpointsDSN, "--blobs", f.BlobsURL())
-		env = []string{"AWS_ACCESS_KEY_ID=" + s3Access, "AWS_SECRET_ACCESS_KEY=" + s3Secret, "AWS_REGION=" + s3Region,
-			"AWS_EC2_METADATA_DISABLED=true"}
+		env = append(env, "AWS_ACCESS_KEY_ID="+s3Access, "AWS_SECRET_ACCESS_KEY="+s3Secret, "AWS_REGION="+s3Region,
+			"AWS_EC2_METADATA_DISABLED=true")
 	}
 	return args, env
 }
@@ -196,10 +204,15 @@ func (f *Fleet) startHosts(ctx context.Context, port int) error {
 		args, env := f.sandboxdArgs(h, port)
 		h.Sandboxd = f.put(f.proc(n.Name+"-sandboxd", "sandboxd", args...), pl)
 		h.Sandboxd.Env = append(h.Sandboxd.Env, env...)
+		if err := os.MkdirAll(h.tmp(), 0o1777); err != nil {
+			return err
+		}
 		local := fmt.Sprintf("http://127.0.0.1:%d", port)
 		for i := range f.cfg.ExecutorsPerHost {
 			id := fmt.Sprintf("%s-executor-%d", n.Name, i+1)
-			h.Executors = append(h.Executors, f.put(f.executorProc(id, local), pl))
+			e := f.put(f.executorProc(id, local), pl)
+			e.Env = append(e.Env, "TMPDIR="+h.tmp())
+			h.Executors = append(h.Executors, e)
 		}
 		f.Hosts = append(f.Hosts, h)
 		f.Executors = append(f.Executors, h.Executors...)
