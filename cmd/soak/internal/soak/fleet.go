@@ -99,19 +99,6 @@ func (f *Fleet) sandboxds() []*Proc {
 	return out
 }
 
-// sandboxURLs returns every sandboxd's URL, as the soak reaches it, by
-// sandboxd's process name.
-func (f *Fleet) sandboxURLs() map[string]string {
-	if f.Hosts == nil {
-		return map[string]string{"sandboxd": f.SandboxURL}
-	}
-	out := map[string]string{}
-	for _, h := range f.Hosts {
-		out[h.Name] = h.SandboxURL
-	}
-	return out
-}
-
 // Crashes returns every exit the soak did not cause.
 func (f *Fleet) Crashes() []string {
 	var out []string
