@@ -220,6 +220,14 @@ func TestRecoveries(t *testing.T) {
 	if !strings.Contains(b.String(), "host loss to its jobs running again elsewhere: p50 2s p99 3s (3 jobs; 1 never seen running again)") {
 		t.Fatalf("report:\n%s", b.String())
 	}
+	fg = Figures{}
+	fg.hostRecoveryFigures([]Recovery{{Took: -1}, {Took: -1}})
+	rep.Figures = fg
+	b.Reset()
+	rep.Print(&b)
+	if !strings.Contains(b.String(), "running again elsewhere: none seen (2 jobs never seen running again)") {
+		t.Fatalf("report:\n%s", b.String())
+	}
 }
 
 func TestBlobKeys(t *testing.T) {

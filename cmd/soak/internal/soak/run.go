@@ -626,9 +626,12 @@ func (r *Report) Print(w io.Writer) {
 			fg.Jobs, fg.Events, fg.Elapsed.Round(time.Second), float64(fg.Jobs)/secs, float64(fg.Events)/secs,
 			fg.LagP50, fg.LagP99, fg.LagSamples, fg.WitnessFailed, fg.AuditorReconnects)
 	}
-	if len(fg.HostRecoveries) > 0 {
+	switch {
+	case fg.HostRecoveriesSeen > 0:
 		fmt.Fprintf(w, "host loss to its jobs running again elsewhere: p50 %s p99 %s (%d jobs; %d never seen running again)\n",
 			fg.HostRecoveryP50.Round(time.Millisecond), fg.HostRecoveryP99.Round(time.Millisecond), fg.HostRecoveriesSeen, fg.HostRecoveriesUnseen)
+	case fg.HostRecoveriesUnseen > 0:
+		fmt.Fprintf(w, "host loss to its jobs running again elsewhere: none seen (%d jobs never seen running again)\n", fg.HostRecoveriesUnseen)
 	}
 	fmt.Fprintf(w, "\nfaults (%d):\n  %-8s %-32s %-12s %-10s %s\n", len(r.Faults), "AT", "FAULT", "TARGET", "HEALED", "RECOVERED")
 	for _, fr := range r.Faults {
