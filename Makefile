@@ -16,7 +16,7 @@ ifneq (,$(findstring -race,$(TESTFLAGS)))
 export CGO_ENABLED = 1
 endif
 
-.PHONY: build test test-race lint bench demo clean deps deps-runc soak soak-ci test-race-stress
+.PHONY: build test test-race lint bench demo clean deps deps-runc deps-net deps-soak-hosts soak soak-ci soak-hosts soak-hosts-ci test-race-stress
 
 # Sandboxes run under runc on a per-sandbox ext4 disk (e2fsprogs): installed
 # here when missing, as root (which sandboxd needs). runc is RUNC_VERSION,
@@ -25,7 +25,7 @@ endif
 # Debian 12's runc 1.1.5 lacks the fixes of the November 2025 advisories,
 # and sandboxd refuses it (--allow-old-runtime).
 RUNC_VERSION ?= 1.5.3
-deps: deps-runc
+deps: deps-runc deps-net
 	@need=""; command -v mkfs.ext4 >/dev/null 2>&1 || need="$$need e2fsprogs"; \
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "missing:$$need (install them as root: apt-get install$$need)"; exit 1; fi; \
@@ -38,6 +38,15 @@ deps: deps-runc
 	  echo "installing: versitygw $(VERSITYGW_VERSION)"; \
 	  if [ "$$(id -u)" = 0 ]; then export GOBIN=/usr/local/bin; fi; \
 	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
+
+# The soak's network tests (cmd/soak/internal/soak, as root) and the
+# multi-host soak make network namespaces, a bridge and veths with ip
+# (Debian's iproute2), installed here when missing, as root.
+deps-net:
+	@if ! command -v ip >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "missing: ip (install it as root: apt-get install iproute2)"; exit 1; fi; \
+	  echo "installing: iproute2"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; \
 	fi
 
 deps-runc:
@@ -113,6 +122,39 @@ soak: deps
 
 soak-ci: deps
 	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
+
+# The multi-host soak (cmd/soak -hosts 3): the same fleet, load and checks,
+# with each of 3 hosts a network namespace on a bridge running its own
+# sandboxd and 2 executors, and each NATS node, Postgres, an S3 server
+# (versitygw) and the services in namespaces of their own, all on
+# 198.18.0.0/24 (the range reserved for network tests). Four more faults:
+# kill -9 every process of a host (back after -host-down), a host's link
+# down past the lease, a NATS node's link down, the S3 server stopped; three
+# more checks: each job of a lost host finished once elsewhere from its
+# checkpoint, every checkpoint's blobs in the bucket, no sandbox left on any
+# host. Every namespace, link and mount is removed at the end, after a
+# failure or a signal too (a janitor process does it if the soak dies).
+# soak-hosts-ci runs 150 jobs spread over 3 minutes (about 4 minutes with
+# its start and checks). make soak and soak-ci stay the single-host soak
+# until this one passes reliably.
+#
+# sandboxd has no --checkpoints and --blobs yet (issue 36 item 3): until it
+# has, the hosts keep their snapshots on their own disks and the cross-host
+# checks fail (a takeover on another host gets SNAPSHOT_NOT_FOUND). Delete
+# the next line to run the hosts on the shared checkpoint store and bucket.
+SOAK_HOSTS_STORAGE = -shared-storage=false
+VERSITYGW_VERSION ?= v1.8.0
+deps-soak-hosts: deps-net
+	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x /usr/local/bin/versitygw ]; then \
+	  echo "installing: versitygw $(VERSITYGW_VERSION)"; \
+	  GOBIN=/usr/local/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
+
+soak-hosts: deps deps-soak-hosts
+	$(GO) run ./cmd/soak -hosts 3 -duration $(SOAK_DURATION) $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
+
+soak-hosts-ci: deps deps-soak-hosts
+	$(GO) run ./cmd/soak -hosts 3 -jobs 150 -duration 3m -host-down 10s -partition 12s -fault-every 3s $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
 
 # make test under -race 5 times (RUNS) in a row beside two CPU-bound
 # processes; logs in LOGDIR (default /tmp/alineo-race-stress).

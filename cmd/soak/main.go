@@ -6,7 +6,14 @@
 // repeats the schedule).
 //
 //	soak [-jobs 200] [-duration D] [-seed N] [-dir DIR] [-keep] ...
+//	soak -hosts 3 [-shared-storage=false] [-host-down D] [-partition D] ...
 //	soak recheck [-timeout D] DIR
+//
+// With -hosts N the fleet runs across N hosts, each a network namespace on
+// a bridge with its own sandboxd and executors (make soak-hosts,
+// soak-hosts-ci); the soak binary then also enters namespaces for the
+// processes it starts (in-netns) and runs the network's janitor
+// (net-janitor).
 //
 // make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
 // submits jobs for 30 minutes. SIGINT or SIGTERM stops it at once, in any
@@ -22,6 +29,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,6 +42,18 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == soak.NATSNodeCommand {
 		if err := soak.RunNATSNode(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == soak.NetnsExecCommand {
+		err := soak.RunInNetns(os.Args[2:]) // returns only on an error
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
+	if len(os.Args) > 1 && os.Args[1] == soak.NetJanitorCommand {
+		if err := soak.RunNetJanitor(os.Args[2:], os.Stdin, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -98,7 +118,7 @@ func run(args []string) int {
 	fs.StringVar(&c.Dir, "dir", "", "directory of the processes' data and logs (default a temporary one, removed after a pass)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep -dir after a pass")
 	fs.StringVar(&c.BinDir, "bin", "", "prebuilt sandboxd, executor, projector and api (default: built from ./cmd)")
-	fs.IntVar(&c.Executors, "executors", 4, "executor processes")
+	fs.IntVar(&c.Executors, "executors", 4, "executor processes (the single-host soak's; with -hosts see -executors-per-host)")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "jobs each executor runs at once")
 	fs.IntVar(&c.Projectors, "projectors", 2, "projector partitions, each a process (--partitions N --partition I)")
 	fs.IntVar(&c.Auditors, "auditors", 20, "SSE auditors")
@@ -106,6 +126,14 @@ func run(args []string) int {
 	fs.DurationVar(&c.FaultEvery, "fault-every", 0, "pause between faults (default 5s)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 0, "the executors' job lease (default 6s)")
 	fs.BoolVar(&c.NoIsolation, "no-isolation", false, "run sandboxd with --no-isolation (no runc)")
+	fs.IntVar(&c.Hosts, "hosts", 0, "run the multi-host soak: this many hosts, each a network namespace with its own sandboxd and executors (0: the single-host soak on loopback)")
+	fs.IntVar(&c.ExecutorsPerHost, "executors-per-host", 2, "executors on each host (with -hosts)")
+	shared := fs.Bool("shared-storage", true, "give every host's sandboxd the shared checkpoint store and bucket (--checkpoints postgres://, --blobs s3://), so a checkpoint restores on any host (with -hosts)")
+	fs.DurationVar(&c.HostDown, "host-down", 0, "how long a killed host stays down (default 30s)")
+	fs.DurationVar(&c.Partition, "partition", 0, "how long a partitioned host's or NATS node's link stays down (default ack-wait + 10s)")
+	fs.DurationVar(&c.S3Down, "s3-down", 0, "how long the S3 server stays stopped (default 10s)")
+	fs.StringVar(&c.NetPrefix, "net-prefix", "", "prefix of the network's namespaces, link and lock (default "+soak.DefaultNetPrefix+")")
+	subnet := fs.String("subnet", soak.DefaultSubnet.String(), "the network's subnet, inside "+soak.TestRange.String())
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -114,6 +142,12 @@ func run(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "soak: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	c.LocalStorage = !*shared
+	var err error
+	if c.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
+		fmt.Fprintf(os.Stderr, "soak: -subnet: %v\n", err)
 		return 2
 	}
 	ctx, stop := stopOnSignal()

@@ -13,11 +13,6 @@ import (
 	"github.com/alineo-labs/alineo/internal/mountinfo"
 )
 
-// ErrInterrupted is Run's error when its context ended (SIGINT or SIGTERM)
-// before the checks: the fleet was stopped at once and the report holds
-// what the run had so far.
-var ErrInterrupted = errors.New("soak interrupted")
-
 // sandboxdRunRoot is sandboxd's default Config.RunDir, which the soak's
 // sandboxd uses.
 const sandboxdRunRoot = "/run/alineo-sandboxd"
@@ -53,20 +48,34 @@ func (f *Fleet) abort() {
 			}
 		}
 	}
-	wg.Go(func() { graceful(f.Sandboxd, syscall.SIGTERM) })
+	for _, s := range f.sandboxds() {
+		wg.Go(func() { graceful(s, syscall.SIGTERM) })
+	}
 	wg.Go(func() { graceful(f.Postgres, syscall.SIGINT) })
-	for _, n := range f.NATS {
+	for _, n := range append(f.NATS, f.S3) {
 		if n != nil {
 			wg.Go(n.KillGroup)
 		}
 	}
 	wg.Wait()
-	dirs := []string{f.cfg.Dir, runDirOf(filepath.Join(f.cfg.Dir, "sandboxd"))}
+	dirs := append([]string{f.cfg.Dir}, f.runDirs()...)
 	if left, err := unmountBelow(dirs...); err != nil {
 		f.cfg.logf("unmount what sandboxd left: %v", err)
 	} else if left > 0 {
 		f.cfg.logf("unmounted %d mounts sandboxd left", left)
 	}
+}
+
+// runDirs are the run directories of the fleet's sandboxds.
+func (f *Fleet) runDirs() []string {
+	if f.Hosts == nil {
+		return []string{runDirOf(filepath.Join(f.cfg.Dir, "sandboxd"))}
+	}
+	var out []string
+	for _, h := range f.Hosts {
+		out = append(out, runDirOf(h.Data))
+	}
+	return out
 }
 
 // runDirOf is the run directory sandboxd keeps for the data directory

@@ -143,6 +143,18 @@ func TestInterruptedReportPrints(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, HostChecks[0].Name) {
+		t.Errorf("a single-host report lists the host checks:\n%s", out)
+	}
+	// A multi-host run's report lists its host checks as not run too.
+	rep.Hosts = 3
+	b.Reset()
+	rep.Print(&b)
+	for _, c := range HostChecks {
+		if !strings.Contains(b.String(), c.Name) {
+			t.Errorf("report lacks %q:\n%s", c.Name, b.String())
+		}
+	}
 }
 
 // groupAlive sees a group's live member, and neither a zombie nor a reaped

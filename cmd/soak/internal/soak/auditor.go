@@ -45,6 +45,7 @@ type AuditorLog struct {
 type auditor struct {
 	name   string
 	api    string
+	token  string // the API's bearer token; "" for none
 	filter []events.Event
 
 	mu         sync.Mutex
@@ -108,6 +109,9 @@ func (a *auditor) stream(ctx context.Context, first bool) error {
 	}
 	if last > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatUint(last, 10))
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -45,6 +45,24 @@ type Observation struct {
 	LagErr     string
 	// Crashes are the exits no fault caused.
 	Crashes []string
+
+	// The multi-host soak's (Hosts empty otherwise). ExecutorHosts names
+	// each executor's host; HostLosses are the hosts the schedule killed or
+	// partitioned, with the jobs running on each.
+	Hosts         []string
+	ExecutorHosts map[string]string
+	HostLosses    []HostLoss
+	// HostSandboxes are each host's sandboxes in a state other than
+	// Terminated or Failed; HostErrs why a host's sandboxd could not be
+	// listed.
+	HostSandboxes map[string][]string
+	HostErrs      map[string]string
+	// Checkpoints are the checkpoint stores' checkpoints with the blobs
+	// they reference; Blobs the blob keys each store's bucket holds, by
+	// store; BlobsErr what could not be listed.
+	Checkpoints []CheckpointRefs
+	Blobs       map[string]map[string]bool
+	BlobsErr    []string
 }
 
 // Result is one row of the checks table.
@@ -75,8 +93,14 @@ var Checks = []Check{
 	{"no process exited by itself", checkCrashes},
 }
 
-// RunChecks runs every check on o.
-func RunChecks(o *Observation) []Result { return runChecks(o, Checks) }
+// RunChecks runs every check on o: Checks, and HostChecks after them on
+// a multi-host run's.
+func RunChecks(o *Observation) []Result {
+	if len(o.Hosts) > 0 {
+		return runChecks(o, append(slices.Clone(Checks), HostChecks...))
+	}
+	return runChecks(o, Checks)
+}
 
 func runChecks(o *Observation, cs []Check) []Result {
 	out := make([]Result, 0, len(cs))

@@ -49,6 +49,10 @@ func settle(o *Observation) {
 
 func (s *stream) next() uint64 { return uint64(len(s.msgs) + 1) }
 
+// tsOf is the time of the stream's message seq: a second apart, from
+// 2026-01-01.
+func tsOf(seq uint64) int64 { return 1767225600000 + int64(seq)*1000 }
+
 func (s *stream) fence(id string) {
 	seq := s.next()
 	s.msgs = append(s.msgs, StreamMsg{Seq: seq, Subject: "alineo.fence." + id, Fence: id})
@@ -57,7 +61,7 @@ func (s *stream) fence(id string) {
 
 func (s *stream) add(name, id string, step int, ev events.Event, payload any) {
 	seq := s.next()
-	e := events.New(1, name, id, step, ev, payload)
+	e := events.New(tsOf(seq), name, id, step, ev, payload)
 	e.Seq = seq
 	s.n[id]++
 	s.msgs = append(s.msgs, StreamMsg{Seq: seq, Subject: "alineo.ledger." + id, MsgID: fmt.Sprintf("%d.%d", s.epoch[id], s.n[id]), Entry: &e})
@@ -93,7 +97,7 @@ func goodObservation() *Observation {
 			s.add(j.Name, id, events.SandboxLevel, events.SandboxClosed, events.SandboxClosedPayload{Reason: events.ClosedTakenOver})
 			final = id + "-resumed"
 			s.fence(final)
-			s.add(j.Name, final, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: final, ResumedFrom: id})
+			s.add(j.Name, final, events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: final, ResumedFrom: id, SnapshotID: "snap"})
 		}
 		s.exec(j.Name, final, 3, "echo working", "working\n")
 		s.exec(j.Name, final, 4, j.FinalCmd, j.Want)

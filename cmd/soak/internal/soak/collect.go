@@ -95,10 +95,14 @@ func (h *harness) observe(ctx context.Context) *Observation {
 	}
 	h.load.mu.Unlock()
 	if err := poll(ctx, "nothing running", st, time.Second, func() (bool, error) {
-		o.SandboxdLive, o.ReadModelRunning = h.liveSandboxes(ctx), h.runningSessions(ctx)
+		o.SandboxdLive, o.HostSandboxes, o.HostErrs = h.liveSandboxes(ctx)
+		o.ReadModelRunning = h.runningSessions(ctx)
 		return len(o.SandboxdLive) == 0 && len(o.ReadModelRunning) == 0, nil
 	}); err != nil {
 		h.logf("%v", err)
+	}
+	if h.f.Hosts != nil {
+		h.observeHosts(ctx, o)
 	}
 	var last uint64
 	if err := poll(ctx, "projector caught up", st, time.Second, func() (bool, error) {
@@ -200,13 +204,40 @@ func (h *harness) readStream(ctx context.Context) ([]StreamMsg, error) {
 	return out, nil
 }
 
-// liveSandboxes lists the sandboxes sandboxd has in a state other than
-// Terminated or Failed (nil when it cannot be asked: the check then fails
-// on the read model or passes on an honest empty list).
-func (h *harness) liveSandboxes(ctx context.Context) []string {
-	c, err := opensandbox.New(opensandbox.Config{BaseURL: h.f.SandboxURL})
+// liveSandboxes lists the sandboxes every sandboxd has in a state other
+// than Terminated or Failed, each named by its sandboxd in a multi-host run
+// (a sandboxd that cannot be asked is named with the error: the check then
+// fails). byHost and errs are the same by host (multi-host runs only).
+func (h *harness) liveSandboxes(ctx context.Context) (all []string, byHost map[string][]string, errs map[string]string) {
+	if h.f.Hosts == nil {
+		live, err := listLive(ctx, h.f.SandboxURL)
+		if err != nil {
+			return []string{err.Error()}, nil, nil
+		}
+		return live, nil, nil
+	}
+	byHost, errs = map[string][]string{}, map[string]string{}
+	for _, host := range h.f.Hosts {
+		live, err := listLive(ctx, host.SandboxURL)
+		if err != nil {
+			errs[host.Name] = err.Error()
+			all = append(all, host.Name+": "+err.Error())
+			continue
+		}
+		byHost[host.Name] = live
+		for _, s := range live {
+			all = append(all, host.Name+": "+s)
+		}
+	}
+	return all, byHost, errs
+}
+
+// listLive lists the sandboxes the sandboxd at url has in a state other
+// than Terminated or Failed.
+func listLive(ctx context.Context, url string) ([]string, error) {
+	c, err := opensandbox.New(opensandbox.Config{BaseURL: url})
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	var out []string
 	for page := 1; ; page++ {
@@ -214,7 +245,7 @@ func (h *harness) liveSandboxes(ctx context.Context) []string {
 		p, err := c.ListSandboxes(cctx, opensandbox.ListSandboxesOptions{Page: page, PageSize: 200})
 		cancel()
 		if err != nil {
-			return []string{"sandboxd list: " + err.Error()}
+			return nil, fmt.Errorf("sandboxd list: %w", err)
 		}
 		for _, s := range p.Items {
 			if s.Status.State != opensandbox.StateTerminated && s.Status.State != opensandbox.StateFailed {
@@ -222,7 +253,7 @@ func (h *harness) liveSandboxes(ctx context.Context) []string {
 			}
 		}
 		if page >= p.Pagination.TotalPages || len(p.Items) == 0 {
-			return out
+			return out, nil
 		}
 	}
 }
@@ -232,6 +263,9 @@ func (h *harness) runningSessions(ctx context.Context) []string {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, h.f.APIURL+"/v1/sandboxes?status=running&limit=1000", nil)
+	if h.f.APIToken != "" {
+		req.Header.Set("Authorization", "Bearer "+h.f.APIToken)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return []string{"api: " + err.Error()}

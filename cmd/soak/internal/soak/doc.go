@@ -10,6 +10,17 @@
 // after its fence, nothing left running, every SSE auditor saw its events
 // exactly once and in order, every projector partition caught up.
 //
+// With Config.Hosts (make soak-hosts) the fleet runs across machines: a
+// network of namespaces on a bridge (netplan.go, netns.go), addresses from
+// 198.18.0.0/15 only, each host a namespace with its own sandboxd and
+// executors (hosts.go), each NATS node, Postgres, an S3 server and the
+// services in namespaces of their own. The schedule then also kills whole
+// hosts, cuts a host's or a NATS node's link and stops the S3 server, and
+// three checks follow the nine (hostchecks.go): the jobs of a lost host
+// finished once elsewhere from their checkpoint, every checkpoint's blobs
+// are in the bucket (storage.go), no host keeps a sandbox running. A
+// janitor process removes the network whatever way the soak ends.
+//
 // A signal (Run's context) stops it in any phase: the fleet is killed and
 // reaped, sandboxd's leftover mounts are unmounted, and the report says what
 // the run had so far (abort.go).
@@ -21,5 +32,6 @@
 //
 // Of this module it imports bus, events, internal/mountinfo,
 // internal/testutil, jobs and opensandbox only: the rest of the system it
-// drives as processes (the binaries it builds).
+// drives as processes (the binaries it builds), and the checkpoint stores
+// it reads as an auditor would, by their table and JSON (storage.go).
 package soak

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/jobs"
 )
 
 // Fault kinds of the schedule.
@@ -19,11 +21,48 @@ const (
 	FaultKillProjector = "kill -9 a projector partition"
 	FaultStopPostgres  = "stop Postgres 10s"
 	FaultDropAuditor   = "drop an auditor's connection"
+	// The multi-host soak's (Config.Hosts).
+	FaultKillHost      = "kill -9 every process of a host"
+	FaultPartitionHost = "partition a host past ack-wait"
+	FaultPartitionNATS = "partition a NATS node"
+	FaultStopS3        = "stop the S3 server"
 )
 
-// FaultKinds is every fault, in the order a schedule's first round shuffles.
+// FaultKinds is every fault of the single-host soak, in the order a
+// schedule's first round shuffles.
 var FaultKinds = []string{FaultKillExecutor, FaultStopExecutor, FaultKillNATS, FaultKillLeader,
 	FaultKillProjector, FaultStopPostgres, FaultDropAuditor}
+
+// HostFaultKinds are the faults the multi-host soak adds to FaultKinds.
+var HostFaultKinds = []string{FaultKillHost, FaultPartitionHost, FaultPartitionNATS, FaultStopS3}
+
+// faultKinds are the faults of a run of cfg.
+func faultKinds(cfg Config) []string {
+	if cfg.Hosts > 0 {
+		return append(slices.Clone(FaultKinds), HostFaultKinds...)
+	}
+	return FaultKinds
+}
+
+// schedule deals fault kinds in rounds: each round every kind once, in an
+// order drawn from rng, so a seed repeats the order (the targets, drawn from
+// the same rng, follow it as long as the run's course does).
+type schedule struct {
+	rng   *rand.Rand
+	kinds []string
+	round []string
+}
+
+// next returns the next fault kind.
+func (s *schedule) next() string {
+	if len(s.round) == 0 {
+		s.round = slices.Clone(s.kinds)
+		s.rng.Shuffle(len(s.round), func(i, j int) { s.round[i], s.round[j] = s.round[j], s.round[i] })
+	}
+	k := s.round[0]
+	s.round = s.round[1:]
+	return k
+}
 
 // FaultRecord is one fault of the run: what, to whom, when, how long the
 // system took to make progress again after it was healed.
@@ -48,10 +87,11 @@ type faults struct {
 
 	mu      sync.Mutex
 	records []FaultRecord
+	losses  []HostLoss
 }
 
 func (s *faults) run(ctx context.Context) {
-	var round []string
+	sched := &schedule{rng: s.rng, kinds: faultKinds(s.f.cfg)}
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -64,12 +104,7 @@ func (s *faults) run(ctx context.Context) {
 			}
 			return
 		}
-		if len(round) == 0 {
-			round = slices.Clone(FaultKinds)
-			s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
-		}
-		kind := round[0]
-		round = round[1:]
+		kind := sched.next()
 		rec := s.inject(kind)
 		s.h.logf("fault %-32s %-12s healed in %s, recovered in %s %s", rec.Kind, rec.Target,
 			rec.Healed.Round(time.Millisecond), fmtRecovery(rec.Recovered), rec.Err)
@@ -84,6 +119,13 @@ func (s *faults) done() []FaultRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.records)
+}
+
+// hostLosses returns the hosts lost or partitioned so far.
+func (s *faults) hostLosses() []HostLoss {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.losses)
 }
 
 func fmtRecovery(d time.Duration) string {
@@ -126,6 +168,16 @@ func (s *faults) inject(kind string) FaultRecord {
 		a := s.h.auditors[s.rng.IntN(len(s.h.auditors))]
 		rec.Target = a.name
 		a.drop()
+	case FaultKillHost, FaultPartitionHost:
+		err = s.loseHost(ctx, &rec)
+	case FaultPartitionNATS:
+		err = s.partitionNATS(ctx, &rec)
+	case FaultStopS3:
+		rec.Target = "s3"
+		if err = s.f.stopS3(); err == nil {
+			sleep(ctx, s.f.cfg.S3Down)
+			err = s.f.StartS3(ctx)
+		}
 	}
 	rec.Healed = time.Since(t0)
 	if err != nil {
@@ -223,6 +275,125 @@ func (s *faults) killNATS(ctx context.Context, rec *FaultRecord, leader bool) er
 		return err
 	}
 	if err := s.f.waitNATSNode(ctx, i); err != nil {
+		return err
+	}
+	return s.h.awaitReplicas(ctx)
+}
+
+// HostLoss is a host the schedule killed or partitioned, and the jobs
+// running on it then: each must finish once, on another host, from its
+// last checkpoint (checkLostJobs).
+type HostLoss struct {
+	Kind string // FaultKillHost or FaultPartitionHost
+	Host string
+	// At is when the host's processes were killed or its link went down,
+	// Back when it was back (its sandboxd answering again, or its link up);
+	// zero if it never came back.
+	At, Back time.Time
+	Jobs     []LostJob
+}
+
+// LostJob is a job running on a lost host: its status read just before
+// the loss.
+type LostJob struct {
+	ID, Name string
+	Status   jobs.Status
+}
+
+// pickHost picks, among the hosts whose processes all run, the one with
+// the most jobs running on it (ties drawn from the seed), and returns it
+// with those jobs' statuses, read fresh.
+func (s *faults) pickHost(ctx context.Context) (*Host, []LostJob) {
+	running := s.h.load.running(ctx)
+	var best []*Host
+	most := -1
+	for _, h := range s.f.Hosts {
+		up := true
+		for _, p := range h.procs() {
+			up = up && p.Running()
+		}
+		if !up {
+			continue
+		}
+		n := 0
+		for _, j := range running {
+			if s.f.hostOf(j.Status.Worker) == h.Name {
+				n++
+			}
+		}
+		switch {
+		case n > most:
+			best, most = []*Host{h}, n
+		case n == most:
+			best = append(best, h)
+		}
+	}
+	if len(best) == 0 {
+		return nil, nil
+	}
+	h := best[s.rng.IntN(len(best))]
+	var lost []LostJob
+	for _, j := range running {
+		if s.f.hostOf(j.Status.Worker) == h.Name {
+			lost = append(lost, j)
+		}
+	}
+	return h, lost
+}
+
+// loseHost kills every process of a host and starts it again after
+// HostDown, or takes its link down for Partition (past the jobs' lease, so
+// they go to other hosts) and up again.
+func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
+	h, lost := s.pickHost(ctx)
+	if h == nil {
+		return fmt.Errorf("no host with every process running")
+	}
+	rec.Target = fmt.Sprintf("%s (%d jobs)", h.Name, len(lost))
+	loss := HostLoss{Kind: rec.Kind, Host: h.Name, At: time.Now(), Jobs: lost}
+	defer func() {
+		s.mu.Lock()
+		s.losses = append(s.losses, loss)
+		s.mu.Unlock()
+	}()
+	if rec.Kind == FaultPartitionHost {
+		if err := s.f.Net.SetLink(ctx, h.Name, false); err != nil {
+			return err
+		}
+		sleep(ctx, s.f.cfg.Partition)
+		// Up again even when ctx ended: a signal's abort then finds the
+		// fleet as it was.
+		if err := s.f.Net.SetLink(context.WithoutCancel(ctx), h.Name, true); err != nil {
+			return err
+		}
+		loss.Back = time.Now()
+		return nil
+	}
+	if err := s.f.killHost(h); err != nil {
+		return err
+	}
+	sleep(ctx, s.f.cfg.HostDown)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.f.startHost(ctx, h); err != nil {
+		return err
+	}
+	loss.Back = time.Now()
+	return nil
+}
+
+// partitionNATS takes a NATS node's link down for Partition, then up, and
+// waits until every stream has its replicas current again.
+func (s *faults) partitionNATS(ctx context.Context, rec *FaultRecord) error {
+	i := s.rng.IntN(len(s.f.NATS))
+	node := fmt.Sprintf("nats%d", i+1)
+	rec.Target = s.f.NATS[i].Name
+	if err := s.f.Net.SetLink(ctx, node, false); err != nil {
+		return err
+	}
+	sleep(ctx, s.f.cfg.Partition)
+	if err := s.f.Net.SetLink(context.WithoutCancel(ctx), node, true); err != nil {
 		return err
 	}
 	return s.h.awaitReplicas(ctx)

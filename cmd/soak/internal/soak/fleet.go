@@ -52,6 +52,21 @@ type Fleet struct {
 	Metrics    []string
 	API        *Proc
 	APIURL     string
+	// APIToken is the API's bearer token: the multi-host soak's API
+	// listens on its bridge address, where the API requires one.
+	APIToken string
+
+	// The multi-host soak's (Config.Hosts): the network, the hosts (each
+	// with its sandboxd and executors; Executors lists them all, Sandboxd
+	// is nil), the S3 server and the shared storage's addresses.
+	Net   *Network
+	Hosts []*Host
+	S3    *Proc
+	// S3Endpoint is the server's URL, S3Root the directory it serves (the
+	// bucket is its subdirectory S3Bucket).
+	S3Endpoint, S3Root string
+	// CheckpointsDSN is the hosts' shared checkpoint store.
+	CheckpointsDSN string
 }
 
 // NATSURL is every node's client URL, comma-separated (nats.go reconnects
@@ -61,9 +76,27 @@ func (f *Fleet) NATSURL() string { return strings.Join(f.NATSURLs, ",") }
 // All returns every process.
 func (f *Fleet) All() []*Proc {
 	all := append([]*Proc{}, f.NATS...)
-	all = append(all, f.Postgres, f.Sandboxd, f.API)
+	all = append(all, f.Postgres)
+	if f.S3 != nil {
+		all = append(all, f.S3)
+	}
+	all = append(all, f.sandboxds()...)
+	all = append(all, f.API)
 	all = append(all, f.Projectors...)
 	return append(all, f.Executors...)
+}
+
+// sandboxds returns every sandboxd: the one of the single-host soak, or
+// each host's.
+func (f *Fleet) sandboxds() []*Proc {
+	if f.Hosts == nil {
+		return []*Proc{f.Sandboxd}
+	}
+	var out []*Proc
+	for _, h := range f.Hosts {
+		out = append(out, h.Sandboxd)
+	}
+	return out
 }
 
 // Crashes returns every exit the soak did not cause.
@@ -93,8 +126,69 @@ func build(ctx context.Context, dir string, log io.Writer) error {
 	return nil
 }
 
+// fleetPorts are the ports the fleet's processes listen on.
+type fleetPorts struct {
+	natsClient, natsCluster []int
+	postgres, sandboxd, api int
+	metrics                 []int
+	s3                      int
+}
+
+// freePorts are loopback ports for the single-host soak, where every
+// process shares the address 127.0.0.1.
+func freePorts(projectors int) (fleetPorts, error) {
+	ports, err := testutil.FreePorts(6 + 2*3 + projectors)
+	if err != nil {
+		return fleetPorts{}, err
+	}
+	return fleetPorts{natsClient: ports[6:9], natsCluster: ports[9:12], postgres: ports[0], sandboxd: ports[1],
+		api: ports[3], metrics: ports[12:]}, nil
+}
+
+// fixedPorts are the multi-host soak's ports: every process has an
+// address of its own (its namespace's), so the ports are the usual ones.
+func fixedPorts(projectors int) fleetPorts {
+	ps := fleetPorts{natsClient: []int{4222, 4222, 4222}, natsCluster: []int{6222, 6222, 6222}, postgres: 5432,
+		sandboxd: 8080, api: 8081, s3: 7070}
+	for i := range projectors {
+		ps.metrics = append(ps.metrics, 9100+i)
+	}
+	return ps
+}
+
+// place is where a process runs: its namespace's file ("" on loopback)
+// and the address it listens on.
+type place struct {
+	ns   string
+	host string
+}
+
+// at is the place of the network's node name; 127.0.0.1 in the single-host
+// soak.
+func (f *Fleet) at(node string) place {
+	if f.Net == nil {
+		return place{host: "127.0.0.1"}
+	}
+	n, ok := f.Net.Plan.Node(node)
+	if !ok {
+		panic("soak: no node " + node + " in the network plan")
+	}
+	return place{ns: f.Net.NS(n.Name), host: n.Addr.String()}
+}
+
+func (pl place) addr(port int) string { return net.JoinHostPort(pl.host, strconv.Itoa(port)) }
+
+// put runs p at pl.
+func (f *Fleet) put(p *Proc, pl place) *Proc {
+	if pl.ns != "" {
+		p.Netns, p.Self = pl.ns, f.cfg.Self
+	}
+	return p
+}
+
 // startFleet builds the binaries and starts every process, each waited for
-// until it answers.
+// until it answers. With Config.Hosts it first makes the network
+// (hosts.go) and places each process in its namespace.
 func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 	f := &Fleet{cfg: cfg, bin: cfg.BinDir}
 	if f.bin == "" {
@@ -104,31 +198,53 @@ func startFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 			return nil, err
 		}
 	}
-	ports, err := testutil.FreePorts(6 + 2*3 + cfg.Projectors)
-	if err != nil {
-		return nil, err
+	var ps fleetPorts
+	if cfg.Hosts > 0 {
+		if err := f.openNetwork(ctx); err != nil {
+			return f, err
+		}
+		ps = fixedPorts(cfg.Projectors)
+	} else {
+		var err error
+		if ps, err = freePorts(cfg.Projectors); err != nil {
+			return nil, err
+		}
 	}
-	if err := f.startNATS(ctx, ports[6:12]); err != nil { // 3 client ports, then 3 cluster ports
+	if err := f.startNATS(ctx, ps); err != nil {
 		return f, err
 	}
-	if err := f.startPostgres(ctx, ports[0]); err != nil {
+	if err := f.startPostgres(ctx, ps.postgres); err != nil {
 		return f, err
 	}
-	if err := f.startSandboxd(ctx, ports[1]); err != nil {
+	if cfg.Hosts > 0 {
+		if err := f.startS3(ctx, ps.s3); err != nil {
+			return f, err
+		}
+		if err := f.startHosts(ctx, ps.sandboxd); err != nil {
+			return f, err
+		}
+	} else if err := f.startSandboxd(ctx, ps.sandboxd); err != nil {
 		return f, err
 	}
-	f.APIURL = fmt.Sprintf("http://127.0.0.1:%d", ports[3])
+	svc := f.at(RoleServices)
+	f.APIURL = "http://" + svc.addr(ps.api)
 	for i := range cfg.Projectors {
-		m := fmt.Sprintf("127.0.0.1:%d", ports[12+i])
+		m := svc.addr(ps.metrics[i])
 		f.Metrics = append(f.Metrics, m)
-		f.Projectors = append(f.Projectors, f.proc(fmt.Sprintf("projector-%d", i), "projector", "run", "--nats", f.NATSURL(),
+		f.Projectors = append(f.Projectors, f.put(f.proc(fmt.Sprintf("projector-%d", i), "projector", "run", "--nats", f.NATSURL(),
 			"--postgres", f.DSN, "--partitions", strconv.Itoa(cfg.Projectors), "--partition", strconv.Itoa(i),
-			"--metrics", m, "--progress", "5s"))
+			"--metrics", m, "--progress", "5s"), svc))
 	}
-	f.API = f.proc("api", "api", "--listen", strings.TrimPrefix(f.APIURL, "http://"), "--nats", f.NATSURL(),
-		"--postgres", f.DSN, "--projector=false")
-	for i := range cfg.Executors {
-		f.Executors = append(f.Executors, f.executor(i))
+	f.API = f.put(f.proc("api", "api", "--listen", strings.TrimPrefix(f.APIURL, "http://"), "--nats", f.NATSURL(),
+		"--postgres", f.DSN, "--projector=false"), svc)
+	if cfg.Hosts > 0 {
+		f.APIToken = "soak-" + strconv.FormatInt(cfg.Seed, 10)
+		f.API.Env = append(f.API.Env, "ALINEO_API_TOKEN="+f.APIToken)
+	}
+	if cfg.Hosts == 0 {
+		for i := range cfg.Executors {
+			f.Executors = append(f.Executors, f.executor(i))
+		}
 	}
 	return f, nil
 }
@@ -139,8 +255,12 @@ func (f *Fleet) proc(name, bin string, args ...string) *Proc {
 }
 
 func (f *Fleet) executor(i int) *Proc {
-	id := fmt.Sprintf("executor-%d", i+1)
-	return f.proc(id, "executor", "work", "--id", id, "--nats", f.NATSURL(), "--sandbox", f.SandboxURL,
+	return f.executorProc(fmt.Sprintf("executor-%d", i+1), f.SandboxURL)
+}
+
+// executorProc is the executor id working on the sandboxd at sandbox.
+func (f *Fleet) executorProc(id, sandbox string) *Proc {
+	return f.proc(id, "executor", "work", "--id", id, "--nats", f.NATSURL(), "--sandbox", sandbox,
 		"--ack-wait", f.cfg.AckWait.String(), "--concurrency", strconv.Itoa(f.cfg.Concurrency),
 		"--drain-timeout", "20s", "--log-level", "info")
 }
@@ -180,20 +300,22 @@ func (f *Fleet) waitHTTP(ctx context.Context, what, url string) error {
 	})
 }
 
-func (f *Fleet) startNATS(ctx context.Context, ports []int) error {
-	n := len(ports) / 2
+func (f *Fleet) startNATS(ctx context.Context, ps fleetPorts) error {
+	n := len(ps.natsClient)
 	self := f.cfg.Self
 	var routes []string
 	for i := range n {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
-		f.NATSURLs = append(f.NATSURLs, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		pl := f.at(fmt.Sprintf("nats%d", i+1))
+		routes = append(routes, "nats-route://"+pl.addr(ps.natsCluster[i]))
+		f.NATSURLs = append(f.NATSURLs, "nats://"+pl.addr(ps.natsClient[i]))
 	}
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
+		pl := f.at(fmt.Sprintf("nats%d", i+1))
 		store := filepath.Join(f.cfg.Dir, name)
-		p := &Proc{Name: name, Path: self, Dir: f.cfg.Dir, Log: filepath.Join(f.cfg.Dir, "logs", name+".log"),
-			Args: []string{NATSNodeCommand, "--name", name, "--port", strconv.Itoa(ports[i]),
-				"--cluster-port", strconv.Itoa(ports[n+i]), "--routes", strings.Join(routes, ","), "--store", store}}
+		p := f.put(&Proc{Name: name, Path: self, Dir: f.cfg.Dir, Log: filepath.Join(f.cfg.Dir, "logs", name+".log"),
+			Args: []string{NATSNodeCommand, "--name", name, "--host", pl.host, "--port", strconv.Itoa(ps.natsClient[i]),
+				"--cluster-port", strconv.Itoa(ps.natsCluster[i]), "--routes", strings.Join(routes, ","), "--store", store}}, pl)
 		if err := p.Start(); err != nil {
 			return err
 		}
@@ -266,13 +388,28 @@ func (f *Fleet) startPostgres(ctx context.Context, port int) error {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	f.Postgres = &Proc{Name: "postgres", Path: filepath.Join(bin, "postgres"), Dir: dir, Cred: cred,
+	if f.Net != nil {
+		// initdb trusts loopback only: trust the soak's subnet too.
+		hba, err := os.OpenFile(filepath.Join(dir, "data", "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(hba, "host all all %s trust\n", f.Net.Plan.Subnet)
+		if cerr := hba.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("pg_hba.conf: %w", err)
+		}
+	}
+	pl := f.at("pg")
+	f.Postgres = f.put(&Proc{Name: "postgres", Path: filepath.Join(bin, "postgres"), Dir: dir, Cred: cred,
 		Env: []string{"LC_ALL=C"}, Log: filepath.Join(f.cfg.Dir, "logs", "postgres.log"),
 		Args: []string{"-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port), "-k", filepath.Join(dir, "sock"),
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "max_connections=200"}}
-	f.pgAdmin = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)
-	f.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/alineo?sslmode=disable&connect_timeout=5", port)
+			"-c", "listen_addresses=" + pl.host, "-c", "fsync=off", "-c", "synchronous_commit=off",
+			"-c", "max_connections=200"}}, pl)
+	f.pgAdmin = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", pl.addr(port))
+	f.DSN = fmt.Sprintf("postgres://postgres@%s/alineo?sslmode=disable&connect_timeout=5", pl.addr(port))
 	if err := f.StartPostgres(ctx); err != nil {
 		return err
 	}
@@ -282,6 +419,10 @@ func (f *Fleet) startPostgres(ctx context.Context, port int) error {
 	}
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, "CREATE DATABASE alineo")
+	if err == nil && f.cfg.Hosts > 0 {
+		// The hosts' shared checkpoint store (sandboxd --checkpoints).
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+checkpointsDB)
+	}
 	return err
 }
 
@@ -313,16 +454,52 @@ func (f *Fleet) startSandboxd(ctx context.Context, port int) error {
 	if err := f.Sandboxd.Start(); err != nil {
 		return err
 	}
-	c, err := opensandbox.New(opensandbox.Config{BaseURL: f.SandboxURL})
+	return f.waitSandboxd(ctx, f.Sandboxd, f.SandboxURL)
+}
+
+// waitSandboxd waits until the sandboxd p answers a list at url; it gives
+// up at once, with what it wrote, when p exits.
+func (f *Fleet) waitSandboxd(ctx context.Context, p *Proc, url string) error {
+	c, err := opensandbox.New(opensandbox.Config{BaseURL: url})
 	if err != nil {
 		return err
 	}
-	return poll(ctx, "sandboxd", f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+	var exited error
+	err = poll(ctx, p.Name, f.cfg.ReadyTimeout, 100*time.Millisecond, func() (bool, error) {
+		if !p.Running() {
+			exited = fmt.Errorf("%s exited: %s", p.Name, lastRun(p.Log))
+			return true, nil
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := c.ListSandboxes(cctx, opensandbox.ListSandboxesOptions{})
 		return err == nil, err
 	})
+	if exited != nil {
+		return exited
+	}
+	return err
+}
+
+// lastRun returns what the last run of a process wrote to its log path
+// (after Start's header): its first 2 lines (a usage error's message) and
+// its last 3, joined by " | ".
+func lastRun(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	text := string(data)
+	if i := strings.LastIndex(text, "=== soak: start "); i >= 0 {
+		if j := strings.IndexByte(text[i:], '\n'); j >= 0 {
+			text = text[i+j+1:]
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) > 5 {
+		lines = append(lines[:2:2], append([]string{"..."}, lines[len(lines)-3:]...)...)
+	}
+	return strings.Join(lines, " | ")
 }
 
 // shutdown stops every process: the executors first (they drain), then the
@@ -342,7 +519,10 @@ func (f *Fleet) shutdown() {
 	for _, p := range f.Projectors {
 		stop(p, syscall.SIGTERM)
 	}
-	stop(f.Sandboxd, syscall.SIGTERM)
+	for _, s := range f.sandboxds() {
+		stop(s, syscall.SIGTERM)
+	}
+	stop(f.S3, syscall.SIGTERM)
 	stop(f.Postgres, syscall.SIGINT)
 	for _, n := range f.NATS {
 		stop(n, syscall.SIGTERM)

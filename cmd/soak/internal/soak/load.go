@@ -202,3 +202,28 @@ func (l *load) nearEnd() map[string]bool {
 	}
 	return out
 }
+
+// running reads the status of every open job afresh and returns those
+// running (their statuses name the worker); a job whose status cannot be
+// read is left out.
+func (l *load) running(ctx context.Context) []LostJob {
+	l.mu.Lock()
+	var open []*Job
+	for _, j := range l.jobs {
+		if !j.Status.State.Terminal() {
+			open = append(open, j)
+		}
+	}
+	l.mu.Unlock()
+	var out []LostJob
+	for _, j := range open {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := l.q.Status(sctx, j.ID)
+		cancel()
+		if err != nil || st.State != jobs.StateRunning {
+			continue
+		}
+		out = append(out, LostJob{ID: j.ID, Name: j.Name, Status: st})
+	}
+	return out
+}

@@ -18,11 +18,14 @@ import (
 const NATSNodeCommand = "nats-node"
 
 // RunNATSNode runs one JetStream cluster node of nats-server (the module's
-// own) until SIGTERM or SIGINT. Flags: --name, --port, --cluster-port,
-// --routes (comma-separated nats-route:// URLs of every node), --store.
+// own) until SIGTERM or SIGINT. Flags: --name, --host (the address it
+// listens on for clients and routes, default 127.0.0.1), --port,
+// --cluster-port, --routes (comma-separated nats-route:// URLs of every
+// node), --store.
 func RunNATSNode(args []string) error {
 	fs := flag.NewFlagSet(NATSNodeCommand, flag.ContinueOnError)
 	name := fs.String("name", "soak-n1", "server name")
+	host := fs.String("host", "127.0.0.1", "address of the client and route listeners")
 	port := fs.Int("port", 4222, "client port")
 	cport := fs.Int("cluster-port", 6222, "route port")
 	routes := fs.String("routes", "", "routes of the cluster's nodes")
@@ -33,7 +36,7 @@ func RunNATSNode(args []string) error {
 	if *store == "" {
 		return fmt.Errorf("%s: --store is required", NATSNodeCommand)
 	}
-	s, err := server.NewServer(nodeOptions(*name, *port, *cport, *routes, *store))
+	s, err := server.NewServer(nodeOptions(*name, *host, *port, *cport, *routes, *store))
 	if err != nil {
 		return err
 	}
@@ -43,7 +46,7 @@ func RunNATSNode(args []string) error {
 		s.Shutdown()
 		return fmt.Errorf("%s: not ready after 60s", *name)
 	}
-	fmt.Fprintf(os.Stdout, "nats node %s: clients nats://127.0.0.1:%d, routes %d\n", *name, *port, *cport)
+	fmt.Fprintf(os.Stdout, "nats node %s: clients nats://%s:%d, routes %d\n", *name, *host, *port, *cport)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	<-ctx.Done()
@@ -53,11 +56,11 @@ func RunNATSNode(args []string) error {
 }
 
 // nodeOptions are the options of the soak's cluster node name.
-func nodeOptions(name string, port, clusterPort int, routes, store string) *server.Options {
+func nodeOptions(name, host string, port, clusterPort int, routes, store string) *server.Options {
 	return &server.Options{
-		ServerName: name, Host: "127.0.0.1", Port: port,
+		ServerName: name, Host: host, Port: port,
 		JetStream: true, StoreDir: store, NoSigs: true, MaxPayload: 8 << 20,
-		Cluster: server.ClusterOpts{Name: "alineo-soak", Host: "127.0.0.1", Port: clusterPort},
+		Cluster: server.ClusterOpts{Name: "alineo-soak", Host: host, Port: clusterPort},
 		Routes:  server.RoutesFromStr(routes),
 	}
 }

@@ -3,7 +3,6 @@ package soak
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,6 +25,11 @@ type Proc struct {
 	Dir  string
 	Log  string              // file the process's stdout and stderr are appended to
 	Cred *syscall.Credential // run as this user (Postgres refuses root)
+	// Netns, when set, is the file of the network namespace the process
+	// runs in: Self (the soak binary) enters it (NetnsExecCommand), drops
+	// to Cred, and execs Path.
+	Netns string
+	Self  string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -52,11 +56,15 @@ func (p *Proc) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(p.Path, p.Args...)
+	path, args, cred := p.Path, p.Args, p.Cred
+	if p.Netns != "" {
+		path, args, cred = p.Self, p.inNetns(), nil
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Dir = p.Dir
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: p.Cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
 	fmt.Fprintf(logf, "=== soak: start %s %q at %s\n", p.Path, p.Args, time.Now().UTC().Format(time.RFC3339Nano))
 	started, done := make(chan error, 1), make(chan struct{})
 	go func() {
@@ -84,6 +92,15 @@ func (p *Proc) Start() error {
 	p.cmd, p.done, p.expected = cmd, done, false
 	p.starts++
 	return nil
+}
+
+// inNetns is the soak's arguments that run Path in Netns as Cred.
+func (p *Proc) inNetns() []string {
+	args := []string{NetnsExecCommand, "-netns", p.Netns}
+	if p.Cred != nil {
+		args = append(args, "-uid", strconv.Itoa(int(p.Cred.Uid)), "-gid", strconv.Itoa(int(p.Cred.Gid)))
+	}
+	return append(append(args, "--", p.Path), p.Args...)
 }
 
 // Running reports whether the process is running (stopped with SIGSTOP counts).
@@ -115,6 +132,15 @@ func (p *Proc) Signal(sig syscall.Signal, expectExit bool) error {
 		p.expected = true
 	}
 	return p.cmd.Process.Signal(sig)
+}
+
+// expectExit marks the current run's end, whoever causes it, as intended.
+func (p *Proc) expectExit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.expected = true
+	}
 }
 
 // Kill sends SIGKILL and waits until the process is gone.
@@ -150,9 +176,6 @@ func (p *Proc) Stop(sig syscall.Signal, timeout time.Duration) error {
 	<-done
 	return fmt.Errorf("%s did not stop within %s of %v; killed", p.Name, timeout, sig)
 }
-
-// errStopping is the error of a start once the soak is stopping.
-var errStopping = errors.New("the soak is stopping")
 
 // Close makes every later Start fail (a fault healing after a signal must
 // not start the process again).
@@ -243,9 +266,6 @@ func (p *Proc) Crashes() []string {
 	defer p.mu.Unlock()
 	return append([]string(nil), p.crashes...)
 }
-
-// errNotReady is returned by a readiness wait that ran out of time.
-var errNotReady = errors.New("not ready")
 
 // poll calls ok every interval until it returns true, timeout passes or ctx
 // is done (the soak interrupted); the error then names what and ok's last

@@ -78,7 +78,7 @@ func startStores(ctx context.Context, stores []string, timeout time.Duration) (s
 			stop()
 			return "", nil, fmt.Errorf("store %s is not a directory", store)
 		}
-		s, err := server.NewServer(nodeOptions(filepath.Base(store), ports[i], ports[len(stores)+i], strings.Join(routes, ","), store))
+		s, err := server.NewServer(nodeOptions(filepath.Base(store), "127.0.0.1", ports[i], ports[len(stores)+i], strings.Join(routes, ","), store))
 		if err != nil {
 			stop()
 			return "", nil, err

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/jobs"
@@ -52,6 +56,34 @@ type Config struct {
 	AckWait time.Duration
 	// NoIsolation runs sandboxd with --no-isolation (no runc).
 	NoIsolation bool
+
+	// Hosts, when above 0, runs the multi-host soak: a network of
+	// namespaces on a bridge (netns.go), each host a namespace with its own
+	// sandboxd and ExecutorsPerHost executors (default 2; Executors is
+	// then ignored), each NATS node, Postgres, the S3 server and the
+	// services in namespaces of their own, and the host faults in the
+	// schedule. 0 is the single-host soak on loopback.
+	Hosts, ExecutorsPerHost int
+	// LocalStorage keeps each host's snapshots on its own disk (sandboxd's
+	// defaults) instead of giving every sandboxd the shared checkpoint
+	// store (--checkpoints, in the fleet's Postgres) and bucket (--blobs,
+	// the S3 server): a checkpoint then cannot be restored on another host.
+	LocalStorage bool
+	// HostDown is how long a killed host stays down (default 30 s);
+	// Partition how long a partitioned host's or NATS node's link stays
+	// down (default AckWait + 10 s, past the jobs' lease); S3Down how long
+	// the S3 server stays stopped (default 10 s).
+	HostDown, Partition, S3Down time.Duration
+	// S3Bin is the S3 server, versitygw (default: found on PATH,
+	// /usr/local/bin or GOPATH/bin).
+	S3Bin string
+	// NetPrefix names the network's namespaces, link and lock (default
+	// DefaultNetPrefix); Subnet is its subnet, inside TestRange (default
+	// DefaultSubnet); NetRoot the directory of its namespaces' files
+	// (default NetRoot).
+	NetPrefix string
+	Subnet    netip.Prefix
+	NetRoot   string
 	// ReadyTimeout bounds each wait for a process to answer (default 2 min);
 	// SettleTimeout each wait of the end (default 3 min); Timeout the load
 	// (default 30 min plus Duration).
@@ -81,6 +113,19 @@ func (c *Config) defaults() {
 	def(&c.Auditors, 20)
 	defD(&c.FaultEvery, 5*time.Second)
 	defD(&c.AckWait, 6*time.Second)
+	def(&c.ExecutorsPerHost, 2)
+	defD(&c.HostDown, 30*time.Second)
+	defD(&c.Partition, c.AckWait+10*time.Second)
+	defD(&c.S3Down, 10*time.Second)
+	if c.NetPrefix == "" {
+		c.NetPrefix = DefaultNetPrefix
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = DefaultSubnet
+	}
+	if c.NetRoot == "" {
+		c.NetRoot = NetRoot
+	}
 	defD(&c.ReadyTimeout, 2*time.Minute)
 	defD(&c.SettleTimeout, 3*time.Minute)
 	defD(&c.Timeout, 30*time.Minute+c.Duration)
@@ -98,7 +143,9 @@ func (c *Config) logf(format string, args ...any) {
 
 // Report is a run's outcome.
 type Report struct {
-	Seed    int64
+	Seed int64
+	// Hosts is the multi-host soak's host count; 0 for the single-host soak.
+	Hosts   int
 	Results []Result
 	Faults  []FaultRecord
 	Figures Figures
@@ -131,6 +178,28 @@ type Figures struct {
 	WitnessFailed     int
 	AuditorReconnects int
 	Processes         int
+	// HostRecoveries are the times from a host's loss to each of its jobs
+	// running again on another host (multi-host runs), p50 and p99 of those
+	// seen; HostRecoveriesUnseen counts the jobs never seen running again.
+	HostRecoveries                           []Recovery
+	HostRecoveryP50, HostRecoveryP99         time.Duration
+	HostRecoveriesSeen, HostRecoveriesUnseen int
+}
+
+// hostRecoveryFigures sums up rs.
+func (fg *Figures) hostRecoveryFigures(rs []Recovery) {
+	fg.HostRecoveries = rs
+	var seen []float64
+	for _, r := range rs {
+		if r.Took < 0 {
+			fg.HostRecoveriesUnseen++
+			continue
+		}
+		seen = append(seen, float64(r.Took))
+	}
+	fg.HostRecoveriesSeen = len(seen)
+	fg.HostRecoveryP50 = time.Duration(percentile(seen, 0.5))
+	fg.HostRecoveryP99 = time.Duration(percentile(seen, 0.99))
 }
 
 // harness is a run in progress.
@@ -183,10 +252,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	_ = os.Chmod(cfg.Dir, 0o755)
 	cfg.logf("seed %d, dir %s", cfg.Seed, cfg.Dir)
 	h := &harness{cfg: cfg, ctx: ctx}
+	// A panic of this goroutine still removes the network (a panic of
+	// another leaves it to the janitor).
+	defer h.closeNetwork()
 	h.setPhase("starting the fleet")
 	rep, err := h.run(ctx)
 	if h.f != nil {
 		h.stopFleet(ctx)
+		h.closeNetwork()
 	}
 	if ctx.Err() != nil {
 		cause := context.Cause(ctx)
@@ -243,6 +316,18 @@ func (h *harness) stopFleet(ctx context.Context) {
 	h.f.abort()
 }
 
+// closeNetwork removes the multi-host soak's network, once the fleet is
+// stopped (or, after a panic, by the janitor's kill).
+func (h *harness) closeNetwork() {
+	if h.f == nil || h.f.Net == nil {
+		return
+	}
+	if err := h.f.Net.Close(); err != nil {
+		h.logf("%v", err)
+	}
+	h.f.Net = nil
+}
+
 func (h *harness) setPhase(p string) { h.phase.Store(p) }
 
 func (h *harness) getPhase() string {
@@ -253,7 +338,7 @@ func (h *harness) getPhase() string {
 // interruptedReport is the report of a run stopped before its checks: the
 // faults so far and the figures the load and the lag sampler have.
 func (h *harness) interruptedReport() *Report {
-	rep := &Report{Seed: h.cfg.Seed}
+	rep := &Report{Seed: h.cfg.Seed, Hosts: h.cfg.Hosts}
 	if h.sched != nil {
 		rep.Faults = h.sched.done()
 	}
@@ -287,7 +372,13 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("start: %w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
 	}
 	// The soak creates the streams R3 before any binary opens them.
-	h.b, err = bus.Open(ctx, bus.Config{URL: f.NATSURL(), Replicas: Replicas, SetupTimeout: cfg.ReadyTimeout})
+	bc := bus.Config{URL: f.NATSURL(), Replicas: Replicas, SetupTimeout: cfg.ReadyTimeout}
+	if cfg.Hosts > 0 {
+		// The soak watches: a partitioned NATS node must not hold its
+		// connection for the default 2 minutes of pings.
+		bc.Options = []nats.Option{nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
+	}
+	h.b, err = bus.Open(ctx, bc)
 	if err != nil {
 		return nil, err
 	}
@@ -302,8 +393,13 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("start: %w (logs in %s)", err, filepath.Join(cfg.Dir, "logs"))
 	}
 	h.setPhase("running the load")
-	cfg.logf("fleet up: NATS %s, Postgres, sandboxd %s, %d executors, %d projector partitions, API %s",
-		f.NATSURL(), f.SandboxURL, len(f.Executors), len(f.Projectors), f.APIURL)
+	if cfg.Hosts > 0 {
+		cfg.logf("fleet up: NATS %s, Postgres, S3 %s (shared storage %t), %d hosts of a sandboxd and %d executors, %d projector partitions, API %s",
+			f.NATSURL(), f.S3Endpoint, !cfg.LocalStorage, len(f.Hosts), cfg.ExecutorsPerHost, len(f.Projectors), f.APIURL)
+	} else {
+		cfg.logf("fleet up: NATS %s, Postgres, sandboxd %s, %d executors, %d projector partitions, API %s",
+			f.NATSURL(), f.SandboxURL, len(f.Executors), len(f.Projectors), f.APIURL)
+	}
 
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
@@ -354,14 +450,14 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	h.setPhase("checking")
-	rep := &Report{Seed: cfg.Seed, Results: RunChecks(obs), Faults: sched.done()}
+	rep := &Report{Seed: cfg.Seed, Hosts: cfg.Hosts, Results: RunChecks(obs), Faults: sched.done()}
 	rep.Figures = h.figures(obs, elapsed)
 	return rep, nil
 }
 
 func (h *harness) startAuditors(ctx context.Context, wg *sync.WaitGroup) error {
 	for i := range h.cfg.Auditors {
-		a := &auditor{name: fmt.Sprintf("auditor-%02d", i+1), api: h.f.APIURL, filter: auditorFilters[i%len(auditorFilters)]}
+		a := &auditor{name: fmt.Sprintf("auditor-%02d", i+1), api: h.f.APIURL, token: h.f.APIToken, filter: auditorFilters[i%len(auditorFilters)]}
 		h.auditors = append(h.auditors, a)
 		wg.Add(1)
 		go func() { defer wg.Done(); a.run(ctx) }()
@@ -482,6 +578,9 @@ func (h *harness) figures(o *Observation, elapsed time.Duration) Figures {
 	for _, a := range o.Auditors {
 		fg.AuditorReconnects += a.Reconnects
 	}
+	if len(o.Hosts) > 0 {
+		fg.hostRecoveryFigures(recoveries(o))
+	}
 	return fg
 }
 
@@ -495,7 +594,11 @@ func (r *Report) Print(w io.Writer) {
 	rows := r.Results
 	if r.Interrupted != "" { // the checks did not run: say so for each
 		rows = nil
-		for _, c := range Checks {
+		checks := Checks
+		if r.Hosts > 0 {
+			checks = append(slices.Clone(Checks), HostChecks...)
+		}
+		for _, c := range checks {
 			rows = append(rows, Result{Check: c.Name, Detail: "not run: interrupted"})
 		}
 	}
@@ -522,6 +625,13 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "\nfigures: %d jobs and %d ledger events in %s: %.2f jobs/s, %.1f events/s; projector lag p50 %.0f p99 %.0f events (%d samples); %d witness appends not acknowledged; %d auditor reconnects\n",
 			fg.Jobs, fg.Events, fg.Elapsed.Round(time.Second), float64(fg.Jobs)/secs, float64(fg.Events)/secs,
 			fg.LagP50, fg.LagP99, fg.LagSamples, fg.WitnessFailed, fg.AuditorReconnects)
+	}
+	switch {
+	case fg.HostRecoveriesSeen > 0:
+		fmt.Fprintf(w, "host loss to its jobs running again elsewhere: p50 %s p99 %s (%d jobs; %d never seen running again)\n",
+			fg.HostRecoveryP50.Round(time.Millisecond), fg.HostRecoveryP99.Round(time.Millisecond), fg.HostRecoveriesSeen, fg.HostRecoveriesUnseen)
+	case fg.HostRecoveriesUnseen > 0:
+		fmt.Fprintf(w, "host loss to its jobs running again elsewhere: none seen (%d jobs never seen running again)\n", fg.HostRecoveriesUnseen)
 	}
 	fmt.Fprintf(w, "\nfaults (%d):\n  %-8s %-32s %-12s %-10s %s\n", len(r.Faults), "AT", "FAULT", "TARGET", "HEALED", "RECOVERED")
 	for _, fr := range r.Faults {
