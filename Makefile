@@ -138,11 +138,10 @@ soak-ci: deps
 # its start and checks). make soak and soak-ci stay the single-host soak
 # until this one passes reliably.
 #
-# sandboxd has no --checkpoints and --blobs yet (issue 36 item 3): until it
-# has, the hosts keep their snapshots on their own disks and the cross-host
-# checks fail (a takeover on another host gets SNAPSHOT_NOT_FOUND). Delete
-# the next line to run the hosts on the shared checkpoint store and bucket.
-SOAK_HOSTS_STORAGE = -shared-storage=false
+# The hosts share a checkpoint store (Postgres) and a bucket (versitygw)
+# through sandboxd's --checkpoints and --blobs; SOAK_HOSTS_STORAGE =
+# -shared-storage=false keeps each host's snapshots on its own disk.
+SOAK_HOSTS_STORAGE ?=
 VERSITYGW_VERSION ?= v1.8.0
 deps-soak-hosts: deps-net
 	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x /usr/local/bin/versitygw ]; then \

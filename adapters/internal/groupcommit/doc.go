@@ -14,5 +14,5 @@
 // appends are committed again one by one, so that each gets its own result:
 // an append's error reaches only its own caller.
 //
-// This package imports the standard library only.
+// Of this module it imports nothing: only the standard library.
 package groupcommit
