@@ -16,7 +16,7 @@ ifneq (,$(findstring -race,$(TESTFLAGS)))
 export CGO_ENABLED = 1
 endif
 
-.PHONY: build test test-race lint bench demo clean deps deps-runc deps-net deps-soak-hosts soak soak-ci soak-hosts soak-hosts-ci test-race-stress
+.PHONY: build test test-race lint bench demo clean deps deps-runc deps-net deps-soak-hosts soak soak-ci soak-volumes soak-hosts soak-hosts-ci test-race-stress
 
 # Sandboxes run under runc on a per-sandbox ext4 disk (e2fsprogs): installed
 # here when missing, as root (which sandboxd needs). runc is RUNC_VERSION,
@@ -117,8 +117,15 @@ clean:
 # checks (about a minute).
 SOAK_DURATION ?= 10m
 SOAK_FLAGS    ?=
-soak: deps
+soak: deps soak-volumes
 	$(GO) run ./cmd/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+
+# soak-volumes races sandbox creates against a sandbox that swaps a shared
+# volume's directory for a link to / (issue 41's F1) for SOAK_RACE_SECONDS
+# (make test runs the same test for 20 s).
+SOAK_RACE_SECONDS ?= 300
+soak-volumes: deps
+	SANDBOXD_RACE_SECONDS=$(SOAK_RACE_SECONDS) $(GO) test -count=1 -timeout 30m -run '^TestVolumeSwapRace$$' ./sandboxd/
 
 soak-ci: deps
 	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
