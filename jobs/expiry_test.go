@@ -1,18 +1,9 @@
 package jobs_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,61 +11,8 @@ import (
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
-	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 )
-
-// shortTTLServer is a sandboxd whose sandboxes expire ttl after they are
-// created, behind a proxy that can refuse renewals. OpenSandbox refuses a
-// create timeout under 60 s, so a test of expirations would last minutes:
-// the proxy drops the timeout of every create, and the server gives each
-// sandbox ttl instead (its DefaultTimeout), as a server with a shorter
-// minimum would. Renewals pass through unchanged unless blocked, when the
-// proxy answers them 503, as a server that cannot be reached.
-type shortTTLServer struct {
-	url     string // the proxy's
-	blocked atomic.Bool
-	renewed atomic.Int64 // renewals passed through
-}
-
-func newShortTTLServer(t *testing.T, ttl time.Duration) *shortTTLServer {
-	t.Helper()
-	raw, _ := testenv.SandboxdServer(t, sandboxd.Config{DefaultTimeout: ttl, SweepInterval: 50 * time.Millisecond})
-	target, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &shortTTLServer{}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/renew-expiration"):
-			if s.blocked.Load() {
-				http.Error(w, `{"code":"UNAVAILABLE","message":"blocked by the test"}`, http.StatusServiceUnavailable)
-				return
-			}
-			s.renewed.Add(1)
-		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/v1/sandboxes"):
-			var body map[string]any
-			if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			if _, ok := body["timeout"]; !ok {
-				http.Error(w, `{"code":"TEST","message":"create without a timeout: the sandbox would never expire"}`, http.StatusBadRequest)
-				return
-			}
-			delete(body, "timeout")
-			b, _ := json.Marshal(body)
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-			r.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	s.url = srv.URL
-	return s
-}
 
 // closedPayload returns the payload of the sandbox.closed that ends the
 // session, or an error saying what it ends with.
@@ -105,7 +43,7 @@ func closedPayload(ctx context.Context, l *bus.Ledger, name, id string) (events.
 func TestSandboxExpiresUnlessRenewed(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 2 * time.Second
-	srv := newShortTTLServer(t, ttl)
+	srv := testenv.ShortTTLSandboxd(t, ttl)
 	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +58,7 @@ func TestSandboxExpiresUnlessRenewed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	client, err := alineo.New(alineo.Options{BaseURL: srv.url, Adapter: l})
+	client, err := alineo.New(alineo.Options{BaseURL: srv.URL, Adapter: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +67,7 @@ func TestSandboxExpiresUnlessRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.blocked.Store(true) // attempt 1 never renews
+	srv.Blocked.Store(true) // attempt 1 never renews
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &jobs.Worker{Queue: q, Client: client, Ledger: l, ID: "w1", SandboxTTL: ttl, RenewEvery: 300 * time.Millisecond}
@@ -151,7 +89,7 @@ func TestSandboxExpiresUnlessRenewed(t *testing.T) {
 		t.Errorf("requeued with %q, want the expiry named", first.Error)
 	}
 
-	srv.blocked.Store(false)
+	srv.Blocked.Store(false)
 	last := waitJob(t, q, st.ID, 40*time.Second, func(s jobs.Status) error {
 		if s.State != jobs.StateSucceeded {
 			return fmt.Errorf("job %s attempt %d (%s)", s.State, s.Attempt, s.Error)
@@ -166,7 +104,7 @@ func TestSandboxExpiresUnlessRenewed(t *testing.T) {
 		t.Errorf("status %+v, want attempt 2 in a new sandbox", last)
 	}
 	// 7 s in a sandbox that expires 2 s after each renewal: renewed.
-	if n := srv.renewed.Load(); n < 7 {
+	if n := srv.Renewed.Load(); n < 7 {
 		t.Errorf("%d renewals passed, want one every 300 ms of attempt 2", n)
 	}
 	if p, err := closedPayload(ctx, l, last.SandboxName, last.SandboxID); err != nil || p.Outcome != "" {
@@ -192,7 +130,7 @@ func waitJob(t *testing.T, q *jobs.Queue, id string, timeout time.Duration, ok f
 // (closed by the run) is not taken for an expiry.
 func TestRenewedJobStillFails(t *testing.T) {
 	ctx := context.Background()
-	srv := newShortTTLServer(t, 2*time.Second)
+	srv := testenv.ShortTTLSandboxd(t, 2*time.Second)
 	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +145,7 @@ func TestRenewedJobStillFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	client, err := alineo.New(alineo.Options{BaseURL: srv.url, Adapter: l})
+	client, err := alineo.New(alineo.Options{BaseURL: srv.URL, Adapter: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +171,7 @@ func TestRenewedJobStillFails(t *testing.T) {
 	if got.State != jobs.StateFailed || got.Attempt != 1 || !strings.Contains(got.Error, "exit") {
 		t.Errorf("status %+v, want failed on attempt 1 by its step", got)
 	}
-	if srv.renewed.Load() == 0 {
+	if srv.Renewed.Load() == 0 {
 		t.Errorf("no renewal while the step ran")
 	}
 }

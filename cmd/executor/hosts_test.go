@@ -1,18 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,53 +12,24 @@ import (
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 	"github.com/alineo-labs/alineo/opensandbox"
-	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
 // shortTTLHost is a host's sandboxd whose sandboxes expire ttl after they
-// are created, unless renewed. OpenSandbox refuses a create timeout under
-// 60 s, which would make a test of expirations last minutes: executors reach
-// the server through a proxy that drops the timeout of every create, and
-// the server gives each sandbox ttl instead (its DefaultTimeout), as a
-// server with a shorter minimum would.
+// are created (testenv.ShortTTLSandboxd), with a client of the server itself.
 type shortTTLHost struct {
-	url    string // the proxy's, for the executors
+	url    string // the proxy's: what the host's executors use
 	direct *opensandbox.Client
 }
 
 func newShortTTLHost(t *testing.T, ttl time.Duration) *shortTTLHost {
 	t.Helper()
-	raw, _ := testenv.SandboxdServer(t, sandboxd.Config{DefaultTimeout: ttl, SweepInterval: 50 * time.Millisecond})
-	target, err := url.Parse(raw)
+	s := testenv.ShortTTLSandboxd(t, ttl)
+	direct, err := opensandbox.New(opensandbox.Config{BaseURL: s.Direct})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/v1/sandboxes") {
-			var body map[string]any
-			if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			if _, ok := body["timeout"]; !ok {
-				http.Error(w, `{"code":"TEST","message":"create without a timeout: the sandbox would never expire"}`, http.StatusBadRequest)
-				return
-			}
-			delete(body, "timeout")
-			b, _ := json.Marshal(body)
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-			r.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	direct, err := opensandbox.New(opensandbox.Config{BaseURL: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &shortTTLHost{url: srv.URL, direct: direct}
+	return &shortTTLHost{url: s.URL, direct: direct}
 }
 
 // lastClosed returns the payload of the sandbox.closed that ends the
