@@ -81,3 +81,11 @@ var (
 // ErrClosed is returned by every Store method called after Close. It is not a
 // contract code.
 var ErrClosed = errors.New("checkpoint store closed")
+
+// ErrUnavailable is wrapped by a store's error when the store could not be
+// reached or lost the connection: the server refused it, went down or reset
+// it. A read may simply be tried again. A write may or may not have taken
+// effect: try it again only when doing so twice is harmless (a checkpoint
+// appended under a fixed id, then looked up by that id). It is not a
+// contract code.
+var ErrUnavailable = errors.New("checkpoint store unavailable")

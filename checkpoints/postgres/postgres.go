@@ -169,7 +169,8 @@ func head(ctx context.Context, q pgxQuerier, threadID string) (string, error) {
 }
 
 // Get implements checkpoints.Store.
-func (s *Store) Get(ctx context.Context, id string) (*checkpoints.Checkpoint, error) {
+func (s *Store) Get(ctx context.Context, id string) (_ *checkpoints.Checkpoint, err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("checkpoint id", id); err != nil {
 		return nil, err
 	}
@@ -188,7 +189,8 @@ func (s *Store) Get(ctx context.Context, id string) (*checkpoints.Checkpoint, er
 }
 
 // List implements checkpoints.Store.
-func (s *Store) List(ctx context.Context, threadID string) ([]*checkpoints.Checkpoint, error) {
+func (s *Store) List(ctx context.Context, threadID string) (_ []*checkpoints.Checkpoint, err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("thread id", threadID); err != nil {
 		return nil, err
 	}
@@ -216,7 +218,8 @@ func (s *Store) List(ctx context.Context, threadID string) ([]*checkpoints.Check
 }
 
 // Threads implements checkpoints.Store.
-func (s *Store) Threads(ctx context.Context) ([]string, error) {
+func (s *Store) Threads(ctx context.Context) (_ []string, err error) {
+	defer markUnavailable(&err)
 	p, err := s.db()
 	if err != nil {
 		return nil, err
@@ -233,7 +236,8 @@ func (s *Store) Threads(ctx context.Context) ([]string, error) {
 }
 
 // Head implements checkpoints.Store.
-func (s *Store) Head(ctx context.Context, threadID string) (string, error) {
+func (s *Store) Head(ctx context.Context, threadID string) (_ string, err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("thread id", threadID); err != nil {
 		return "", err
 	}
@@ -309,12 +313,13 @@ func insert(ctx context.Context, tx pgx.Tx, c *checkpoints.Checkpoint) error {
 }
 
 // Append implements checkpoints.Store.
-func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string, error) {
+func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (_ string, err error) {
+	defer markUnavailable(&err)
 	if err := in.Validate(); err != nil {
 		return "", err
 	}
 	c := in.Checkpoint.Clone()
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err = s.write(ctx, func(tx pgx.Tx) error {
 		if err := s.lockWriter(ctx, tx, c.ThreadID, in.Writer); err != nil {
 			return err
 		}
@@ -352,7 +357,8 @@ func deref(s *string) string {
 }
 
 // DeleteHead implements checkpoints.Store.
-func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) error {
+func (s *Store) DeleteHead(ctx context.Context, in checkpoints.DeleteHeadInput) (err error) {
+	defer markUnavailable(&err)
 	if err := in.Validate(); err != nil {
 		return err
 	}
@@ -399,7 +405,8 @@ func remove(ctx context.Context, tx pgx.Tx, thread, id, parent string, isHead bo
 }
 
 // DeleteCheckpoint implements checkpoints.Store.
-func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) error {
+func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadInput) (err error) {
+	defer markUnavailable(&err)
 	if err := in.Validate(); err != nil {
 		return err
 	}
@@ -463,7 +470,8 @@ func reparent(ctx context.Context, tx pgx.Tx, thread, id, parent string) error {
 // AcquireWriter implements checkpoints.Store. One upsert takes the lease when
 // the thread has none, or its lease was released or expired, raising the
 // fence; it returns no row while another lease is live.
-func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*checkpoints.Lease, error) {
+func (s *Store) AcquireWriter(ctx context.Context, threadID string) (_ *checkpoints.Lease, err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("thread id", threadID); err != nil {
 		return nil, err
 	}
@@ -491,12 +499,13 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*checkpoint
 }
 
 // RenewLease implements checkpoints.LeaseBackend.
-func (s *Store) RenewLease(ctx context.Context, w checkpoints.Writer) (time.Time, error) {
+func (s *Store) RenewLease(ctx context.Context, w checkpoints.Writer) (_ time.Time, err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("thread id", w.ThreadID); err != nil {
 		return time.Time{}, err
 	}
 	var expires time.Time
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err = s.write(ctx, func(tx pgx.Tx) error {
 		if err := s.lockWriter(ctx, tx, w.ThreadID, w); err != nil {
 			return err
 		}
@@ -511,7 +520,8 @@ func (s *Store) RenewLease(ctx context.Context, w checkpoints.Writer) (time.Time
 
 // ReleaseLease implements checkpoints.LeaseBackend. The row stays, with no
 // owner, so the next fence is greater.
-func (s *Store) ReleaseLease(ctx context.Context, w checkpoints.Writer) error {
+func (s *Store) ReleaseLease(ctx context.Context, w checkpoints.Writer) (err error) {
+	defer markUnavailable(&err)
 	if err := checkpoints.ValidateID("thread id", w.ThreadID); err != nil {
 		return err
 	}
@@ -527,7 +537,8 @@ func (s *Store) ReleaseLease(ctx context.Context, w checkpoints.Writer) error {
 }
 
 // ListBlobReferences implements checkpoints.Store.
-func (s *Store) ListBlobReferences(ctx context.Context) ([]checkpoints.BlobRef, error) {
+func (s *Store) ListBlobReferences(ctx context.Context) (_ []checkpoints.BlobRef, err error) {
+	defer markUnavailable(&err)
 	p, err := s.db()
 	if err != nil {
 		return nil, err
@@ -552,12 +563,13 @@ func (s *Store) ListBlobReferences(ctx context.Context) ([]checkpoints.BlobRef, 
 }
 
 // ForkFromCheckpoint implements checkpoints.Store.
-func (s *Store) ForkFromCheckpoint(ctx context.Context, in checkpoints.ForkInput) (*checkpoints.Checkpoint, error) {
+func (s *Store) ForkFromCheckpoint(ctx context.Context, in checkpoints.ForkInput) (_ *checkpoints.Checkpoint, err error) {
+	defer markUnavailable(&err)
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	var out *checkpoints.Checkpoint
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err = s.write(ctx, func(tx pgx.Tx) error {
 		if err := s.lockWriter(ctx, tx, in.DestinationThreadID, in.Writer); err != nil {
 			return err
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/alineo-labs/alineo/checkpoints"
 )
 
@@ -36,7 +38,18 @@ type ManagerConfig struct {
 	// again after ErrWriterConflict (another process holds it); it doubles up to
 	// 50 times as much. 5ms when zero. Snapshot retries until ctx is done.
 	RetryInterval time.Duration
+	// StoreOutage is how long Snapshot keeps trying while the checkpoint
+	// store cannot be reached (an error wrapping checkpoints.ErrUnavailable:
+	// a shared Postgres restarting, a cut link), taking the snapshot again
+	// from the start after a growing wait: DefaultStoreOutage when zero, no
+	// retry when negative. A writer lease whose renewal cannot reach the
+	// store is kept until it would expire.
+	StoreOutage time.Duration
 }
+
+// DefaultStoreOutage is ManagerConfig.StoreOutage's default: longer than a
+// database's restart or fail-over, shorter than a job step's patience.
+const DefaultStoreOutage = 2 * time.Minute
 
 // errCollected: a blob of a snapshot was collected before the snapshot's
 // checkpoint referenced it.
@@ -148,14 +161,34 @@ func (m *Manager) acquire(ctx context.Context, thread string) (*checkpoints.Leas
 // withLease runs fn holding thread's writer lease, renewing it in the
 // background; fn's ctx is cancelled if the lease is lost.
 func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx context.Context, w checkpoints.Writer) error) error {
+	return m.withKeptLease(ctx, thread, nil, fn)
+}
+
+// withKeptLease is withLease for an attempt that may be followed by another
+// (see snapshotRetrying): when fn and the lease's release both fail because
+// the store is unavailable, the lease is left in *kept, still live in the
+// store, and the next attempt renews it rather than waiting for it to
+// expire. kept may be nil.
+func (m *Manager) withKeptLease(ctx context.Context, thread string, kept **checkpoints.Lease, fn func(ctx context.Context, w checkpoints.Writer) error) error {
 	unlock, err := m.lockThread(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	lease, err := m.acquire(ctx, thread)
-	if err != nil {
-		return err
+	var lease *checkpoints.Lease
+	if kept != nil && *kept != nil {
+		lease, *kept = *kept, nil
+		if _, err := lease.Renew(ctx); errors.Is(err, checkpoints.ErrUnavailable) {
+			*kept = lease
+			return err
+		} else if err != nil {
+			lease = nil // lost meanwhile: acquired anew
+		}
+	}
+	if lease == nil {
+		if lease, err = m.acquire(ctx, thread); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -180,10 +213,18 @@ func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx cont
 					if ctx.Err() != nil {
 						return // the snapshot ended or was cancelled meanwhile
 					}
+					if errors.Is(err, checkpoints.ErrUnavailable) && m.cfg.Now().Add(every/4).Before(lease.ExpiresAt()) {
+						// The store is down for now; the lease holds until it
+						// expires, and so may the capture.
+						m.cfg.Logger.Warn("snapshot writer lease not renewed: the store is unavailable", "thread", thread, "fence", lease.Fence, "expires", lease.ExpiresAt(), "err", err)
+						t.Reset(every / 4)
+						continue
+					}
 					m.cfg.Logger.Warn("snapshot writer lease lost", "thread", thread, "fence", lease.Fence, "err", err)
 					cancel(err)
 					return
 				}
+				t.Reset(every)
 			}
 		}
 	}()
@@ -196,7 +237,11 @@ func (m *Manager) withLease(ctx context.Context, thread string, fn func(ctx cont
 	cancel(nil)
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
-	if rerr := lease.Release(rctx); rerr != nil && err == nil && !errors.Is(rerr, checkpoints.ErrWriterLost) {
+	rerr := lease.Release(rctx)
+	switch {
+	case kept != nil && errors.Is(err, checkpoints.ErrUnavailable) && errors.Is(rerr, checkpoints.ErrUnavailable):
+		*kept = lease
+	case rerr != nil && err == nil && !errors.Is(rerr, checkpoints.ErrWriterLost):
 		err = fmt.Errorf("release writer of %s: %w", thread, rerr)
 	}
 	return err
@@ -259,14 +304,7 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 	}
 	m.gc.RLock()
 	defer m.gc.RUnlock()
-	out, st, err := m.snapshot(ctx, in)
-	if errors.Is(err, errCollected) {
-		// A collector on another host deleted a blob this capture stored
-		// again, in the instant between its last check and its delete; the
-		// checkpoint was removed. Captured again, the blob is stored anew.
-		m.cfg.Logger.Warn("a blob of the snapshot was collected while it was taken; taking it again", "snapshot", in.ID, "thread", in.ThreadID, "err", err)
-		out, st, err = m.snapshot(ctx, in)
-	}
+	out, st, err := m.snapshotRetrying(ctx, in)
 	if err != nil {
 		return nil, st, fmt.Errorf("snapshot %s of %s: %w", in.ID, in.ThreadID, err)
 	}
@@ -277,13 +315,82 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 	return got, st, nil
 }
 
-// snapshot is one attempt of Snapshot.
-func (m *Manager) snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+// snapshotRetrying takes the snapshot, again when an attempt failed in a
+// way that another one can mend:
+//   - a collector on another host deleted a blob this capture stored again,
+//     in the instant between its last check and its delete (checkStored
+//     removed the checkpoint): captured again, the blob is stored anew;
+//   - the checkpoint store could not be reached: an attempt reads the head,
+//     captures and appends under in.ID from the start, and the blobs are
+//     content-addressed, so trying again is harmless; an append that
+//     committed but whose answer was lost is found by its id.
+func (m *Manager) snapshotRetrying(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+	outage := backoff.NewExponentialBackOff()
+	outage.InitialInterval = 100 * time.Millisecond
+	outage.MaxInterval = 5 * time.Second
+	outage.MaxElapsedTime = m.cfg.StoreOutage
+	if outage.MaxElapsedTime == 0 {
+		outage.MaxElapsedTime = DefaultStoreOutage
+	}
+	recollected, retried := false, false
+	var kept *checkpoints.Lease // a live lease a failed attempt could not release
+	for {
+		out, st, err := m.snapshot(ctx, in, retried, &kept)
+		switch {
+		case err == nil:
+			return out, st, nil
+		case errors.Is(err, errCollected) && !recollected:
+			recollected = true
+			m.cfg.Logger.Warn("a blob of the snapshot was collected while it was taken; taking it again", "snapshot", in.ID, "thread", in.ThreadID, "err", err)
+			continue
+		case !errors.Is(err, checkpoints.ErrUnavailable) || m.cfg.StoreOutage < 0:
+			return nil, st, err
+		}
+		wait := outage.NextBackOff()
+		if wait == backoff.Stop {
+			return nil, st, fmt.Errorf("%w (tried for %s)", err, outage.GetElapsedTime().Round(time.Second))
+		}
+		m.cfg.Logger.Warn("the checkpoint store is unavailable; taking the snapshot again", "snapshot", in.ID, "thread", in.ThreadID, "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, st, fmt.Errorf("%w (and then: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		retried = true
+	}
+}
+
+// appended returns checkpoint in.ID when an earlier attempt appended it to
+// in.ThreadID (its answer lost with the connection), or nil.
+func (m *Manager) appended(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, error) {
+	c, err := m.store.Get(ctx, in.ID)
+	switch {
+	case errors.Is(err, checkpoints.ErrCheckpointNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case c.ThreadID != in.ThreadID:
+		return nil, checkpoints.Errorf(checkpoints.CodeDuplicateID, "checkpoint %q belongs to thread %q", in.ID, c.ThreadID)
+	}
+	m.cfg.Logger.Info("the snapshot was appended by an attempt whose answer was lost", "snapshot", in.ID, "thread", in.ThreadID)
+	return c, nil
+}
+
+// snapshot is one attempt of Snapshot; retried says an earlier attempt may
+// have appended the checkpoint already.
+func (m *Manager) snapshot(ctx context.Context, in SnapshotInput, retried bool, kept **checkpoints.Lease) (*checkpoints.Checkpoint, CaptureStats, error) {
 	var (
 		out *checkpoints.Checkpoint
 		st  CaptureStats
 	)
-	err := m.withLease(ctx, in.ThreadID, func(ctx context.Context, w checkpoints.Writer) error {
+	if retried {
+		if c, err := m.appended(ctx, in); err != nil || c != nil {
+			return c, st, err
+		}
+	}
+	err := m.withKeptLease(ctx, in.ThreadID, kept, func(ctx context.Context, w checkpoints.Writer) error {
 		head, err := m.store.Head(ctx, in.ThreadID)
 		if err != nil {
 			return err
