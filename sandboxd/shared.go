@@ -53,7 +53,14 @@ func (ss *snapStore) recordArtifacts(ctx context.Context, r *snapRecord) ([]chec
 	if err != nil {
 		return nil, err
 	}
-	key, size, err := ss.blobs.Put(ctx, bytes.NewReader(b))
+	var (
+		key  string
+		size int64
+	)
+	err = ss.mgr.Retry(ctx, "store the record of "+r.ID, func(ctx context.Context) (err error) {
+		key, size, err = ss.blobs.Put(ctx, bytes.NewReader(b))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store the snapshot's record: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -377,7 +378,7 @@ func (b *BlobStore) put(ctx context.Context, r io.Reader) (key string, size int6
 		}
 		return key, size, false, nil
 	case err != nil && !notFound(err):
-		return "", 0, false, fmt.Errorf("put blob %s in %s: %w", key, b.url, err)
+		return "", 0, false, fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return "", 0, false, fmt.Errorf("put blob: %w", err)
@@ -413,7 +414,7 @@ func (b *BlobStore) upload(ctx context.Context, key string, size int64, src io.R
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("put blob %s in %s: %w", key, b.url, err)
+		return fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	h := sha256.New()
 	n, err := io.CopyBuffer(w, io.TeeReader(ctxReader{ctx, src}, h), make([]byte, 1<<20))
@@ -426,10 +427,10 @@ func (b *BlobStore) upload(ctx context.Context, key string, size int64, src io.R
 	if err != nil {
 		cancel() // aborts the write: Close then stores nothing
 		_ = w.Close()
-		return fmt.Errorf("put blob %s in %s: %w", key, b.url, err)
+		return fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("put blob %s in %s: %w", key, b.url, err)
+		return fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	if tmp != nil && !b.cfg.NoSync {
 		if err := syncDir(filepath.Dir(b.filePath(key))); err != nil {
@@ -541,7 +542,7 @@ func (b *BlobStore) readErr(key string, err error) error {
 	if notFound(err) {
 		return fmt.Errorf("%w: %s in %s", ErrBlobNotFound, key, b.url)
 	}
-	return fmt.Errorf("read blob %s from %s: %w", key, b.url, err)
+	return fmt.Errorf("read blob %s from %s: %w", key, b.url, b.unreachable(err))
 }
 
 // download copies key's object into w, checking it, for the cache. It
@@ -627,7 +628,7 @@ func (b *BlobStore) Exists(ctx context.Context, key string) (bool, error) {
 	}
 	ok, err := b.bucket.Exists(ctx, objectKey(key))
 	if err != nil {
-		return false, fmt.Errorf("stat blob %s in %s: %w", key, b.url, err)
+		return false, fmt.Errorf("stat blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	if ok {
 		b.remember(key)
@@ -649,7 +650,7 @@ func (b *BlobStore) Stat(ctx context.Context, key string) (checkpoints.BlobInfo,
 		return checkpoints.BlobInfo{}, fmt.Errorf("%w: %s in %s", ErrBlobNotFound, key, b.url)
 	}
 	if err != nil {
-		return checkpoints.BlobInfo{}, fmt.Errorf("stat blob %s in %s: %w", key, b.url, err)
+		return checkpoints.BlobInfo{}, fmt.Errorf("stat blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	return checkpoints.BlobInfo{Key: key, ModTime: a.ModTime, Size: a.Size}, nil
 }
@@ -665,7 +666,7 @@ func (b *BlobStore) Delete(ctx context.Context, key string) error {
 		b.cache.remove(key)
 	}
 	if err := b.bucket.Delete(ctx, objectKey(key)); err != nil && !notFound(err) {
-		return fmt.Errorf("delete blob %s from %s: %w", key, b.url, err)
+		return fmt.Errorf("delete blob %s from %s: %w", key, b.url, b.unreachable(err))
 	}
 	return nil
 }
@@ -682,7 +683,7 @@ func (b *BlobStore) List(ctx context.Context) ([]checkpoints.BlobInfo, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list blobs in %s: %w", b.url, err)
+			return nil, fmt.Errorf("list blobs in %s: %w", b.url, b.unreachable(err))
 		}
 		k := blobKey(obj.Key)
 		if k == "" {
@@ -694,6 +695,23 @@ func (b *BlobStore) List(ctx context.Context) ([]checkpoints.BlobInfo, error) {
 		out = append(out, checkpoints.BlobInfo{Key: k, ModTime: obj.ModTime, Size: obj.Size})
 	}
 	return out, nil
+}
+
+// unreachable wraps err, from an operation on a remote bucket, with
+// ErrUnavailable when it says the bucket could not be reached: the
+// connection was refused, reset or timed out, or the server said to slow
+// down. Content errors and the caller's cancellation stay as they are.
+func (b *BlobStore) unreachable(err error) error {
+	if err == nil || !b.Remote() || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrCorruptBlob) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || gcerrors.Code(err) == gcerrors.ResourceExhausted {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // removeStale removes the files in dir older than staleTemp.

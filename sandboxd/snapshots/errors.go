@@ -28,7 +28,9 @@ var (
 	ErrOverQuota = errors.New("snapshot larger than the disk quota")
 	// ErrInvalidURL reports a blob store URL that cannot be used.
 	ErrInvalidURL = errors.New("invalid blob store URL")
-	// ErrUnavailable reports a blob store that cannot be reached.
+	// ErrUnavailable reports a blob store that cannot be reached: at open,
+	// or wrapped by an operation on a remote bucket whose connection was
+	// refused, reset or timed out (see Unavailable).
 	ErrUnavailable = errors.New("blob store unavailable")
 )
 
@@ -83,3 +85,10 @@ func (e *PathError) Error() string { return e.Op + " " + e.Path + ": " + e.Err.E
 
 // Unwrap returns the cause.
 func (e *PathError) Unwrap() error { return e.Err }
+
+// Unavailable reports whether err says a store was out of reach, the blob
+// store (ErrUnavailable) or the checkpoint store (checkpoints.ErrUnavailable):
+// an outage that another try, later, may get past (see Manager.Retry).
+func Unavailable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, checkpoints.ErrUnavailable)
+}

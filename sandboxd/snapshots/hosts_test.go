@@ -85,9 +85,10 @@ func TestRestoreOnAnotherHost(t *testing.T) {
 }
 
 // TestS3OutageFailsCapture: S3 goes down during a capture, before its first
-// put or in the middle of its puts. The snapshot fails, no checkpoint is
-// written, every object in the bucket is a whole blob, and once S3 is back
-// the next snapshot of the same tree succeeds and restores.
+// put or in the middle of its puts, and stays down past the Manager's
+// patience (none here: StoreOutage < 0). The snapshot fails as Unavailable,
+// no checkpoint is written, every object in the bucket is a whole blob, and
+// once S3 is back the next snapshot of the same tree succeeds and restores.
 func TestS3OutageFailsCapture(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -132,7 +133,7 @@ func TestS3OutageFailsCapture(t *testing.T) {
 			bk := newS3Bucket(t)
 			blobs := bk.open(t, snapshots.BlobConfig{})
 			store := newMemoryStore()
-			m := snapshots.NewManager(store, blobs, snapshots.ManagerConfig{})
+			m := snapshots.NewManager(store, blobs, snapshots.ManagerConfig{StoreOutage: -1})
 			src := t.TempDir()
 			for i := range 8 {
 				write(t, src, fmt.Sprintf("a/small%d", i), string(fileContent(i)), 0o644)
@@ -150,8 +151,8 @@ func TestS3OutageFailsCapture(t *testing.T) {
 					return func() {}, nil
 				}})
 			wait()
-			if err == nil {
-				t.Fatal("Snapshot succeeded through an S3 outage")
+			if !snapshots.Unavailable(err) {
+				t.Fatalf("snapshot through an S3 outage: got %v, want an error wrapping ErrUnavailable", err)
 			}
 			t.Logf("snapshot failed as it should: %v", err)
 			if list, err := store.List(ctx, "t"); err != nil || len(list) != 0 {
@@ -170,6 +171,59 @@ func TestS3OutageFailsCapture(t *testing.T) {
 			diff(t, "restore after the outage", describe(t, dest, true), describe(t, src, true))
 		})
 	}
+}
+
+// TestS3OutageRetried: S3 goes down as a capture starts and is back a
+// second later. The snapshot is taken again and succeeds, and the
+// sandboxd-side put of an artifact done with Manager.Retry rides the same
+// outage out.
+func TestS3OutageRetried(t *testing.T) {
+	ctx := t.Context()
+	t.Setenv("AWS_MAX_ATTEMPTS", "1")
+	bk := newS3Bucket(t)
+	blobs := bk.open(t, snapshots.BlobConfig{})
+	m := snapshots.NewManager(newMemoryStore(), blobs, snapshots.ManagerConfig{})
+	src := filepath.Join(t.TempDir(), "src")
+	buildTree(t, src)
+	outage := func() <-chan error {
+		must(t, bk.srv.Stop())
+		back := make(chan error, 1)
+		go func() {
+			<-time.After(time.Second) // the outage: the attempts in it fail
+			back <- bk.srv.Start()
+		}()
+		return back
+	}
+
+	back := outage()
+	var key string
+	err := m.Retry(ctx, "put an artifact", func(ctx context.Context) (err error) {
+		key, _, err = blobs.Put(ctx, strings.NewReader("the record"))
+		return err
+	})
+	must(t, <-back)
+	if err != nil {
+		t.Fatalf("put through a 1 s outage: %v", err)
+	}
+	if ok, err := blobs.Exists(ctx, key); err != nil || !ok {
+		t.Fatalf("the artifact's blob after the outage: %v, %v", ok, err)
+	}
+
+	var backs []<-chan error
+	c, _, err := m.Snapshot(ctx, snapshots.SnapshotInput{ThreadID: "t", Root: src,
+		Freeze: func(context.Context) (func(), error) {
+			if len(backs) == 0 {
+				backs = append(backs, outage())
+			}
+			return func() {}, nil
+		}})
+	must(t, <-backs[0])
+	if err != nil {
+		t.Fatalf("snapshot through a 1 s outage: %v", err)
+	}
+	dest := filepath.Join(t.TempDir(), "dest")
+	must(t, m.Restore(ctx, c.ID, dest, snapshots.RestoreOptions{}))
+	diff(t, "restore", describe(t, dest, true), describe(t, src, true))
 }
 
 func fileContent(i int) []byte {

@@ -38,12 +38,12 @@ type ManagerConfig struct {
 	// again after ErrWriterConflict (another process holds it); it doubles up to
 	// 50 times as much. 5ms when zero. Snapshot retries until ctx is done.
 	RetryInterval time.Duration
-	// StoreOutage is how long Snapshot keeps trying while the checkpoint
-	// store cannot be reached (an error wrapping checkpoints.ErrUnavailable:
-	// a shared Postgres restarting, a cut link), taking the snapshot again
-	// from the start after a growing wait: DefaultStoreOutage when zero, no
-	// retry when negative. A writer lease whose renewal cannot reach the
-	// store is kept until it would expire.
+	// StoreOutage is how long Snapshot (and Retry) keeps trying while the
+	// checkpoint store or a remote blob store cannot be reached (Unavailable:
+	// a shared Postgres restarting, an S3 server down, a cut link), taking
+	// the snapshot again from the start after a growing wait:
+	// DefaultStoreOutage when zero, no retry when negative. A writer lease
+	// whose renewal cannot reach the store is kept until it would expire.
 	StoreOutage time.Duration
 }
 
@@ -315,16 +315,12 @@ func (m *Manager) Snapshot(ctx context.Context, in SnapshotInput) (*checkpoints.
 	return got, st, nil
 }
 
-// snapshotRetrying takes the snapshot, again when an attempt failed in a
-// way that another one can mend:
-//   - a collector on another host deleted a blob this capture stored again,
-//     in the instant between its last check and its delete (checkStored
-//     removed the checkpoint): captured again, the blob is stored anew;
-//   - the checkpoint store could not be reached: an attempt reads the head,
-//     captures and appends under in.ID from the start, and the blobs are
-//     content-addressed, so trying again is harmless; an append that
-//     committed but whose answer was lost is found by its id.
-func (m *Manager) snapshotRetrying(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+// Retry runs fn, and again after a growing wait while it fails because a
+// store is out of reach (Unavailable), for at most ManagerConfig.StoreOutage.
+// Snapshot retries so; a caller retries so what it does along with one (a
+// blob it puts for the snapshot's artifacts). fn must be safe to run twice.
+// The error is fn's last, saying how long it was tried.
+func (m *Manager) Retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	outage := backoff.NewExponentialBackOff()
 	outage.InitialInterval = 100 * time.Millisecond
 	outage.MaxInterval = 5 * time.Second
@@ -332,34 +328,57 @@ func (m *Manager) snapshotRetrying(ctx context.Context, in SnapshotInput) (*chec
 	if outage.MaxElapsedTime == 0 {
 		outage.MaxElapsedTime = DefaultStoreOutage
 	}
-	recollected, retried := false, false
-	var kept *checkpoints.Lease // a live lease a failed attempt could not release
 	for {
-		out, st, err := m.snapshot(ctx, in, retried, &kept)
-		switch {
-		case err == nil:
-			return out, st, nil
-		case errors.Is(err, errCollected) && !recollected:
-			recollected = true
-			m.cfg.Logger.Warn("a blob of the snapshot was collected while it was taken; taking it again", "snapshot", in.ID, "thread", in.ThreadID, "err", err)
-			continue
-		case !errors.Is(err, checkpoints.ErrUnavailable) || m.cfg.StoreOutage < 0:
-			return nil, st, err
+		err := fn(ctx)
+		if err == nil || !Unavailable(err) || m.cfg.StoreOutage < 0 {
+			return err
 		}
 		wait := outage.NextBackOff()
 		if wait == backoff.Stop {
-			return nil, st, fmt.Errorf("%w (tried for %s)", err, outage.GetElapsedTime().Round(time.Second))
+			return fmt.Errorf("%w (tried for %s)", err, outage.GetElapsedTime().Round(time.Second))
 		}
-		m.cfg.Logger.Warn("the checkpoint store is unavailable; taking the snapshot again", "snapshot", in.ID, "thread", in.ThreadID, "in", wait, "err", err)
+		m.cfg.Logger.Warn("a store is unavailable; trying again", "op", what, "in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, st, fmt.Errorf("%w (and then: %w)", err, ctx.Err())
+			return fmt.Errorf("%w (and then: %w)", err, ctx.Err())
 		case <-t.C:
 		}
-		retried = true
 	}
+}
+
+// snapshotRetrying takes the snapshot, again when an attempt failed in a
+// way that another one can mend:
+//   - a collector on another host deleted a blob this capture stored again,
+//     in the instant between its last check and its delete (checkStored
+//     removed the checkpoint): captured again, the blob is stored anew;
+//   - a store could not be reached (Retry): an attempt reads the head,
+//     captures and appends under in.ID from the start, and the blobs are
+//     content-addressed, so trying again is harmless; an append that
+//     committed but whose answer was lost is found by its id.
+func (m *Manager) snapshotRetrying(ctx context.Context, in SnapshotInput) (*checkpoints.Checkpoint, CaptureStats, error) {
+	var (
+		out         *checkpoints.Checkpoint
+		st          CaptureStats
+		recollected bool
+		attempts    int
+		kept        *checkpoints.Lease // a live lease a failed attempt could not release
+	)
+	err := m.Retry(ctx, "snapshot "+in.ID, func(ctx context.Context) error {
+		for {
+			attempts++
+			var err error
+			out, st, err = m.snapshot(ctx, in, attempts > 1, &kept)
+			if errors.Is(err, errCollected) && !recollected {
+				recollected = true
+				m.cfg.Logger.Warn("a blob of the snapshot was collected while it was taken; taking it again", "snapshot", in.ID, "thread", in.ThreadID, "err", err)
+				continue
+			}
+			return err
+		}
+	})
+	return out, st, err
 }
 
 // appended returns checkpoint in.ID when an earlier attempt appended it to
