@@ -16,7 +16,7 @@ ifneq (,$(findstring -race,$(TESTFLAGS)))
 export CGO_ENABLED = 1
 endif
 
-.PHONY: build test test-race lint bench demo clean deps deps-runc deps-net deps-soak-hosts soak soak-ci soak-volumes soak-hosts soak-hosts-ci test-race-stress
+.PHONY: build test test-race lint bench demo clean deps deps-runc deps-net deps-soak-hosts soak soak-ci soak-1host soak-1host-ci soak-volumes test-race-stress
 
 # Sandboxes run under runc on a per-sandbox ext4 disk (e2fsprogs): installed
 # here when missing, as root (which sandboxd needs). runc is RUNC_VERSION,
@@ -103,22 +103,48 @@ demo: deps
 clean:
 	rm -rf .alineo alineo.db alineo.db-wal alineo.db-shm bin
 
-# The chaos soak (cmd/soak, cmd/soak/internal/soak): the binaries as real processes
-# (3 NATS nodes with R3 streams, Postgres, sandboxd, 4 executors, the
-# projector as 2 partitions (-projectors N), the API, 20 SSE auditors) under
-# a job load and a seeded fault schedule, ending in a table of checks;
-# non-zero exit when one fails (the table names the seed: SOAK_FLAGS="-seed
-# N" repeats the schedule; `go run ./cmd/soak recheck DIR` reruns the
-# checks of the stream and the jobs' statuses on the NATS stores a failed run
-# kept, printing every problem). Ctrl-C (or SIGTERM) stops it at once in any
-# phase, kills and reaps the fleet and prints what it had. Runs as root from
-# the module's root. soak submits jobs for SOAK_DURATION; soak-ci
-# (.ci/run) runs 200 jobs spread over 3 minutes, plus the build and the end's
-# checks (about a minute).
+# The chaos soak (cmd/soak, cmd/soak/internal/soak): the binaries as real
+# processes across 3 hosts. Each host is a network namespace on a bridge
+# running its own sandboxd and 2 executors; the 3 NATS nodes (R3 streams),
+# Postgres, an S3 server (versitygw) and the services (the projector as 2
+# partitions, the API, 20 SSE auditors) run in namespaces of their own, all
+# on 198.18.0.0/24 (the range reserved for network tests). The hosts share
+# a checkpoint store (Postgres) and a bucket through sandboxd's
+# --checkpoints and --blobs (SOAK_HOSTS_STORAGE = -shared-storage=false
+# keeps each host's snapshots on its own disk). A job load runs under a
+# seeded fault schedule: kill -9 an executor, a NATS node or the stream
+# leader, a projector partition; SIGSTOP an executor; drop an auditor;
+# stop Postgres; kill -9 every process of a host (back after -host-down),
+# a host's link down past the lease, a NATS node's link down, the S3 server
+# stopped. It ends in a table of 12 checks; non-zero exit when one fails
+# (the table names the seed: SOAK_FLAGS="-seed N" repeats the schedule;
+# `go run ./cmd/soak recheck DIR` reruns the checks of the stream and the
+# jobs' statuses on the NATS stores a failed run kept, printing every
+# problem). Every namespace, link and mount is removed at the end, after a
+# failure or a signal too (a janitor process does it if the soak dies).
+# Ctrl-C (or SIGTERM) stops it at once in any phase. Runs as root from the
+# module's root.
+#
+# soak submits jobs for SOAK_DURATION (and races the volume swap first,
+# soak-volumes); soak-ci (.ci/run) runs 150 jobs spread over 3 minutes,
+# about 4 minutes with its start and checks. soak-1host and soak-1host-ci
+# are the same fleet on one host (no namespaces: 4 executors, one
+# sandboxd).
 SOAK_DURATION ?= 10m
 SOAK_FLAGS    ?=
-soak: deps soak-volumes
+SOAK_HOSTS_STORAGE ?=
+VERSITYGW_VERSION ?= v1.8.0
+soak: deps deps-soak-hosts soak-volumes
+	$(GO) run ./cmd/soak -hosts 3 -duration $(SOAK_DURATION) $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
+
+soak-ci: deps deps-soak-hosts
+	$(GO) run ./cmd/soak -hosts 3 -jobs 150 -duration 3m -host-down 10s -partition 12s -fault-every 3s $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
+
+soak-1host: deps
 	$(GO) run ./cmd/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+
+soak-1host-ci: deps
+	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
 
 # soak-volumes races sandbox creates against a sandbox that swaps a shared
 # volume's directory for a link to / (issue 41's F1) for SOAK_RACE_SECONDS
@@ -127,40 +153,11 @@ SOAK_RACE_SECONDS ?= 300
 soak-volumes: deps
 	SANDBOXD_RACE_SECONDS=$(SOAK_RACE_SECONDS) $(GO) test -count=1 -timeout 30m -run '^TestVolumeSwapRace$$' ./sandboxd/
 
-soak-ci: deps
-	$(GO) run ./cmd/soak -jobs 200 -duration 3m $(SOAK_FLAGS)
-
-# The multi-host soak (cmd/soak -hosts 3): the same fleet, load and checks,
-# with each of 3 hosts a network namespace on a bridge running its own
-# sandboxd and 2 executors, and each NATS node, Postgres, an S3 server
-# (versitygw) and the services in namespaces of their own, all on
-# 198.18.0.0/24 (the range reserved for network tests). Four more faults:
-# kill -9 every process of a host (back after -host-down), a host's link
-# down past the lease, a NATS node's link down, the S3 server stopped; three
-# more checks: each job of a lost host finished once elsewhere from its
-# checkpoint, every checkpoint's blobs in the bucket, no sandbox left on any
-# host. Every namespace, link and mount is removed at the end, after a
-# failure or a signal too (a janitor process does it if the soak dies).
-# soak-hosts-ci runs 150 jobs spread over 3 minutes (about 4 minutes with
-# its start and checks). make soak and soak-ci stay the single-host soak
-# until this one passes reliably.
-#
-# The hosts share a checkpoint store (Postgres) and a bucket (versitygw)
-# through sandboxd's --checkpoints and --blobs; SOAK_HOSTS_STORAGE =
-# -shared-storage=false keeps each host's snapshots on its own disk.
-SOAK_HOSTS_STORAGE ?=
-VERSITYGW_VERSION ?= v1.8.0
 deps-soak-hosts: deps-net
 	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x /usr/local/bin/versitygw ]; then \
 	  echo "installing: versitygw $(VERSITYGW_VERSION)"; \
 	  GOBIN=/usr/local/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
 	fi
-
-soak-hosts: deps deps-soak-hosts
-	$(GO) run ./cmd/soak -hosts 3 -duration $(SOAK_DURATION) $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
-
-soak-hosts-ci: deps deps-soak-hosts
-	$(GO) run ./cmd/soak -hosts 3 -jobs 150 -duration 3m -host-down 10s -partition 12s -fault-every 3s $(SOAK_HOSTS_STORAGE) $(SOAK_FLAGS)
 
 # make test under -race 5 times (RUNS) in a row beside two CPU-bound
 # processes; logs in LOGDIR (default /tmp/alineo-race-stress).

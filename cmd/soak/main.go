@@ -10,13 +10,13 @@
 //	soak recheck [-timeout D] DIR
 //
 // With -hosts N the fleet runs across N hosts, each a network namespace on
-// a bridge with its own sandboxd and executors (make soak-hosts,
-// soak-hosts-ci); the soak binary then also enters namespaces for the
-// processes it starts (in-netns) and runs the network's janitor
-// (net-janitor).
+// a bridge with its own sandboxd and executors (make soak and soak-ci run 3);
+// the soak binary then also enters namespaces for the processes it starts
+// (in-netns) and runs the network's janitor (net-janitor).
 //
-// make soak-ci runs 200 jobs spread over 3 minutes (CI); make soak SOAK_DURATION=30m
-// submits jobs for 30 minutes. SIGINT or SIGTERM stops it at once, in any
+// make soak-ci runs 150 jobs over 3 hosts spread over 3 minutes (CI); make
+// soak SOAK_DURATION=30m submits jobs for 30 minutes; make soak-1host and
+// soak-1host-ci run the fleet on one host. SIGINT or SIGTERM stops it at once, in any
 // phase: every child is killed and reaped, what sandboxd left mounted is
 // unmounted, and the figures so far are printed; it exits 1. A second
 // signal kills the soak itself (its children die with it). soak recheck

@@ -10,7 +10,7 @@
 // after its fence, nothing left running, every SSE auditor saw its events
 // exactly once and in order, every projector partition caught up.
 //
-// With Config.Hosts (make soak-hosts) the fleet runs across machines: a
+// With Config.Hosts (make soak, make soak-ci) the fleet runs across machines: a
 // network of namespaces on a bridge (netplan.go, netns.go), addresses from
 // 198.18.0.0/15 only, each host a namespace with its own sandboxd and
 // executors (hosts.go), each NATS node, Postgres, an S3 server and the
