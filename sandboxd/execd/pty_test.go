@@ -206,3 +206,36 @@ func waitForProcess(t *testing.T, cmdline string) {
 	}
 	t.Fatalf("no process %q within 10 s", cmdline)
 }
+
+// TestPTYTokenInQuery: the terminal's WebSocket takes the access token as
+// ?token= (a browser's WebSocket cannot set headers; the TypeScript SDKs do
+// so), and no other route does.
+func TestPTYTokenInQuery(t *testing.T) {
+	e := newEnv(t, execd.Config{Token: "s3cret"})
+	var created struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(wantStatus(t, e.do("POST", "/pty", map[string]any{}, execd.TokenHeader, "s3cret"), http.StatusCreated), &created); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	base := "ws" + strings.TrimPrefix(e.http.URL, "http") + "/pty/" + created.SessionID + "/ws"
+	for _, q := range []string{"", "?token=wrong", "?token="} {
+		if c, resp, err := websocket.Dial(ctx, base+q, nil); err == nil {
+			c.CloseNow()
+			t.Fatalf("dial %q: connected, want 401", q)
+		} else if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("dial %q: %v (%v), want 401", q, err, resp)
+		}
+	}
+	wantUnauthorized(t, e.do("GET", "/ping?token=s3cret", nil))
+	wantUnauthorized(t, e.do("GET", "/pty/"+created.SessionID+"?token=s3cret", nil))
+
+	c := e.dialPTY(ctx, created.SessionID, "?token=s3cret")
+	defer c.CloseNow()
+	if f := readFrame(ctx, t, c); f.text["type"] != "connected" {
+		t.Fatalf("first frame = %+v", f)
+	}
+	stdin(ctx, t, c, "echo pty-$((6*7))\n")
+	readUntil(ctx, t, c, "pty-42")
+}

@@ -213,10 +213,24 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
-// ServeHTTP checks the access token and dispatches to the API routes.
+// ptySocket reports whether r opens a terminal's WebSocket (GET
+// /pty/{id}/ws), the one route that takes the token from the query too.
+func ptySocket(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/pty/")
+	id, ok2 := strings.CutSuffix(rest, "/ws")
+	return r.Method == http.MethodGet && ok && ok2 && id != "" && !strings.Contains(id, "/")
+}
+
+// ServeHTTP checks the access token (the X-EXECD-ACCESS-TOKEN header, or
+// ?token= on a terminal's WebSocket) and dispatches to the API routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" {
 		got := r.Header.Get(TokenHeader)
+		if got == "" && ptySocket(r) {
+			// A browser's WebSocket cannot set headers: the TypeScript SDKs
+			// pass the token as ?token= on the terminal's socket.
+			got = r.URL.Query().Get("token")
+		}
 		if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
 			// The real execd answers {"error": ...} here, not {code, message}.
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: invalid or missing header " + TokenHeader})

@@ -3,13 +3,22 @@
 # SDK (generate.ts), then puts them here. What it needs:
 #   - bun (1.4.4 wrote the files in this folder);
 #   - the TypeScript SDK: a checkout of github.com/DrejT/alineo (575b132 wrote
-#     them: @alineo-labs/sandbox 0.2.0, @alineo-labs/sqlite 0.1.3) with its
-#     workspace installed and built (bun install && bun run build: the
-#     packages export their dist/), in ALINEO_TS_SDK;
+#     them: @alineo-labs/sandbox 0.2.0, @alineo-labs/sqlite 0.1.3; they are
+#     not on npm) with its workspace installed and the packages built, in
+#     ALINEO_TS_SDK. The packages export their dist/; this builds them:
+#       bun install   # 3 model-provider packages may fail to download: unused
+#       for p in core opensandbox sdks/typescript adapters/sqlite; do
+#         (cd packages/$p && bun --bun x tsdown --config-loader native); done
+#     (bun run build wants tsdown's optional "unrun" config loader);
 #   - an OpenSandbox server at OPEN_SANDBOX_URL (default: this module's
 #     sandboxd, started here as root on 127.0.0.1:18080) that can create
 #     sandboxes of FIXTURE_IMAGE (default ubuntu:22.04: a registry it reaches,
-#     or `sandboxd image import`).
+#     or `sandboxd image import`; FIXTURE_IMAGE=host, the host's own system,
+#     needs no registry).
+# Last run on 2026-12-05 (bun 1.4.4, 575b132, FIXTURE_IMAGE=host): session.db
+# came out entry for entry like the one here (ids and times aside); extras.db
+# differed only where timing decides (the order of two concurrent execs'
+# rows, how a PTY's output is chunked) and in its random names.
 # The sandbox ids, run ids, snapshot ids, uuids and timestamps change with
 # every run: update the expectations that name them (adapters/adaptertest/
 # typescript.go and typescript_test.go at the module's root) and the facts in
@@ -40,9 +49,11 @@ if [ -z "${OPEN_SANDBOX_URL:-}" ]; then
   done
 fi
 
-# The script runs from a folder inside the SDK's workspace so that bun
-# resolves @alineo-labs/* to the checkout's packages.
-gen="$ALINEO_TS_SDK/tests/alineo-go-fixtures"
+# The script runs from a folder inside the workspace of the SDK's
+# integration tests, which depends on @alineo-labs/sandbox and
+# @alineo-labs/sqlite: bun (isolated installs) links them into that
+# workspace's node_modules, not the root's.
+gen="$ALINEO_TS_SDK/tests/integration/alineo-go-fixtures"
 mkdir -p "$gen" "$work/out"
 cp "$here/generate.ts" "$gen/generate.ts"
 (cd "$gen" && bun generate.ts "$work/out")
