@@ -374,7 +374,10 @@ func (a *api) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 			a.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})
 			return
 		}
-		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(execdPort)
+		// As OpenSandbox's Docker runtime answers it: the host port of
+		// execd, and execd's proxy to its own port (which execd serves
+		// itself), so that the URL names the port asked for.
+		ep.Endpoint = "127.0.0.1:" + strconv.Itoa(execdPort) + "/proxy/" + strconv.Itoa(ExecdPort)
 	case port == egress.Port && hasEgress && !useProxy:
 		if egressPort == 0 {
 			a.writeErr(w, &StateError{SandboxID: id, Op: "endpoint", State: st})

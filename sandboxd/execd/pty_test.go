@@ -239,3 +239,30 @@ func TestPTYTokenInQuery(t *testing.T) {
 	stdin(ctx, t, c, "echo pty-$((6*7))\n")
 	readUntil(ctx, t, c, "pty-42")
 }
+
+// TestSelfProxy: /proxy/44772/{rest} is execd's own {rest}, the token
+// checked as on any route (?token= on the terminal's socket included), as
+// the Docker runtime's execd endpoint ({host}:{port}/proxy/44772) needs.
+func TestSelfProxy(t *testing.T) {
+	e := newEnv(t, execd.Config{Token: "s3cret"})
+	wantStatus(t, e.do("GET", "/proxy/44772/ping", nil, execd.TokenHeader, "s3cret"), http.StatusOK)
+	wantUnauthorized(t, e.do("GET", "/proxy/44772/ping", nil))
+	wantStatus(t, e.do("GET", "/proxy/447720/ping", nil, execd.TokenHeader, "s3cret"), http.StatusBadRequest) // a port, not execd
+	var created struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(wantStatus(t, e.do("POST", "/proxy/44772/pty", map[string]any{}, execd.TokenHeader, "s3cret"), http.StatusCreated), &created); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.http.URL, "http")+"/proxy/44772/pty/"+created.SessionID+"/ws?token=s3cret", nil)
+	if err != nil {
+		t.Fatalf("dial the terminal through /proxy/44772: %v (%v)", err, resp)
+	}
+	defer c.CloseNow()
+	if f := readFrame(ctx, t, c); f.text["type"] != "connected" {
+		t.Fatalf("first frame = %+v", f)
+	}
+	stdin(ctx, t, c, "echo self-$((6*7))\n")
+	readUntil(ctx, t, c, "self-42")
+}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -213,6 +214,26 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
+// Port is the port execd listens on in a sandbox (OpenSandbox's
+// 44772); /proxy/{Port}/{rest} is execd's own {rest}.
+const Port = 44772
+
+var selfPrefix = "/proxy/" + strconv.Itoa(Port)
+
+// selfProxied returns the path a /proxy/44772/... path stands for.
+func selfProxied(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, selfPrefix)
+	switch {
+	case !ok:
+		return "", false
+	case rest == "":
+		return "/", true
+	case rest[0] == '/':
+		return rest, true
+	}
+	return "", false // /proxy/447720...
+}
+
 // ptySocket reports whether r opens a terminal's WebSocket (GET
 // /pty/{id}/ws), the one route that takes the token from the query too.
 func ptySocket(r *http.Request) bool {
@@ -224,6 +245,15 @@ func ptySocket(r *http.Request) bool {
 // ServeHTTP checks the access token (the X-EXECD-ACCESS-TOKEN header, or
 // ?token= on a terminal's WebSocket) and dispatches to the API routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := selfProxied(r.URL.Path); ok {
+		// /proxy/44772/{rest} reaches execd itself, as through the real
+		// execd's proxy to its own port: the endpoint OpenSandbox's Docker
+		// runtime answers for execd has that shape.
+		r = r.WithContext(r.Context()) // a shallow copy, for its URL
+		u := *r.URL
+		u.Path, u.RawPath = rest, ""
+		r.URL = &u
+	}
 	if s.cfg.Token != "" {
 		got := r.Header.Get(TokenHeader)
 		if got == "" && ptySocket(r) {
