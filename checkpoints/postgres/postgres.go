@@ -332,10 +332,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 		if got := deref(h); got != in.ExpectedHead {
 			return checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q head is %q, expected %q", c.ThreadID, got, in.ExpectedHead)
 		}
-		if c.CreatedAt.IsZero() {
-			c.CreatedAt = s.opts.Now()
-		}
-		c.CreatedAt = checkpoints.Normalize(c.CreatedAt)
+		c.Stamp(s.opts.Now())
 		return insert(ctx, tx, c)
 	})
 	if err != nil {

@@ -365,10 +365,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 		if h != in.ExpectedHead {
 			return checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q head is %q, expected %q", c.ThreadID, h, in.ExpectedHead)
 		}
-		if c.CreatedAt.IsZero() {
-			c.CreatedAt = s.opts.Now()
-		}
-		c.CreatedAt = checkpoints.Normalize(c.CreatedAt)
+		c.Stamp(s.opts.Now())
 		return insert(ctx, tx, c)
 	})
 	if err != nil {

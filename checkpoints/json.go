@@ -1,0 +1,290 @@
+package checkpoints
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+)
+
+// The JSON of Checkpoint, Entry and Artifact is the contract's
+// (checkpoint-store.d.ts of @tanstack/ai-sandbox), field for field:
+//
+//   - times (createdAt) are epoch milliseconds, a JSON number; the zero
+//     time.Time is 0 and 0 is the zero time.Time;
+//   - parentCheckpointId is a string, or null when ParentID is "";
+//   - files, conversation and artifacts are always arrays, [] when empty;
+//   - label and sourceRunId are left out when empty, as the contract's
+//     optional members are;
+//   - a file entry always has blobKey and size, a dir entry neither.
+//
+// The additions (forkedFrom, and an entry's mode, mtime, target, opaque, uid,
+// gid and holes) are left out when empty, so a checkpoint that uses none of
+// them is exactly the contract's document.
+//
+// Decoding takes what the contract allows and what this package wrote
+// before it spoke the contract: createdAt as a number (a fraction of a
+// millisecond is dropped) or as an RFC 3339 string, parentCheckpointId null,
+// "" or absent, and files, conversation and artifacts null or absent. Members
+// it does not know are ignored. A document that does not decode gives an
+// error wrapping ErrInvalidEntry; a decoded checkpoint is checked by
+// Checkpoint.Validate, which Append calls.
+
+// maxMillis bounds the times decoding accepts: those of a JavaScript Date,
+// ±8.64e15 ms around the epoch.
+const maxMillis = 8.64e15
+
+// millis is a time.Time as the contract writes it: epoch milliseconds.
+type millis time.Time
+
+// TruncateTime returns t as checkpoints keep it: UTC, to the millisecond (the
+// contract's precision), the zero time staying zero. Stores apply it to
+// every time of a checkpoint they store, so what Get returns is what the
+// checkpoint's JSON says.
+func TruncateTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return fromMillis(t.UnixMilli())
+}
+
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func (m millis) MarshalJSON() ([]byte, error) {
+	t := time.Time(m)
+	if t.IsZero() {
+		return []byte("0"), nil
+	}
+	return strconv.AppendInt(nil, t.UnixMilli(), 10), nil
+}
+
+func (m *millis) UnmarshalJSON(b []byte) error {
+	t, err := parseTime(b)
+	if err != nil {
+		return err
+	}
+	*m = millis(t)
+	return nil
+}
+
+// parseTime decodes a createdAt: a number of epoch milliseconds, null, or,
+// as this package wrote it before, an RFC 3339 string.
+func parseTime(b []byte) (time.Time, error) {
+	s := string(b)
+	switch {
+	case s == "null":
+		return time.Time{}, nil
+	case len(s) > 0 && s[0] == '"':
+		var str string
+		if err := json.Unmarshal(b, &str); err != nil {
+			return time.Time{}, errorf(CodeInvalidEntry, "time %s: %v", s, err)
+		}
+		t, err := time.Parse(time.RFC3339Nano, str)
+		if err != nil {
+			return time.Time{}, errorf(CodeInvalidEntry, "time %q is neither epoch milliseconds nor RFC 3339", str)
+		}
+		return TruncateTime(t), nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < -maxMillis || n > maxMillis {
+			return time.Time{}, errorf(CodeInvalidEntry, "time %d ms is out of a Date's range", n)
+		}
+		return fromMillis(n), nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < -maxMillis || f > maxMillis {
+		return time.Time{}, errorf(CodeInvalidEntry, "time %.40s is not epoch milliseconds", s)
+	}
+	return fromMillis(int64(math.Floor(f))), nil
+}
+
+// invalidJSON wraps a decoding error of what into an *Error with
+// CodeInvalidEntry, unless it is one already.
+func invalidJSON(what string, err error) error {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &Error{Code: CodeInvalidEntry, Message: "decode " + what + ": " + err.Error(), Err: err}
+}
+
+// entryJSON is an Entry on the wire. BlobKey and Size are pointers so that
+// a file entry always has them and another entry has them only when set.
+type entryJSON struct {
+	Path    string   `json:"path"`
+	Kind    Kind     `json:"kind"`
+	BlobKey *string  `json:"blobKey,omitempty"`
+	Size    *int64   `json:"size,omitempty"`
+	Mode    uint32   `json:"mode,omitempty"`
+	ModTime int64    `json:"mtime,omitempty"`
+	Target  string   `json:"target,omitempty"`
+	Opaque  bool     `json:"opaque,omitempty"`
+	UID     int      `json:"uid,omitempty"`
+	GID     int      `json:"gid,omitempty"`
+	Holes   []Extent `json:"holes,omitempty"`
+}
+
+// wire returns e on the wire; its pointers point into e.
+func (e *Entry) wire() entryJSON {
+	w := entryJSON{Path: e.Path, Kind: e.Kind, Mode: e.Mode, ModTime: e.ModTime, Target: e.Target,
+		Opaque: e.Opaque, UID: e.UID, GID: e.GID, Holes: e.Holes}
+	if e.Kind == KindFile || e.BlobKey != "" {
+		w.BlobKey = &e.BlobKey
+	}
+	if e.Kind == KindFile || e.Size != 0 {
+		w.Size = &e.Size
+	}
+	return w
+}
+
+func (w *entryJSON) entry() Entry {
+	e := Entry{Path: w.Path, Kind: w.Kind, Mode: w.Mode, ModTime: w.ModTime, Target: w.Target,
+		Opaque: w.Opaque, UID: w.UID, GID: w.GID, Holes: w.Holes}
+	if w.BlobKey != nil {
+		e.BlobKey = *w.BlobKey
+	}
+	if w.Size != nil {
+		e.Size = *w.Size
+	}
+	return e
+}
+
+// MarshalJSON writes e as the contract's SandboxSnapshotEntry: a file entry
+// with blobKey and size, a dir entry with path and kind, and the additions
+// when set.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	return json.Marshal(e.wire())
+}
+
+// UnmarshalJSON reads a SandboxSnapshotEntry. It returns an error wrapping
+// ErrInvalidEntry when b is not one.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	var w entryJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return invalidJSON("snapshot entry", err)
+	}
+	*e = w.entry()
+	return nil
+}
+
+// artifactJSON is an Artifact on the wire.
+type artifactJSON struct {
+	ArtifactID string `json:"artifactId"`
+	Name       string `json:"name"`
+	MimeType   string `json:"mimeType"`
+	Size       int64  `json:"size"`
+	BlobKey    string `json:"blobKey"`
+	CreatedAt  millis `json:"createdAt"`
+}
+
+func (a *Artifact) wire() artifactJSON {
+	return artifactJSON{ArtifactID: a.ArtifactID, Name: a.Name, MimeType: a.MimeType, Size: a.Size,
+		BlobKey: a.BlobKey, CreatedAt: millis(a.CreatedAt)}
+}
+
+func (w *artifactJSON) artifact() Artifact {
+	return Artifact{ArtifactID: w.ArtifactID, Name: w.Name, MimeType: w.MimeType, Size: w.Size,
+		BlobKey: w.BlobKey, CreatedAt: time.Time(w.CreatedAt)}
+}
+
+// MarshalJSON writes a as the contract's SandboxSnapshotArtifact, createdAt
+// in epoch milliseconds.
+func (a Artifact) MarshalJSON() ([]byte, error) {
+	return json.Marshal(a.wire())
+}
+
+// UnmarshalJSON reads a SandboxSnapshotArtifact. It returns an error
+// wrapping ErrInvalidEntry when b is not one.
+func (a *Artifact) UnmarshalJSON(b []byte) error {
+	var w artifactJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return invalidJSON("snapshot artifact", err)
+	}
+	*a = w.artifact()
+	return nil
+}
+
+// checkpointJSON is a Checkpoint on the wire, in the contract's order.
+// Entries and artifacts are their wire types, which have no methods, so a
+// checkpoint of many files encodes in one pass.
+type checkpointJSON struct {
+	ID          string          `json:"id"`
+	ThreadID    string          `json:"threadId"`
+	ParentID    *string         `json:"parentCheckpointId"`
+	CreatedAt   millis          `json:"createdAt"`
+	Reason      Reason          `json:"reason"`
+	Label       string          `json:"label,omitempty"`
+	SourceRunID string          `json:"sourceRunId,omitempty"`
+	ForkedFrom  string          `json:"forkedFrom,omitempty"`
+	Files       []entryJSON     `json:"files"`
+	Convo       json.RawMessage `json:"conversation"`
+	Artifacts   []artifactJSON  `json:"artifacts"`
+}
+
+var emptyArray = json.RawMessage("[]")
+
+// MarshalJSON writes c as the contract's SandboxCheckpoint (see the
+// package's JSON above).
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	w := checkpointJSON{ID: c.ID, ThreadID: c.ThreadID, CreatedAt: millis(c.CreatedAt), Reason: c.Reason,
+		Label: c.Label, SourceRunID: c.SourceRunID, ForkedFrom: c.ForkedFrom,
+		Files: make([]entryJSON, len(c.Files)), Convo: c.Conversation, Artifacts: make([]artifactJSON, len(c.Artifacts))}
+	if c.ParentID != "" {
+		w.ParentID = &c.ParentID
+	}
+	for i := range c.Files {
+		w.Files[i] = c.Files[i].wire()
+	}
+	for i := range c.Artifacts {
+		w.Artifacts[i] = c.Artifacts[i].wire()
+	}
+	if isNull(w.Convo) {
+		w.Convo = emptyArray
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a SandboxCheckpoint, and the checkpoints this package
+// wrote before it spoke the contract. It returns an error wrapping
+// ErrInvalidEntry when b is neither; it does not validate (Validate does).
+func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+	var w checkpointJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return invalidJSON("checkpoint", err)
+	}
+	d := Checkpoint{ID: w.ID, ThreadID: w.ThreadID, CreatedAt: time.Time(w.CreatedAt), Reason: w.Reason,
+		Label: w.Label, SourceRunID: w.SourceRunID, ForkedFrom: w.ForkedFrom}
+	if w.ParentID != nil {
+		d.ParentID = *w.ParentID
+	}
+	if w.Files != nil {
+		d.Files = make([]Entry, len(w.Files))
+		for i := range w.Files {
+			d.Files[i] = w.Files[i].entry()
+		}
+	}
+	if w.Artifacts != nil {
+		d.Artifacts = make([]Artifact, len(w.Artifacts))
+		for i := range w.Artifacts {
+			d.Artifacts[i] = w.Artifacts[i].artifact()
+		}
+	}
+	if !isNull(w.Convo) {
+		d.Conversation = w.Convo
+	}
+	*c = d
+	return nil
+}
+
+// isNull reports whether raw is absent or JSON null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
