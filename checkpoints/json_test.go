@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -211,16 +210,13 @@ func TestValidateConversation(t *testing.T) {
 	}
 }
 
-// TestLegacyCheckpoints decodes testdata/legacy-checkpoints.json, which is
+// TestLegacyCheckpoints decodes checkpointtest.LegacyCheckpoints, which is
 // what this package wrote before it spoke the contract's JSON (json.Marshal
 // with the struct tags of that time: createdAt an RFC 3339 string,
 // parentCheckpointId, size and conversation left out when empty, artifacts
 // null), as SQLite and Postgres stores hold it.
 func TestLegacyCheckpoints(t *testing.T) {
-	b, err := os.ReadFile("testdata/legacy-checkpoints.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := checkpointtest.LegacyCheckpoints()
 	var got []checkpoints.Checkpoint
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("decode: %v", err)
@@ -269,13 +265,12 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	for _, doc := range fixture(f) {
 		f.Add([]byte(doc))
 	}
-	if b, err := os.ReadFile("testdata/legacy-checkpoints.json"); err == nil {
-		var docs []json.RawMessage
-		if json.Unmarshal(b, &docs) == nil {
-			for _, doc := range docs {
-				f.Add([]byte(doc))
-			}
-		}
+	var legacy []json.RawMessage
+	if err := json.Unmarshal(checkpointtest.LegacyCheckpoints(), &legacy); err != nil {
+		f.Fatal(err)
+	}
+	for _, doc := range legacy {
+		f.Add([]byte(doc))
 	}
 	for _, s := range []string{`{}`, `null`, `{"createdAt":-0.5}`, `{"createdAt":"2026-01-01T00:00:00Z"}`,
 		`{"files":[{"path":"a","kind":"file","holes":[]}],"conversation":{"x":1}}`, `{"ID":"x","id":"y"}`} {
