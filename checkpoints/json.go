@@ -288,3 +288,78 @@ func isNull(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
 	return len(t) == 0 || string(t) == "null"
 }
+
+// appendInputJSON is an AppendInput on the wire: the argument of the
+// contract's append.
+type appendInputJSON struct {
+	Checkpoint   *Checkpoint `json:"checkpoint"`
+	ExpectedHead *string     `json:"expectedHeadId"`
+	Writer       Writer      `json:"writer"`
+}
+
+// MarshalJSON writes in as the argument of the contract's append:
+// {checkpoint, expectedHeadId (null when ""), writer}.
+func (in AppendInput) MarshalJSON() ([]byte, error) {
+	w := appendInputJSON{Checkpoint: in.Checkpoint, Writer: in.Writer}
+	if in.ExpectedHead != "" {
+		w.ExpectedHead = &in.ExpectedHead
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the argument of the contract's append. It returns an
+// error wrapping ErrInvalidEntry when b is not one.
+func (in *AppendInput) UnmarshalJSON(b []byte) error {
+	var w appendInputJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return invalidJSON("append input", err)
+	}
+	*in = AppendInput{Checkpoint: w.Checkpoint, Writer: w.Writer}
+	if w.ExpectedHead != nil {
+		in.ExpectedHead = *w.ExpectedHead
+	}
+	return nil
+}
+
+// forkInputJSON is a ForkInput on the wire (SandboxCheckpointForkInput).
+type forkInputJSON struct {
+	SourceThreadID          string `json:"sourceThreadId"`
+	SourceCheckpointID      string `json:"sourceCheckpointId"`
+	DestinationThreadID     string `json:"destinationThreadId"`
+	DestinationCheckpointID string `json:"destinationCheckpointId"`
+	CreatedAt               millis `json:"createdAt"`
+	Writer                  Writer `json:"writer"`
+}
+
+// MarshalJSON writes in as the contract's SandboxCheckpointForkInput,
+// createdAt in epoch milliseconds (0 for the store's clock).
+func (in ForkInput) MarshalJSON() ([]byte, error) {
+	return json.Marshal(forkInputJSON{SourceThreadID: in.SourceThreadID, SourceCheckpointID: in.SourceCheckpointID,
+		DestinationThreadID: in.DestinationThreadID, DestinationCheckpointID: in.DestinationCheckpointID,
+		CreatedAt: millis(in.CreatedAt), Writer: in.Writer})
+}
+
+// UnmarshalJSON reads a SandboxCheckpointForkInput. It returns an error
+// wrapping ErrInvalidEntry when b is not one.
+func (in *ForkInput) UnmarshalJSON(b []byte) error {
+	var w forkInputJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return invalidJSON("fork input", err)
+	}
+	*in = ForkInput{SourceThreadID: w.SourceThreadID, SourceCheckpointID: w.SourceCheckpointID,
+		DestinationThreadID: w.DestinationThreadID, DestinationCheckpointID: w.DestinationCheckpointID,
+		CreatedAt: time.Time(w.CreatedAt), Writer: w.Writer}
+	return nil
+}
+
+// MarshalJSON writes l's data as the contract's SandboxCheckpointWriterLease
+// does: the writer's threadId, ownerToken and fence, expiresAt in epoch
+// milliseconds and renewAfterMs. A lease does not decode: only its store
+// hands one out.
+func (l *Lease) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Writer
+		ExpiresAt    millis `json:"expiresAt"`
+		RenewAfterMs int64  `json:"renewAfterMs"`
+	}{l.Writer, millis(l.ExpiresAt()), l.RenewAfter.Milliseconds()})
+}

@@ -2,6 +2,7 @@ package checkpoints_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/alineo-labs/alineo/checkpoints"
 	"github.com/alineo-labs/alineo/checkpoints/checkpointtest"
+	"github.com/alineo-labs/alineo/checkpoints/memory"
 )
 
 func fixture(t testing.TB) []json.RawMessage {
@@ -328,4 +330,67 @@ func canonical(c checkpoints.Checkpoint) checkpoints.Checkpoint {
 		d.Conversation = nil
 	}
 	return d
+}
+
+// TestInputsJSON round-trips the arguments of the contract's append,
+// deleteHead and forkFromCheckpoint, and the writer and blob reference types,
+// through documents written from the .d.ts.
+func TestInputsJSON(t *testing.T) {
+	writer := `{"threadId":"thread-a","ownerToken":"tok","fence":3}`
+	tests := []struct {
+		name string
+		doc  string
+		v    any // a pointer to decode into
+	}{
+		{"append to an empty thread", `{"checkpoint":{"id":"c","threadId":"thread-a","parentCheckpointId":null,"createdAt":1764511387123,
+			"reason":"automatic","files":[],"conversation":[],"artifacts":[]},"expectedHeadId":null,"writer":` + writer + `}`, new(checkpoints.AppendInput)},
+		{"append after a head", `{"checkpoint":{"id":"c2","threadId":"thread-a","parentCheckpointId":"c","createdAt":1764511387124,
+			"reason":"named","label":"x","files":[],"conversation":[],"artifacts":[]},"expectedHeadId":"c","writer":` + writer + `}`, new(checkpoints.AppendInput)},
+		{"deleteHead", `{"threadId":"thread-a","checkpointId":"c2","writer":` + writer + `}`, new(checkpoints.DeleteHeadInput)},
+		{"forkFromCheckpoint", `{"sourceThreadId":"thread-a","sourceCheckpointId":"c","destinationThreadId":"thread-b",
+			"destinationCheckpointId":"d","createdAt":1764511500001,"writer":` + writer + `}`, new(checkpoints.ForkInput)},
+		{"writer", writer, new(checkpoints.Writer)},
+		{"listBlobReferences line", `{"key":"sha256:ab","references":2}`, new(checkpoints.BlobRef)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := json.Unmarshal([]byte(tt.doc), tt.v); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			b, err := json.Marshal(tt.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameJSON(t, "round trip", b, []byte(tt.doc))
+		})
+	}
+	var in checkpoints.AppendInput
+	if err := json.Unmarshal([]byte(tests[1].doc), &in); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Validate(); err != nil || in.ExpectedHead != "c" || in.Writer.Fence != 3 {
+		t.Fatalf("decoded append input = %+v, Validate = %v", in, err)
+	}
+	var fork checkpoints.ForkInput
+	if err := json.Unmarshal([]byte(`{"createdAt":"soon"}`), &fork); !errors.Is(err, checkpoints.ErrInvalidEntry) {
+		t.Fatalf("fork input with a bad time: err = %v, want ErrInvalidEntry", err)
+	}
+}
+
+// TestLeaseJSON: a lease encodes as the contract's
+// SandboxCheckpointWriterLease data.
+func TestLeaseJSON(t *testing.T) {
+	now := time.UnixMilli(1764511387123).UTC()
+	s := memory.New(checkpoints.Options{Now: func() time.Time { return now }, LeaseDuration: 30 * time.Second, RenewAfter: 10 * time.Second})
+	defer s.Close()
+	l, err := s.AcquireWriter(context.Background(), "thread-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"threadId":"thread-a","ownerToken":"` + l.OwnerToken + `","fence":1,"expiresAt":1764511417123,"renewAfterMs":10000}`
+	sameJSON(t, "lease", b, []byte(want))
 }

@@ -99,7 +99,8 @@ func Fork(ctx context.Context, s LineageStore, in ForkInput) (*Checkpoint, error
 	return f.ForkFromCheckpoint(ctx, in)
 }
 
-// AppendInput is the argument of Store.Append.
+// AppendInput is the argument of Store.Append; its JSON is that of the
+// contract's append argument (MarshalJSON).
 type AppendInput struct {
 	Checkpoint *Checkpoint
 	// ExpectedHead is the head the caller read; "" means the thread is empty.
@@ -130,11 +131,13 @@ func (in AppendInput) Validate() error {
 	return nil
 }
 
-// DeleteHeadInput is the argument of Store.DeleteHead and Store.DeleteCheckpoint.
+// DeleteHeadInput is the argument of Store.DeleteHead and
+// Store.DeleteCheckpoint; its JSON is that of the contract's deleteHead
+// argument.
 type DeleteHeadInput struct {
-	ThreadID     string
-	CheckpointID string
-	Writer       Writer
+	ThreadID     string `json:"threadId"`
+	CheckpointID string `json:"checkpointId"`
+	Writer       Writer `json:"writer"`
 }
 
 // Validate checks the ids of in; it returns an *Error with CodeInvalidID.
@@ -145,7 +148,8 @@ func (in DeleteHeadInput) Validate() error {
 	return ValidateID("checkpoint id", in.CheckpointID)
 }
 
-// ForkInput is the argument of Store.ForkFromCheckpoint.
+// ForkInput is the argument of Store.ForkFromCheckpoint; its JSON is the
+// contract's SandboxCheckpointForkInput (MarshalJSON).
 type ForkInput struct {
 	SourceThreadID          string
 	SourceCheckpointID      string
