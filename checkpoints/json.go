@@ -9,29 +9,6 @@ import (
 	"time"
 )
 
-// The JSON of Checkpoint, Entry and Artifact is the contract's
-// (checkpoint-store.d.ts of @tanstack/ai-sandbox), field for field:
-//
-//   - times (createdAt) are epoch milliseconds, a JSON number; the zero
-//     time.Time is 0 and 0 is the zero time.Time;
-//   - parentCheckpointId is a string, or null when ParentID is "";
-//   - files, conversation and artifacts are always arrays, [] when empty;
-//   - label and sourceRunId are left out when empty, as the contract's
-//     optional members are;
-//   - a file entry always has blobKey and size, a dir entry neither.
-//
-// The additions (forkedFrom, and an entry's mode, mtime, target, opaque, uid,
-// gid and holes) are left out when empty, so a checkpoint that uses none of
-// them is exactly the contract's document.
-//
-// Decoding takes what the contract allows and what this package wrote
-// before it spoke the contract: createdAt as a number (a fraction of a
-// millisecond is dropped) or as an RFC 3339 string, parentCheckpointId null,
-// "" or absent, and files, conversation and artifacts null or absent. Members
-// it does not know are ignored. A document that does not decode gives an
-// error wrapping ErrInvalidEntry; a decoded checkpoint is checked by
-// Checkpoint.Validate, which Append calls.
-
 // maxMillis bounds the times decoding accepts: those of a JavaScript Date,
 // ±8.64e15 ms around the epoch.
 const maxMillis = 8.64e15
@@ -230,8 +207,20 @@ type checkpointJSON struct {
 
 var emptyArray = json.RawMessage("[]")
 
-// MarshalJSON writes c as the contract's SandboxCheckpoint (see the
-// package's JSON above).
+// MarshalJSON writes c as the contract's SandboxCheckpoint, member for
+// member:
+//
+//   - createdAt is epoch milliseconds, a JSON number; the zero time.Time is 0;
+//   - parentCheckpointId is a string, or null when ParentID is "";
+//   - files, conversation and artifacts are always arrays, [] when empty;
+//   - label and sourceRunId, the contract's optional members, are left out
+//     when empty;
+//   - a file entry always has blobKey and size, a dir entry neither (see
+//     Entry.MarshalJSON); artifacts are as Artifact.MarshalJSON writes them.
+//
+// The additions (forkedFrom, and an entry's mode, mtime, target, opaque, uid,
+// gid and holes) are left out when empty, so a checkpoint that uses none of
+// them is exactly the contract's document.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	w := checkpointJSON{ID: c.ID, ThreadID: c.ThreadID, CreatedAt: millis(c.CreatedAt), Reason: c.Reason,
 		Label: c.Label, SourceRunID: c.SourceRunID, ForkedFrom: c.ForkedFrom,
@@ -251,9 +240,20 @@ func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON reads a SandboxCheckpoint, and the checkpoints this package
-// wrote before it spoke the contract. It returns an error wrapping
-// ErrInvalidEntry when b is neither; it does not validate (Validate does).
+// UnmarshalJSON reads a SandboxCheckpoint. It takes what the contract allows
+// and what this package wrote before it spoke the contract (which SQLite and
+// Postgres stores of that time hold):
+//
+//   - createdAt as a number of epoch milliseconds (a fraction of a
+//     millisecond is dropped; 0 and null are the zero time), or as an
+//     RFC 3339 string, truncated to the millisecond;
+//   - parentCheckpointId as a string, null, "" or absent (the last three are
+//     no parent);
+//   - files, conversation and artifacts as arrays, null or absent.
+//
+// Members it does not know are ignored. It returns an error wrapping
+// ErrInvalidEntry, and leaves c as it was, when b is not a checkpoint. It
+// does not validate: Validate does, and Append calls it.
 func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 	var w checkpointJSON
 	if err := json.Unmarshal(b, &w); err != nil {
