@@ -121,16 +121,21 @@ func (e *Entry) wire() entryJSON {
 	return w
 }
 
-func (w *entryJSON) entry() Entry {
-	e := Entry{Path: w.Path, Kind: w.Kind, Mode: w.Mode, ModTime: w.ModTime, Target: w.Target,
-		Opaque: w.Opaque, UID: w.UID, GID: w.GID, Holes: w.Holes}
-	if w.BlobKey != nil {
-		e.BlobKey = *w.BlobKey
-	}
-	if w.Size != nil {
-		e.Size = *w.Size
-	}
-	return e
+// entryIn is an Entry as decoding reads it: Entry's fields with their JSON
+// names, so that it converts to an Entry. An absent blobKey or size and an
+// empty one decode alike, so it needs no pointers (and no allocation).
+type entryIn struct {
+	Path    string   `json:"path"`
+	Kind    Kind     `json:"kind"`
+	BlobKey string   `json:"blobKey"`
+	Size    int64    `json:"size"`
+	Mode    uint32   `json:"mode"`
+	ModTime int64    `json:"mtime"`
+	Target  string   `json:"target"`
+	Opaque  bool     `json:"opaque"`
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	Holes   []Extent `json:"holes"`
 }
 
 // MarshalJSON writes e as the contract's SandboxSnapshotEntry: a file entry
@@ -143,11 +148,11 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a SandboxSnapshotEntry. It returns an error wrapping
 // ErrInvalidEntry when b is not one.
 func (e *Entry) UnmarshalJSON(b []byte) error {
-	var w entryJSON
+	var w entryIn
 	if err := json.Unmarshal(b, &w); err != nil {
 		return invalidJSON("snapshot entry", err)
 	}
-	*e = w.entry()
+	*e = Entry(w)
 	return nil
 }
 
@@ -205,6 +210,21 @@ type checkpointJSON struct {
 	Artifacts   []artifactJSON  `json:"artifacts"`
 }
 
+// checkpointIn is a Checkpoint as decoding reads it.
+type checkpointIn struct {
+	ID          string          `json:"id"`
+	ThreadID    string          `json:"threadId"`
+	ParentID    *string         `json:"parentCheckpointId"`
+	CreatedAt   millis          `json:"createdAt"`
+	Reason      Reason          `json:"reason"`
+	Label       string          `json:"label"`
+	SourceRunID string          `json:"sourceRunId"`
+	ForkedFrom  string          `json:"forkedFrom"`
+	Files       []entryIn       `json:"files"`
+	Convo       json.RawMessage `json:"conversation"`
+	Artifacts   []artifactJSON  `json:"artifacts"`
+}
+
 var emptyArray = json.RawMessage("[]")
 
 // MarshalJSON writes c as the contract's SandboxCheckpoint, member for
@@ -221,6 +241,10 @@ var emptyArray = json.RawMessage("[]")
 // The additions (forkedFrom, and an entry's mode, mtime, target, opaque, uid,
 // gid and holes) are left out when empty, so a checkpoint that uses none of
 // them is exactly the contract's document.
+//
+// json.Marshal(c) validates and compacts what MarshalJSON returns in a second
+// pass, which for a checkpoint of many files costs more than the encoding:
+// call c.MarshalJSON() directly where that matters, as the stores do.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	w := checkpointJSON{ID: c.ID, ThreadID: c.ThreadID, CreatedAt: millis(c.CreatedAt), Reason: c.Reason,
 		Label: c.Label, SourceRunID: c.SourceRunID, ForkedFrom: c.ForkedFrom,
@@ -253,9 +277,10 @@ func (c Checkpoint) MarshalJSON() ([]byte, error) {
 //
 // Members it does not know are ignored. It returns an error wrapping
 // ErrInvalidEntry, and leaves c as it was, when b is not a checkpoint. It
-// does not validate: Validate does, and Append calls it.
+// does not validate: Validate does, and Append calls it. Calling it directly
+// rather than through json.Unmarshal saves a pass over b.
 func (c *Checkpoint) UnmarshalJSON(b []byte) error {
-	var w checkpointJSON
+	var w checkpointIn
 	if err := json.Unmarshal(b, &w); err != nil {
 		return invalidJSON("checkpoint", err)
 	}
@@ -267,7 +292,7 @@ func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 	if w.Files != nil {
 		d.Files = make([]Entry, len(w.Files))
 		for i := range w.Files {
-			d.Files[i] = w.Files[i].entry()
+			d.Files[i] = Entry(w.Files[i])
 		}
 	}
 	if w.Artifacts != nil {
