@@ -279,13 +279,26 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		var c checkpoints.Checkpoint
-		if err := json.Unmarshal(doc, &c); err != nil {
+		var c, direct checkpoints.Checkpoint
+		err := json.Unmarshal(doc, &c)
+		// The stores call the method directly: it must agree, and wrap
+		// every error, syntax errors too.
+		errDirect := direct.UnmarshalJSON(doc)
+		if (err == nil) != (errDirect == nil) {
+			t.Fatalf("json.Unmarshal(%q) = %v but UnmarshalJSON = %v", doc, err, errDirect)
+		}
+		if errDirect != nil && !errors.Is(errDirect, checkpoints.ErrInvalidEntry) {
+			t.Fatalf("UnmarshalJSON(%q) = %v, want ErrInvalidEntry", doc, errDirect)
+		}
+		if err != nil {
 			var se *json.SyntaxError
 			if !errors.Is(err, checkpoints.ErrInvalidEntry) && !errors.As(err, &se) {
 				t.Fatalf("Unmarshal(%q): err = %v, want ErrInvalidEntry or a syntax error", doc, err)
 			}
 			return
+		}
+		if a, b := canonical(c), canonical(direct); !reflect.DeepEqual(a, b) {
+			t.Fatalf("json.Unmarshal and UnmarshalJSON differ:\n %+v\n %+v", a, b)
 		}
 		b1, err := json.Marshal(c)
 		if err != nil {
@@ -306,6 +319,57 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			t.Fatalf("value changed through its encoding:\n %+v\n %+v", a, b)
 		}
 	})
+}
+
+// FuzzDecodeInputs checks the decoders of the other documents (an entry,
+// an artifact, the append and fork arguments) as FuzzDecodeCheckpoint does
+// the checkpoint's: no panic, typed errors, and an encoding that is a fixed
+// point.
+func FuzzDecodeInputs(f *testing.F) {
+	for _, s := range []string{
+		`{"path":"a","kind":"file","blobKey":"k","size":0}`,
+		`{"artifactId":"a","name":"n","mimeType":"m","size":1,"blobKey":"k","createdAt":1764511451500}`,
+		`{"checkpoint":{"id":"c","threadId":"t","parentCheckpointId":null,"createdAt":1,"reason":"automatic","files":[],"conversation":[],"artifacts":[]},"expectedHeadId":null,"writer":{"threadId":"t","ownerToken":"o","fence":1}}`,
+		`{"sourceThreadId":"a","sourceCheckpointId":"c","destinationThreadId":"b","destinationCheckpointId":"d","createdAt":2.5,"writer":{"threadId":"b","ownerToken":"o","fence":2}}`,
+		`{"checkpoint":null,"expectedHeadId":"","createdAt":"2026-01-01T00:00:00Z"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		fixedPoint(t, doc, func() any { return new(checkpoints.Entry) })
+		fixedPoint(t, doc, func() any { return new(checkpoints.Artifact) })
+		fixedPoint(t, doc, func() any { return new(checkpoints.AppendInput) })
+		fixedPoint(t, doc, func() any { return new(checkpoints.ForkInput) })
+	})
+}
+
+// fixedPoint decodes doc into a new value; if that succeeds, its encoding
+// must decode and encode to the same bytes.
+func fixedPoint(t *testing.T, doc []byte, alloc func() any) {
+	t.Helper()
+	v := alloc()
+	if err := json.Unmarshal(doc, v); err != nil {
+		var se *json.SyntaxError
+		if !errors.Is(err, checkpoints.ErrInvalidEntry) && !errors.As(err, &se) {
+			t.Fatalf("Unmarshal(%q) into %T: err = %v, want ErrInvalidEntry or a syntax error", doc, v, err)
+		}
+		return
+	}
+	b1, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("Marshal of decoded %T: %v", v, err)
+	}
+	w := alloc()
+	if err := json.Unmarshal(b1, w); err != nil {
+		t.Fatalf("Unmarshal of own encoding %s into %T: %v", b1, w, err)
+	}
+	b2, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Fatalf("%T encoding is not a fixed point:\n %s\n %s", v, b1, b2)
+	}
 }
 
 // canonical returns c with nil and empty lists alike and its conversation
