@@ -1,6 +1,7 @@
 package checkpoints
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -35,29 +36,32 @@ const (
 )
 
 // Entry is one path of a filesystem snapshot (the contract's
-// SandboxSnapshotEntry). Path is relative, slash-separated and clean.
-// Fields beyond the contract's are additive and omitted when empty.
+// SandboxSnapshotEntry; its JSON is the contract's, see MarshalJSON). Path is
+// relative, slash-separated and clean. The fields after Size are additions,
+// left out of the JSON when empty.
 type Entry struct {
-	Path    string `json:"path"`
-	Kind    Kind   `json:"kind"`
-	BlobKey string `json:"blobKey,omitempty"`
-	Size    int64  `json:"size,omitempty"`
+	Path string // path
+	Kind Kind   // kind
+	// BlobKey names a file's content in the blob store (blobKey).
+	BlobKey string
+	// Size is a file's size in bytes (size).
+	Size int64
 	// Mode holds the permission bits plus setuid, setgid and sticky (07777).
-	Mode uint32 `json:"mode,omitempty"`
+	Mode uint32 // mode
 	// ModTime is the modification time in Unix nanoseconds (0 = unknown).
-	ModTime int64 `json:"mtime,omitempty"`
+	ModTime int64 // mtime
 	// Target is a symlink's target, as stored in the link.
-	Target string `json:"target,omitempty"`
+	Target string // target
 	// Opaque marks an overlay opaque directory: nothing of the lower layer below it shows.
-	Opaque bool `json:"opaque,omitempty"`
+	Opaque bool // opaque
 	// UID and GID are the owner, restored when the restoring process may chown.
-	UID int `json:"uid,omitempty"`
-	GID int `json:"gid,omitempty"`
+	UID int // uid
+	GID int // gid
 	// Holes are the ranges of a sparse file that hold no data, in order,
 	// neither overlapping nor touching, within Size (at most MaxHoles). The
 	// file's blob holds the rest, its data ranges one after the other: Size
 	// minus the holes' lengths bytes. A restore leaves the holes unwritten.
-	Holes []Extent `json:"holes,omitempty"`
+	Holes []Extent // holes
 }
 
 // Extent is a byte range of a file.
@@ -79,34 +83,43 @@ func (e Entry) DataSize() int64 {
 	return n
 }
 
-// Artifact is a named blob attached to a checkpoint (SandboxSnapshotArtifact).
+// Artifact is a named blob attached to a checkpoint (the contract's
+// SandboxSnapshotArtifact; its JSON is the contract's, createdAt in epoch
+// milliseconds).
 type Artifact struct {
-	ArtifactID string    `json:"artifactId"`
-	Name       string    `json:"name"`
-	MimeType   string    `json:"mimeType"`
-	Size       int64     `json:"size"`
-	BlobKey    string    `json:"blobKey"`
-	CreatedAt  time.Time `json:"createdAt"`
+	ArtifactID string    // artifactId
+	Name       string    // name
+	MimeType   string    // mimeType
+	Size       int64     // size
+	BlobKey    string    // blobKey
+	CreatedAt  time.Time // createdAt; stores keep milliseconds (TruncateTime)
 }
 
-// Checkpoint is one node of a thread's lineage (SandboxCheckpoint).
+// Checkpoint is one node of a thread's lineage (the contract's
+// SandboxCheckpoint). Its JSON is the contract's document: see MarshalJSON
+// and UnmarshalJSON, and the member each field is in the comments.
 type Checkpoint struct {
-	ID       string `json:"id"`
-	ThreadID string `json:"threadId"`
+	ID       string // id
+	ThreadID string // threadId
 	// ParentID is the previous checkpoint of the thread; "" for the first one
-	// and for a fork-root.
-	ParentID string `json:"parentCheckpointId,omitempty"`
-	// CreatedAt is set to the store's clock when zero. Stores keep nanoseconds.
-	CreatedAt   time.Time `json:"createdAt"`
-	Reason      Reason    `json:"reason"`
-	Label       string    `json:"label,omitempty"`
-	SourceRunID string    `json:"sourceRunId,omitempty"`
-	// ForkedFrom is the source checkpoint's id on a fork-root (an addition).
-	ForkedFrom string     `json:"forkedFrom,omitempty"`
-	Files      []Entry    `json:"files"`
-	Artifacts  []Artifact `json:"artifacts"`
-	// Conversation is kept opaque: the contract's ModelMessage list, if any.
-	Conversation json.RawMessage `json:"conversation,omitempty"`
+	// and for a fork-root (parentCheckpointId, null when "").
+	ParentID string
+	// CreatedAt is set to the store's clock when zero. Stores keep
+	// milliseconds, the contract's precision (createdAt, epoch milliseconds).
+	CreatedAt time.Time
+	Reason    Reason // reason
+	// Label names a checkpoint; optional (label).
+	Label string
+	// SourceRunID is the run that wrote the checkpoint; optional (sourceRunId).
+	SourceRunID string
+	// ForkedFrom is the source checkpoint's id on a fork-root (an addition,
+	// forkedFrom, left out when empty).
+	ForkedFrom string
+	Files      []Entry    // files
+	Artifacts  []Artifact // artifacts
+	// Conversation is the contract's ModelMessage list, kept as opaque JSON:
+	// an array, or empty for none (conversation, [] when empty).
+	Conversation json.RawMessage
 }
 
 // Clone returns a deep copy of c, so stores never share slices with callers.
@@ -339,8 +352,23 @@ func (c *Checkpoint) Validate() error {
 			return errorf(CodeInvalidEntry, "artifacts[%d] %q: %s", i, a.ArtifactID, err.(*Error).Message)
 		}
 	}
-	if len(c.Conversation) > 0 && !json.Valid(c.Conversation) {
-		return errorf(CodeInvalidEntry, "checkpoint %q: conversation is not valid JSON", c.ID)
+	if !isNull(c.Conversation) {
+		if t := bytes.TrimSpace(c.Conversation); !json.Valid(t) || t[0] != '[' {
+			return errorf(CodeInvalidEntry, "checkpoint %q: conversation is not a JSON array", c.ID)
+		}
 	}
 	return nil
+}
+
+// Stamp sets c's times as stores keep them: CreatedAt to now when it is zero,
+// then CreatedAt and every artifact's CreatedAt through TruncateTime. Stores
+// call it on their own copy of a checkpoint they append.
+func (c *Checkpoint) Stamp(now time.Time) {
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = now
+	}
+	c.CreatedAt = TruncateTime(c.CreatedAt)
+	for i := range c.Artifacts {
+		c.Artifacts[i].CreatedAt = TruncateTime(c.Artifacts[i].CreatedAt)
+	}
 }

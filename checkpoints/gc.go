@@ -59,7 +59,7 @@ type GCStats struct {
 // the reference read however long the listing takes, guards it. When blobs
 // is a BlobStatter each candidate is checked again right before it is
 // deleted.
-func GC(ctx context.Context, s Store, blobs BlobStore, opts GCOptions) (GCStats, error) {
+func GC(ctx context.Context, s LineageStore, blobs BlobStore, opts GCOptions) (GCStats, error) {
 	var st GCStats
 	if opts.Now == nil {
 		opts.Now = time.Now

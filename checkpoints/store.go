@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// Store is the checkpoint-store contract (SandboxCheckpointStore plus its fork
-// capability). Every implementation is safe for concurrent use, including
-// several Store values (and processes) over the same database where the
-// implementation says so. Stores never retry: a caller that gets
-// ErrWriterConflict or ErrStaleHead decides whether to try again. After Close
-// every method returns ErrClosed.
-type Store interface {
+// LineageStore is the checkpoint-store contract without its optional fork
+// capability: the contract's SandboxCheckpointStore. Every implementation is
+// safe for concurrent use, including several values (and processes) over the
+// same database where the implementation says so. Stores never retry: a
+// caller that gets ErrWriterConflict or ErrStaleHead decides whether to try
+// again. After Close every method returns ErrClosed.
+type LineageStore interface {
 	// Get returns the checkpoint with id, or an error wrapping
 	// ErrCheckpointNotFound (ErrInvalidID for a malformed id).
 	Get(ctx context.Context, id string) (*Checkpoint, error)
@@ -54,18 +54,53 @@ type Store interface {
 	// per artifact naming the key, so a key in two entries of one checkpoint
 	// and one of another has 3. A key with no references is not listed.
 	ListBlobReferences(ctx context.Context) ([]BlobRef, error)
+	// Close releases the store's resources. It is idempotent.
+	Close() error
+}
+
+// Forker is the contract's optional atomic fork capability
+// (SandboxCheckpointForkCapability).
+type Forker interface {
 	// ForkFromCheckpoint copies the source checkpoint into the empty destination
 	// thread as its fork-root (no parent, Reason ReasonForkRoot, ForkedFrom set,
 	// files and artifacts shared) and makes it the head, atomically. in.Writer
 	// must hold the destination thread's live lease (else ErrWriterLost). Errors:
 	// ErrForkSourceNotFound, ErrForkSourceThreadMismatch,
-	// ErrForkDestinationNotEmpty, ErrDuplicateID, ErrInvalidID.
+	// ErrForkDestinationNotEmpty, ErrDuplicateID, ErrInvalidID. Safe for
+	// concurrent use.
 	ForkFromCheckpoint(ctx context.Context, in ForkInput) (*Checkpoint, error)
-	// Close releases the store's resources. It is idempotent.
-	Close() error
 }
 
-// AppendInput is the argument of Store.Append.
+// Store is a store that can fork (the contract's
+// ForkCapableSandboxCheckpointStore). The memory, sqlite and postgres stores
+// of this module all are; a LineageStore of another kind may not be (see
+// Fork).
+type Store interface {
+	LineageStore
+	Forker
+}
+
+// IsForkCapable reports whether s can fork atomically
+// (isForkCapableSandboxCheckpointStore).
+func IsForkCapable(s LineageStore) bool {
+	_, ok := s.(Forker)
+	return ok
+}
+
+// Fork forks as Forker.ForkFromCheckpoint does, through s's own atomic fork.
+// A store without that capability gets an error wrapping
+// ErrAtomicForkRequired and nothing is written: a fork is never put together
+// from Get and Append, which another writer could interleave with.
+func Fork(ctx context.Context, s LineageStore, in ForkInput) (*Checkpoint, error) {
+	f, ok := s.(Forker)
+	if !ok {
+		return nil, errorf(CodeAtomicForkRequired, "fork %q into thread %q: the store (%T) cannot fork atomically", in.SourceCheckpointID, in.DestinationThreadID, s)
+	}
+	return f.ForkFromCheckpoint(ctx, in)
+}
+
+// AppendInput is the argument of Store.Append; its JSON is that of the
+// contract's append argument (MarshalJSON).
 type AppendInput struct {
 	Checkpoint *Checkpoint
 	// ExpectedHead is the head the caller read; "" means the thread is empty.
@@ -96,11 +131,13 @@ func (in AppendInput) Validate() error {
 	return nil
 }
 
-// DeleteHeadInput is the argument of Store.DeleteHead and Store.DeleteCheckpoint.
+// DeleteHeadInput is the argument of Store.DeleteHead and
+// Store.DeleteCheckpoint; its JSON is that of the contract's deleteHead
+// argument.
 type DeleteHeadInput struct {
-	ThreadID     string
-	CheckpointID string
-	Writer       Writer
+	ThreadID     string `json:"threadId"`
+	CheckpointID string `json:"checkpointId"`
+	Writer       Writer `json:"writer"`
 }
 
 // Validate checks the ids of in; it returns an *Error with CodeInvalidID.
@@ -111,13 +148,15 @@ func (in DeleteHeadInput) Validate() error {
 	return ValidateID("checkpoint id", in.CheckpointID)
 }
 
-// ForkInput is the argument of Store.ForkFromCheckpoint.
+// ForkInput is the argument of Store.ForkFromCheckpoint; its JSON is the
+// contract's SandboxCheckpointForkInput (MarshalJSON).
 type ForkInput struct {
 	SourceThreadID          string
 	SourceCheckpointID      string
 	DestinationThreadID     string
 	DestinationCheckpointID string
-	// CreatedAt of the fork-root; the store's clock when zero.
+	// CreatedAt of the fork-root; the store's clock when zero. Kept to the
+	// millisecond, as every checkpoint time is (TruncateTime).
 	CreatedAt time.Time
 	Writer    Writer
 }
@@ -241,8 +280,9 @@ func NewToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Normalize returns t as stores keep it: UTC, no monotonic reading,
-// nanosecond precision.
+// Normalize returns t as stores keep a lease's expiry: UTC, no monotonic
+// reading, nanosecond precision. Checkpoint times are kept to the millisecond
+// instead (TruncateTime).
 func Normalize(t time.Time) time.Time {
 	return time.Unix(0, t.UnixNano()).UTC()
 }
@@ -259,9 +299,6 @@ func ForkRoot(src *Checkpoint, in ForkInput, now time.Time) *Checkpoint {
 	c.Reason = ReasonForkRoot
 	c.ForkedFrom = src.ID
 	c.CreatedAt = in.CreatedAt
-	if c.CreatedAt.IsZero() {
-		c.CreatedAt = now
-	}
-	c.CreatedAt = Normalize(c.CreatedAt)
+	c.Stamp(now)
 	return c
 }

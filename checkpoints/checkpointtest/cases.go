@@ -39,10 +39,15 @@ func testAppendGetList(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if want := e.clock.Now(); !got.CreatedAt.Equal(want) {
-		t.Fatalf("CreatedAt = %v, want the store clock %v", got.CreatedAt, want)
+	// Checkpoint times are kept to the millisecond, the contract's precision.
+	if want := e.clock.Now().Truncate(time.Millisecond); !got.CreatedAt.Equal(want) {
+		t.Fatalf("CreatedAt = %v, want the store clock to the millisecond %v", got.CreatedAt, want)
+	}
+	if got, want := got.Artifacts[0].CreatedAt, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC); !got.Equal(want) {
+		t.Fatalf("artifact CreatedAt = %v, want %v (to the millisecond)", got, want)
 	}
 	c1.CreatedAt = got.CreatedAt
+	c1.Artifacts[0].CreatedAt = got.Artifacts[0].CreatedAt
 	sameCheckpoint(t, "Get(c1)", got, c1)
 
 	// The store keeps its own copy.
@@ -70,8 +75,8 @@ func testAppendGetList(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got2.CreatedAt.Equal(c2.CreatedAt) {
-		t.Fatalf("CreatedAt = %v, want the given %v", got2.CreatedAt, c2.CreatedAt)
+	if want := time.Date(2025, 12, 31, 23, 59, 59, 999000000, time.UTC); !got2.CreatedAt.Equal(want) {
+		t.Fatalf("CreatedAt = %v, want the given %v to the millisecond", got2.CreatedAt, want)
 	}
 	list, err := e.s.List(e.ctx, "t1")
 	if err != nil {
@@ -422,7 +427,10 @@ func testFork(t *testing.T, f Factory) {
 		t.Fatalf("fork: %v", err)
 	}
 	want := c1.Clone()
-	want.ID, want.ThreadID, want.Reason, want.ForkedFrom, want.CreatedAt = "d1", "dst", checkpoints.ReasonForkRoot, "c1", at
+	want.ID, want.ThreadID, want.Reason, want.ForkedFrom, want.CreatedAt = "d1", "dst", checkpoints.ReasonForkRoot, "c1", at.Truncate(time.Millisecond)
+	if !got.CreatedAt.Equal(want.CreatedAt) {
+		t.Fatalf("fork-root CreatedAt = %v, want %v", got.CreatedAt, want.CreatedAt)
+	}
 	sameCheckpoint(t, "fork-root", got, want)
 	stored, err := e.s.Get(e.ctx, "d1")
 	if err != nil {
@@ -455,6 +463,44 @@ func testFork(t *testing.T, f Factory) {
 	}
 	if _, err := e.s.Get(e.ctx, "c1"); err != nil {
 		t.Fatalf("source lost after deleting its fork: %v", err)
+	}
+}
+
+// testForkCapability checks checkpoints.Fork: through the store it forks, and
+// through the same store without its fork capability it fails with
+// ATOMIC_FORK_REQUIRED and writes nothing.
+func testForkCapability(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	ls := e.acquire("src")
+	e.append(ls, checkpoint("c1", "src", "", "k1"))
+	ld := e.acquire("dst")
+	in := checkpoints.ForkInput{SourceThreadID: "src", SourceCheckpointID: "c1", DestinationThreadID: "dst", DestinationCheckpointID: "d1", Writer: ld.Writer}
+
+	plain := WithoutFork(e.s)
+	if checkpoints.IsForkCapable(plain) {
+		t.Fatal("IsForkCapable(WithoutFork(s)) = true, want false")
+	}
+	_, err := checkpoints.Fork(e.ctx, plain, in)
+	wantCode(t, "Fork through a store that cannot fork", err, checkpoints.ErrAtomicForkRequired)
+	if h := e.head("dst"); h != "" {
+		t.Fatalf("dst head = %q after a refused fork, want none", h)
+	}
+	if _, err := e.s.Get(e.ctx, "d1"); !errors.Is(err, checkpoints.ErrCheckpointNotFound) {
+		t.Fatalf("Get(d1) after a refused fork: err = %v, want CHECKPOINT_NOT_FOUND", err)
+	}
+
+	if !checkpoints.IsForkCapable(e.s) {
+		t.Fatal("IsForkCapable(s) = false, want true")
+	}
+	got, err := checkpoints.Fork(e.ctx, e.s, in)
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	if got.ID != "d1" || got.Reason != checkpoints.ReasonForkRoot || got.ForkedFrom != "c1" {
+		t.Fatalf("Fork = %s (%s, from %q), want d1 (fork-root, from c1)", got.ID, got.Reason, got.ForkedFrom)
+	}
+	if h := e.head("dst"); h != "d1" {
+		t.Fatalf("dst head = %q, want d1", h)
 	}
 }
 

@@ -151,9 +151,17 @@ func sameCheckpoint(t *testing.T, what string, got, want *checkpoints.Checkpoint
 	}
 }
 
+// WithoutFork returns s without its fork capability, as a store that cannot
+// fork atomically is: for testing what a caller does with one.
+func WithoutFork(s checkpoints.LineageStore) checkpoints.LineageStore { return withoutFork{s} }
+
+// withoutFork has the methods of LineageStore only, whatever its store has.
+type withoutFork struct{ checkpoints.LineageStore }
+
 // Run runs the conformance suite against stores made by f.
 func Run(t *testing.T, f Factory) {
 	t.Run("AppendGetList", func(t *testing.T) { testAppendGetList(t, f) })
+	t.Run("TanStackJSON", func(t *testing.T) { testTanStackJSON(t, f) })
 	t.Run("HeadCAS", func(t *testing.T) { testHeadCAS(t, f) })
 	t.Run("DuplicateID", func(t *testing.T) { testDuplicateID(t, f) })
 	t.Run("InvalidInput", func(t *testing.T) { testInvalidInput(t, f) })
@@ -164,6 +172,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("DeleteCheckpoint", func(t *testing.T) { testDeleteCheckpoint(t, f) })
 	t.Run("BlobReferences", func(t *testing.T) { testBlobReferences(t, f) })
 	t.Run("Fork", func(t *testing.T) { testFork(t, f) })
+	t.Run("ForkCapability", func(t *testing.T) { testForkCapability(t, f) })
 	t.Run("GC", func(t *testing.T) { testGC(t, f) })
 	t.Run("ConcurrentAcquireRounds", func(t *testing.T) {
 		e := newEnv(t, f)

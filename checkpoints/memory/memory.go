@@ -158,10 +158,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 	if head := s.heads[c.ThreadID]; head != in.ExpectedHead {
 		return "", checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q head is %q, expected %q", c.ThreadID, head, in.ExpectedHead)
 	}
-	if c.CreatedAt.IsZero() {
-		c.CreatedAt = s.opts.Now()
-	}
-	c.CreatedAt = checkpoints.Normalize(c.CreatedAt)
+	c.Stamp(s.opts.Now())
 	s.insert(c)
 	return c.ID, nil
 }

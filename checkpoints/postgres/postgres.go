@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -132,7 +131,7 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 func decode(body string) (*checkpoints.Checkpoint, error) {
 	var c checkpoints.Checkpoint
-	if err := json.Unmarshal([]byte(body), &c); err != nil {
+	if err := c.UnmarshalJSON([]byte(body)); err != nil {
 		return nil, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	return &c, nil
@@ -280,7 +279,7 @@ func (s *Store) lockWriter(ctx context.Context, tx pgx.Tx, threadID string, w ch
 // insert adds c, makes it its thread's head and records its blob references,
 // in one round trip.
 func insert(ctx context.Context, tx pgx.Tx, c *checkpoints.Checkpoint) error {
-	body, err := json.Marshal(c)
+	body, err := c.MarshalJSON() // not json.Marshal, which validates and compacts the output again
 	if err != nil {
 		return fmt.Errorf("encode checkpoint %s: %w", c.ID, err)
 	}
@@ -337,10 +336,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (_ strin
 		if got := deref(h); got != in.ExpectedHead {
 			return checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q head is %q, expected %q", c.ThreadID, got, in.ExpectedHead)
 		}
-		if c.CreatedAt.IsZero() {
-			c.CreatedAt = s.opts.Now()
-		}
-		c.CreatedAt = checkpoints.Normalize(c.CreatedAt)
+		c.Stamp(s.opts.Now())
 		return insert(ctx, tx, c)
 	})
 	if err != nil {
@@ -452,7 +448,7 @@ func reparent(ctx context.Context, tx pgx.Tx, thread, id, parent string) error {
 			return err
 		}
 		c.ParentID = parent
-		nb, err := json.Marshal(c)
+		nb, err := c.MarshalJSON() // not json.Marshal, which validates and compacts the output again
 		if err != nil {
 			return fmt.Errorf("encode checkpoint %s: %w", c.ID, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/alineo-labs/alineo/checkpoints"
 	"github.com/alineo-labs/alineo/checkpoints/checkpointtest"
 	"github.com/alineo-labs/alineo/checkpoints/postgres"
@@ -163,4 +165,34 @@ func TestRedact(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// TestLegacyRows reads and rewrites checkpoints that a store wrote before
+// the contract's JSON, inserted here as their rows were.
+func TestLegacyRows(t *testing.T) {
+	checkpointtest.RunLegacy(t, func(t *testing.T, rows []checkpointtest.LegacyRow, opts checkpoints.Options) checkpoints.Store {
+		dsn := testenv.Postgres(t)
+		s := open(t, dsn, opts) // creates the tables
+		conn, err := pgx.Connect(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		for _, r := range rows {
+			if _, err := conn.Exec(t.Context(), `INSERT INTO alineo_checkpoints (id, thread_id, parent_id, created_at, body) VALUES ($1, $2, $3, $4, $5)`,
+				r.ID, r.ThreadID, r.ParentID, r.CreatedAt, r.Body); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(t.Context(), `INSERT INTO alineo_checkpoint_heads (thread_id, head_id) VALUES ($1, $2)
+				ON CONFLICT (thread_id) DO UPDATE SET head_id = excluded.head_id`, r.ThreadID, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			for k, n := range r.BlobRefs {
+				if _, err := conn.Exec(t.Context(), `INSERT INTO alineo_checkpoint_blob_refs (checkpoint_id, blob_key, refs) VALUES ($1, $2, $3)`, r.ID, k, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return s
+	})
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -151,7 +150,7 @@ func getCheckpoint(ctx context.Context, q querier, id string) (*checkpoints.Chec
 
 func decode(body string) (*checkpoints.Checkpoint, error) {
 	var c checkpoints.Checkpoint
-	if err := json.Unmarshal([]byte(body), &c); err != nil {
+	if err := c.UnmarshalJSON([]byte(body)); err != nil {
 		return nil, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	return &c, nil
@@ -293,7 +292,7 @@ func exists(ctx context.Context, tx *sql.Tx, query string, args ...any) (bool, e
 }
 
 func insert(ctx context.Context, tx *sql.Tx, c *checkpoints.Checkpoint) error {
-	body, err := json.Marshal(c)
+	body, err := c.MarshalJSON() // not json.Marshal, which validates and compacts the output again
 	if err != nil {
 		return fmt.Errorf("encode checkpoint %s: %w", c.ID, err)
 	}
@@ -365,10 +364,7 @@ func (s *Store) Append(ctx context.Context, in checkpoints.AppendInput) (string,
 		if h != in.ExpectedHead {
 			return checkpoints.Errorf(checkpoints.CodeStaleHead, "thread %q head is %q, expected %q", c.ThreadID, h, in.ExpectedHead)
 		}
-		if c.CreatedAt.IsZero() {
-			c.CreatedAt = s.opts.Now()
-		}
-		c.CreatedAt = checkpoints.Normalize(c.CreatedAt)
+		c.Stamp(s.opts.Now())
 		return insert(ctx, tx, c)
 	})
 	if err != nil {
@@ -477,7 +473,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, in checkpoints.DeleteHeadI
 		}
 		for _, c := range children {
 			c.ParentID = parent
-			body, err := json.Marshal(c)
+			body, err := c.MarshalJSON() // not json.Marshal, which validates and compacts the output again
 			if err != nil {
 				return fmt.Errorf("encode checkpoint %s: %w", c.ID, err)
 			}

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Files[0].BlobKey != "k1" || !got.CreatedAt.Equal(clock.Now()) {
+	if got.Files[0].BlobKey != "k1" || !got.CreatedAt.Equal(checkpoints.TruncateTime(clock.Now())) {
 		t.Fatalf("Get after reopen = %+v", got)
 	}
 	l2, err := s2.AcquireWriter(ctx, "t1")
@@ -81,4 +82,34 @@ func TestReopen(t *testing.T) {
 	if err != nil || len(refs) != 1 || refs[0] != (checkpoints.BlobRef{Key: "k1", References: 1}) {
 		t.Fatalf("refs after reopen = %v, %v", refs, err)
 	}
+}
+
+// TestLegacyRows reads and rewrites checkpoints that a store wrote before
+// the contract's JSON, inserted here as their rows were.
+func TestLegacyRows(t *testing.T) {
+	checkpointtest.RunLegacy(t, func(t *testing.T, rows []checkpointtest.LegacyRow, opts checkpoints.Options) checkpoints.Store {
+		path := filepath.Join(t.TempDir(), "legacy.db")
+		s := open(t, path, opts) // creates the tables
+		db, err := sql.Open("sqlite", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, r := range rows {
+			if _, err := db.Exec(`INSERT INTO alineo_checkpoints (id, thread_id, parent_id, created_at, body) VALUES (?, ?, ?, ?, ?)`,
+				r.ID, r.ThreadID, r.ParentID, r.CreatedAt, r.Body); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec(`INSERT INTO alineo_checkpoint_heads (thread_id, head_id) VALUES (?, ?)
+				ON CONFLICT (thread_id) DO UPDATE SET head_id = excluded.head_id`, r.ThreadID, r.ID); err != nil {
+				t.Fatal(err)
+			}
+			for k, n := range r.BlobRefs {
+				if _, err := db.Exec(`INSERT INTO alineo_checkpoint_blob_refs (checkpoint_id, blob_key, refs) VALUES (?, ?, ?)`, r.ID, k, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return s
+	})
 }
