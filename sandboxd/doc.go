@@ -145,12 +145,23 @@
 // thread. Deleting a snapshot (409 while Creating) collects the blobs no other
 // checkpoint references.
 //
+// # Metrics and health
+//
+// Config.Metrics (a prometheus.Collector, see Metrics) counts the sandboxes
+// by state, the latency of creates and of the commands run through the
+// proxy route, the image pulls by result with their bytes and duration, the
+// snapshots' bytes written to and read from the blob store, and the
+// snapshot operations by result. Server.Ready says whether the server can
+// serve: its OCI runtime there, its data directory writable, its checkpoint
+// store reachable.
+//
 // The runtime (the OCI bundle and runtime, mounts, disks, network
 // namespaces, the sandbox init) is package sandboxd/internal/runtime; this
 // package keeps the API, the lifecycle, images, volumes and snapshots.
 //
 // Of this module it imports checkpoints, checkpoints/storeurl,
 // sandboxd/egress, sandboxd/execd, sandboxd/images, sandboxd/internal/runtime
-// and sandboxd/snapshots only (and the standard library, golang.org/x/sys);
+// and sandboxd/snapshots only (and the standard library, golang.org/x/sys,
+// Prometheus's client);
 // never the SDK, the ledger, the bus or testenv.
 package sandboxd

@@ -278,6 +278,7 @@ func openImageStore(dataDir string, cfg Config) (*images.Store, error) {
 	st, err := images.Open(images.Config{
 		Dir:     filepath.Join(dataDir, "images", imageStoreDir),
 		Mirrors: cfg.RegistryMirrors, Insecure: cfg.InsecureRegistries, Logger: cfg.Logger,
+		Pulled: cfg.Metrics.pulled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -299,4 +300,20 @@ func (fs Rootfs) Config() images.ImageConfig {
 		return images.ImageConfig{}
 	}
 	return fs.Image.Config
+}
+
+// Ready reports whether sandboxes can run: the error of Check, or, when
+// Check found the OCI runtime, of a look at its binary now (removed or no
+// longer executable since).
+func (r *Runtime) Ready(ctx context.Context) error {
+	if err := r.Check(ctx); err != nil {
+		return err
+	}
+	if r.cfg.NoIsolation {
+		return nil
+	}
+	if _, err := exec.LookPath(r.oci.path); err != nil {
+		return fmt.Errorf("%w: OCI runtime %s: %w", ErrIsolationUnavailable, r.oci.path, err)
+	}
+	return nil
 }
