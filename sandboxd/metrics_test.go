@@ -9,7 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/alineo-labs/alineo/sandboxd"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
+	"github.com/alineo-labs/alineo/internal/registrytest"
 )
 
 // metricValue returns the value of the series name{labels} gathered from

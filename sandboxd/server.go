@@ -578,7 +578,11 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	}
 	fs, err := s.sandboxImage(ctx, sb, &rec)
 	if err != nil {
-		failed(imageReason(err), err)
+		reason := imageReason(err)
+		if reason != ReasonRuntimeError {
+			err = withImageHint(rec.imageURI(), err)
+		}
+		failed(reason, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	"github.com/alineo-labs/alineo/testenv"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )

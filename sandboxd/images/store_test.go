@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/alineo-labs/alineo/sandboxd/images"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 )
