@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/internal/registrytest"
+	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )

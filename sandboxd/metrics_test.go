@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/internal/registrytest"
+	"github.com/alineo-labs/alineo/sandboxd"
 )
 
 // metricValue returns the value of the series name{labels} gathered from
