@@ -83,9 +83,11 @@
 // each seen through an idmapped mount shared by every sandbox, under its
 // private upper layer. The image's Env, WorkingDir, User and, for a request
 // without entrypoint, Entrypoint and Cmd apply. An image that cannot be had
-// ends the create Failed with reason ReasonImageNotFound,
+// ends the sandbox Failed with reason ReasonImageNotFound,
 // ReasonImageUnauthorized or ReasonImagePullFailed and a message naming the
-// image; no other name ever runs on the host's directories. Server.GCImages
+// image (with a hint for a name without a registry host); the create is
+// then answered with an *ImageError (404 or 424) and the sandbox forgotten.
+// No other name ever runs on the host's directories. Server.GCImages
 // and GCImages collect the layers no image references.
 //
 // The init bind-mounted into every sandbox must be statically linked to run
