@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -114,6 +113,6 @@ func TestRunMetrics(t *testing.T) {
 			t.Fatalf("run: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal(fmt.Sprintf("run did not return after cancel:\n%s", out))
+		t.Fatalf("run did not return after cancel:\n%s", out)
 	}
 }
