@@ -158,8 +158,8 @@ type Config struct {
 	// connections per sandbox; register it with a Prometheus registry to
 	// export them. Default: counted, but nothing exports them.
 	EgressMetrics *egress.Metrics
-	// Metrics counts the server's sandboxes, creates, commands through the
-	// proxy route, image pulls and snapshots (see Metrics); register it with
+	// Metrics counts the server's sandboxes, creates, the commands its
+	// sandboxes' execd served, image pulls and snapshots (see Metrics); register it with
 	// a Prometheus registry to export them. Default: counted, but nothing
 	// exports them. One Metrics serves one Server.
 	Metrics *Metrics

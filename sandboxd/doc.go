@@ -150,8 +150,8 @@
 // # Metrics and health
 //
 // Config.Metrics (a prometheus.Collector, see Metrics) counts the sandboxes
-// by state, the latency of creates and of the commands run through the
-// proxy route, the image pulls by result with their bytes and duration, the
+// by state, the latency of creates and of the commands execd served (timed
+// in execd, reported through the init's status pipe), the image pulls by result with their bytes and duration, the
 // snapshots' bytes written to and read from the blob store, and the
 // snapshot operations by result. Server.Ready says whether the server can
 // serve: its OCI runtime there, its data directory writable, its checkpoint

@@ -13,7 +13,7 @@ import (
 
 // Metrics are the Prometheus metrics of one Server (Config.Metrics), named
 // alineo_sandboxd_*: the sandboxes by state, the latency of creates and of
-// the commands run through the server's proxy route, the image pulls (by
+// the commands the sandboxes' execd served, the image pulls (by
 // result, their bytes and duration), and the snapshots' bytes written to
 // and read from the blob store and operations by result. Register it once
 // (it is a prometheus.Collector); the sandboxes, pull bytes and snapshot
@@ -68,7 +68,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		execSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "alineo_sandboxd_exec_duration_seconds",
-			Help:    "Time from a command request (POST /command or /code of execd) through the server's proxy route to the end of its stream; commands sent to execd's own endpoint do not pass the server.",
+			Help:    "Time from a command request (POST /command or /code) to the end of its answer, the command's stream, measured in each sandbox's execd.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}),
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -185,10 +185,9 @@ func (m *Metrics) pulled(took time.Duration, err error) {
 	m.pulls.WithLabelValues(r).Inc()
 }
 
-// execDone observes a command, proxied to execd, whose stream began at t0
-// and ended now.
-func (m *Metrics) execDone(t0 time.Time) {
-	m.execSeconds.Observe(time.Since(t0).Seconds())
+// execDone observes a command execd served (runtime.Config.ExecDone).
+func (m *Metrics) execDone(took time.Duration) {
+	m.execSeconds.Observe(took.Seconds())
 }
 
 // snapshotOp counts a snapshot operation op that ended with err.

@@ -8,7 +8,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/egress"
 	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
@@ -102,10 +101,6 @@ func (a *api) handleProxy(w http.ResponseWriter, r *http.Request) {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusBadGateway, "BAD_GATEWAY", "sandbox "+id+" port "+strconv.Itoa(port)+": "+err.Error())
 		},
-	}
-	if port == ExecdPort && r.Method == http.MethodPost && (rest == "/command" || rest == "/code") {
-		t0 := time.Now()
-		defer a.s.cfg.Metrics.execDone(t0)
 	}
 	rp.ServeHTTP(w, r)
 }

@@ -64,7 +64,11 @@ type Config struct {
 	// EgressMetrics counts the egress proxies' denials and refused
 	// connections; nil counts nothing.
 	EgressMetrics *egress.Metrics
-	Logger        *slog.Logger
+	// ExecDone, when set, is called with the duration of every command
+	// (POST /command or /code) execd served, measured in execd from the
+	// request to the end of its answer. It must not block.
+	ExecDone func(took time.Duration)
+	Logger   *slog.Logger
 }
 
 // Runtime runs sandboxes: it lays out and mounts each one's root, writes its
