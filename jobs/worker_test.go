@@ -122,7 +122,10 @@ func TestWorkerPermanentErrorNotRetried(t *testing.T) {
 		registrytest.Layer(t, registrytest.File{Name: "hello.txt", Body: "hello\n"})))
 	private.RequireAuth("alice", "s3cret")
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials
-	url, _ := testenv.SandboxdServer(t, sandboxd.Config{InsecureRegistries: []string{reg.Host, private.Host, "127.0.0.1:1"}})
+	// PullTimeout bounds the short name's pull from Docker Hub, wherever DNS
+	// leads: it fails IMAGE_PULL_FAILED within the create's wait at worst.
+	url, _ := testenv.SandboxdServer(t, sandboxd.Config{InsecureRegistries: []string{reg.Host, private.Host, "127.0.0.1:1"},
+		PullTimeout: 20 * time.Second})
 	client, err := alineo.New(alineo.Options{BaseURL: url, Adapter: l})
 	if err != nil {
 		t.Fatal(err)
