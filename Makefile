@@ -4,6 +4,8 @@ PKGS      ?= ./...
 TESTFLAGS ?=
 BENCHTIME ?= 1x
 VERSITYGW_VERSION ?= v1.8.0
+# Prometheus's promtool (the module's v0.316.0 is Prometheus 3.x's promtool).
+PROMTOOL_VERSION ?= v0.316.0
 
 # Every binary is statically linked: sandboxd bind-mounts itself into each
 # sandbox as its init and execd, and a root built from an image has no libc
@@ -38,6 +40,14 @@ deps: deps-runc deps-net
 	  echo "installing: versitygw $(VERSITYGW_VERSION)"; \
 	  if [ "$$(id -u)" = 0 ]; then export GOBIN=/usr/local/bin; fi; \
 	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
+	@# The metrics tests (executor, sandboxd) run promtool check metrics on
+	@# what /metrics serves: promtool, built from the Go module proxy (about
+	@# two minutes) when missing, where versitygw goes (testenv.FindPromtool).
+	@if ! command -v promtool >/dev/null 2>&1 && [ ! -x /usr/local/bin/promtool ] && [ ! -x "$$($(GO) env GOPATH)/bin/promtool" ]; then \
+	  echo "installing: promtool $(PROMTOOL_VERSION)"; \
+	  if [ "$$(id -u)" = 0 ]; then export GOBIN=/usr/local/bin; fi; \
+	  $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION); \
 	fi
 
 # The soak's network tests (cmd/soak/internal/soak, as root) and the

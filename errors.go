@@ -41,10 +41,15 @@ var (
 	// Options.ReadModel is nil.
 	ErrNoReadModel = adapters.ErrNoReadModel
 	// ErrImageNotFound, ErrImageUnauthorized and ErrImagePullFailed match the
-	// error of Client.Sandbox (a *ClientError 500 wrapping an
-	// *opensandbox.StateError whose Reason and Message say more) when the
-	// sandbox failed because its image could not be had: the registry has no
-	// such image, refused the credentials, or the pull failed otherwise.
+	// error of Client.Sandbox when the image could not be had: the registry
+	// has no such image, refused the credentials, or the pull failed
+	// otherwise. From sandboxd it is a *SandboxError (Op "create") wrapping
+	// the server's *APIError (404 IMAGE_NOT_FOUND, 424 IMAGE_UNAUTHORIZED or
+	// IMAGE_PULL_FAILED), whose Message names the image, gives the
+	// registry's answer and, for a name without a registry host, a hint; from
+	// a server that answers the create and fails the sandbox after, a
+	// *ClientError 500 wrapping an *opensandbox.StateError whose Reason and
+	// Message say as much. Neither is worth retrying.
 	ErrImageNotFound     = opensandbox.ErrImageNotFound
 	ErrImageUnauthorized = opensandbox.ErrImageUnauthorized
 	ErrImagePullFailed   = opensandbox.ErrImagePullFailed

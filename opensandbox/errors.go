@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -37,11 +38,12 @@ var (
 	// ErrSnapshotFailed is wrapped by the *StateError of WaitSnapshotReady when the
 	// snapshot reaches Failed.
 	ErrSnapshotFailed = errors.New("opensandbox: snapshot failed")
-	// ErrImageNotFound, ErrImageUnauthorized and ErrImagePullFailed are wrapped
-	// by the *StateError of a sandbox that went Failed because its image could
-	// not be had (status reasons IMAGE_NOT_FOUND, IMAGE_UNAUTHORIZED,
-	// IMAGE_PULL_FAILED; the message names the image and gives the registry's
-	// answer).
+	// ErrImageNotFound, ErrImageUnauthorized and ErrImagePullFailed match the
+	// error of a create whose image could not be had: the *APIError of a
+	// server that answers the create so (sandboxd: 404 IMAGE_NOT_FOUND, 424
+	// IMAGE_UNAUTHORIZED or IMAGE_PULL_FAILED), or the *StateError of a
+	// sandbox that went Failed with that status reason. The message names the
+	// image and gives the registry's answer.
 	ErrImageNotFound     = errors.New("opensandbox: image not found")
 	ErrImageUnauthorized = errors.New("opensandbox: image pull unauthorized")
 	ErrImagePullFailed   = errors.New("opensandbox: image pull failed")
@@ -77,8 +79,38 @@ func (e *APIError) Error() string {
 	return s
 }
 
-// Unwrap returns the sentinel for e's status (ErrNotFound for 404, ...), or nil.
-func (e *APIError) Unwrap() error { return statusSentinel(e.Status) }
+// Unwrap returns the sentinel for e's status (ErrNotFound for 404, ...) and,
+// for a code that names an image failure (IMAGE_NOT_FOUND,
+// IMAGE_UNAUTHORIZED, IMAGE_PULL_FAILED, with or without a "PREFIX::"),
+// ErrImageNotFound, ErrImageUnauthorized or ErrImagePullFailed: sandboxd
+// answers a create whose image cannot be had so.
+func (e *APIError) Unwrap() []error {
+	var errs []error
+	if s := statusSentinel(e.Status); s != nil {
+		errs = append(errs, s)
+	}
+	if s := imageSentinel(e.Code); s != nil {
+		errs = append(errs, s)
+	}
+	return errs
+}
+
+// imageSentinel returns the image sentinel of an error code or a status
+// reason (IMAGE_NOT_FOUND, or PREFIX::IMAGE_NOT_FOUND), or nil.
+func imageSentinel(code string) error {
+	if i := strings.LastIndex(code, "::"); i >= 0 {
+		code = code[i+2:]
+	}
+	switch code {
+	case ReasonImageNotFound:
+		return ErrImageNotFound
+	case ReasonImageUnauthorized:
+		return ErrImageUnauthorized
+	case ReasonImagePullFailed:
+		return ErrImagePullFailed
+	}
+	return nil
+}
 
 func statusSentinel(status int) error {
 	switch status {
@@ -169,13 +201,8 @@ func (e *StateError) Error() string {
 
 // Unwrap returns Err and, for an image reason, the image sentinel.
 func (e *StateError) Unwrap() []error {
-	switch e.Reason {
-	case ReasonImageNotFound:
-		return []error{e.Err, ErrImageNotFound}
-	case ReasonImageUnauthorized:
-		return []error{e.Err, ErrImageUnauthorized}
-	case ReasonImagePullFailed:
-		return []error{e.Err, ErrImagePullFailed}
+	if s := imageSentinel(e.Reason); s != nil {
+		return []error{e.Err, s}
 	}
 	return []error{e.Err}
 }

@@ -87,3 +87,30 @@ func TestEmptyIdentifiersRejected(t *testing.T) {
 		t.Errorf("lifecycle requests sent = %d, want 0", n)
 	}
 }
+
+// TestImageErrorSentinels: an APIError whose code names an image failure
+// (sandboxd's answer to a create whose image cannot be had) matches that
+// image sentinel beside its status sentinel, and no other image sentinel.
+func TestImageErrorSentinels(t *testing.T) {
+	images := []error{opensandbox.ErrImageNotFound, opensandbox.ErrImageUnauthorized, opensandbox.ErrImagePullFailed}
+	for _, c := range []struct {
+		err          error
+		image, state error // state: the status sentinel; image: nil for none
+	}{
+		{&opensandbox.APIError{Status: 404, Code: "IMAGE_NOT_FOUND"}, opensandbox.ErrImageNotFound, opensandbox.ErrNotFound},
+		{&opensandbox.APIError{Status: 424, Code: "IMAGE_UNAUTHORIZED"}, opensandbox.ErrImageUnauthorized, nil},
+		{&opensandbox.APIError{Status: 424, Code: "IMAGE_PULL_FAILED"}, opensandbox.ErrImagePullFailed, nil},
+		{&opensandbox.APIError{Status: 500, Code: "DOCKER::IMAGE_PULL_FAILED"}, opensandbox.ErrImagePullFailed, opensandbox.ErrServer},
+		{&opensandbox.APIError{Status: 404, Code: "SANDBOX_NOT_FOUND"}, nil, opensandbox.ErrNotFound},
+		{&opensandbox.StateError{Reason: "IMAGE_NOT_FOUND", Err: opensandbox.ErrSandboxFailed}, opensandbox.ErrImageNotFound, opensandbox.ErrSandboxFailed},
+	} {
+		for _, im := range images {
+			if got, want := errors.Is(c.err, im), im == c.image; got != want {
+				t.Errorf("errors.Is(%v, %v) = %v, want %v", c.err, im, got, want)
+			}
+		}
+		if c.state != nil && !errors.Is(c.err, c.state) {
+			t.Errorf("%v does not match %v", c.err, c.state)
+		}
+	}
+}

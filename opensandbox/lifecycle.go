@@ -260,7 +260,9 @@ func (r CreateSandboxRequest) wire() (createSandboxWire, error) {
 
 // CreateSandbox creates a sandbox (POST /sandboxes, 202). The sandbox starts Pending;
 // use WaitRunning. Never retried. Errors: ErrInvalidRequest before sending,
-// *APIError (ErrBadRequest, ErrConflict, ...) from the server.
+// *APIError (ErrBadRequest, ErrConflict, ...) from the server; one whose
+// image could not be had (sandboxd: 404 or 424) also matches
+// ErrImageNotFound, ErrImageUnauthorized or ErrImagePullFailed.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, error) {
 	w, err := req.wire()
 	if err != nil {

@@ -158,6 +158,11 @@ type Config struct {
 	// connections per sandbox; register it with a Prometheus registry to
 	// export them. Default: counted, but nothing exports them.
 	EgressMetrics *egress.Metrics
+	// Metrics counts the server's sandboxes, creates, the commands its
+	// sandboxes' execd served, image pulls and snapshots (see Metrics); register it with
+	// a Prometheus registry to export them. Default: counted, but nothing
+	// exports them. One Metrics serves one Server.
+	Metrics *Metrics
 }
 
 // validate checks what withDefaults cannot fill in.
@@ -231,6 +236,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultMemory == 0 {
 		c.DefaultMemory = 2 << 30
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 	if c.PullTimeout == 0 {
 		c.PullTimeout = 10 * time.Minute

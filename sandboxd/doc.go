@@ -83,9 +83,11 @@
 // each seen through an idmapped mount shared by every sandbox, under its
 // private upper layer. The image's Env, WorkingDir, User and, for a request
 // without entrypoint, Entrypoint and Cmd apply. An image that cannot be had
-// ends the create Failed with reason ReasonImageNotFound,
+// ends the sandbox Failed with reason ReasonImageNotFound,
 // ReasonImageUnauthorized or ReasonImagePullFailed and a message naming the
-// image; no other name ever runs on the host's directories. Server.GCImages
+// image (with a hint for a name without a registry host); the create is
+// then answered with an *ImageError (404 or 424) and the sandbox forgotten.
+// No other name ever runs on the host's directories. Server.GCImages
 // and GCImages collect the layers no image references.
 //
 // The init bind-mounted into every sandbox must be statically linked to run
@@ -145,12 +147,23 @@
 // thread. Deleting a snapshot (409 while Creating) collects the blobs no other
 // checkpoint references.
 //
+// # Metrics and health
+//
+// Config.Metrics (a prometheus.Collector, see Metrics) counts the sandboxes
+// by state, the latency of creates and of the commands execd served (timed
+// in execd, reported through the init's status pipe), the image pulls by result with their bytes and duration, the
+// snapshots' bytes written to and read from the blob store, and the
+// snapshot operations by result. Server.Ready says whether the server can
+// serve: its OCI runtime there, its data directory writable, its checkpoint
+// store reachable.
+//
 // The runtime (the OCI bundle and runtime, mounts, disks, network
 // namespaces, the sandbox init) is package sandboxd/internal/runtime; this
 // package keeps the API, the lifecycle, images, volumes and snapshots.
 //
 // Of this module it imports checkpoints, checkpoints/storeurl,
 // sandboxd/egress, sandboxd/execd, sandboxd/images, sandboxd/internal/runtime
-// and sandboxd/snapshots only (and the standard library, golang.org/x/sys);
+// and sandboxd/snapshots only (and the standard library, golang.org/x/sys,
+// Prometheus's client);
 // never the SDK, the ledger, the bus or testenv.
 package sandboxd

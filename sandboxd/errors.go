@@ -3,6 +3,7 @@ package sandboxd
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/alineo-labs/alineo/sandboxd/internal/runtime"
@@ -89,6 +90,32 @@ func (e *SnapshotStateError) Error() string {
 
 // Unwrap returns ErrConflict.
 func (e *SnapshotStateError) Unwrap() error { return ErrConflict }
+
+// ImageError is a create whose image could not be had (its sandbox went
+// Failed with reason Reason, and was forgotten): answered 404 with code
+// IMAGE_NOT_FOUND when the registry has no such image, 424 (Failed
+// Dependency) with IMAGE_UNAUTHORIZED or IMAGE_PULL_FAILED when it refused
+// the credentials or the pull failed otherwise. Message names the image and
+// gives the registry's answer and, for a name without a registry host, a
+// hint. It wraps ErrImage.
+type ImageError struct {
+	Image   string
+	Reason  string // ReasonImageNotFound, ReasonImageUnauthorized or ReasonImagePullFailed
+	Message string
+}
+
+func (e *ImageError) Error() string { return e.Message }
+
+// Unwrap returns ErrImage.
+func (e *ImageError) Unwrap() error { return ErrImage }
+
+// status is the HTTP status e is answered with.
+func (e *ImageError) status() int {
+	if e.Reason == ReasonImageNotFound {
+		return http.StatusNotFound
+	}
+	return http.StatusFailedDependency
+}
 
 // OpError is a pause or resume the runtime failed to carry out; the sandbox is
 // back in the state it was in. It is answered 500 with code

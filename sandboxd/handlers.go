@@ -109,7 +109,10 @@ func (a *api) writeErr(w http.ResponseWriter, err error) {
 	}
 	var re *RequestError
 	var oe *OpError
+	var ie *ImageError
 	switch {
+	case errors.As(err, &ie):
+		writeError(w, ie.status(), ie.Reason, ie.Message)
 	case errors.As(err, &re):
 		status := http.StatusBadRequest
 		if re.Status != 0 {
@@ -173,6 +176,15 @@ func (a *api) handleCreate(w http.ResponseWriter, r *http.Request) {
 	// As the real server, answer once the sandbox runs (or failed to start):
 	// clients ask for its endpoint at once.
 	sb := a.s.awaitStart(r.Context(), h)
+	if ie := imageFailure(sb); ie != nil {
+		// The image could not be had: the create did not happen, as on
+		// a server that pulls before it creates anything.
+		if err := a.s.remove(sb.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			a.s.log.Warn("sandboxd: forget a sandbox whose image could not be had", "id", sb.ID, "err", err)
+		}
+		a.writeErr(w, ie)
+		return
+	}
 	w.Header().Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/"+sb.ID)
 	writeJSON(w, http.StatusAccepted, createResponse{
 		ID: sb.ID, Platform: sb.Platform, Status: sb.Status, Metadata: sb.Metadata,

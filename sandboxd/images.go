@@ -278,6 +278,7 @@ func openImageStore(dataDir string, cfg Config) (*images.Store, error) {
 	st, err := images.Open(images.Config{
 		Dir:     filepath.Join(dataDir, "images", imageStoreDir),
 		Mirrors: cfg.RegistryMirrors, Insecure: cfg.InsecureRegistries, Logger: cfg.Logger,
+		Pulled: cfg.Metrics.pulled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)
@@ -386,6 +387,47 @@ func (s *Server) sandboxImage(ctx context.Context, sb *sandbox, rec *record) (ru
 	s.persist(sb)
 	sb.mu.Unlock()
 	return fs, nil
+}
+
+// imageFailure returns the *ImageError of sb, a sandbox that went Failed
+// because its image could not be had; nil for any other.
+func imageFailure(sb Sandbox) *ImageError {
+	st := sb.Status
+	if st.State != StateFailed {
+		return nil
+	}
+	switch st.Reason {
+	case ReasonImageNotFound, ReasonImageUnauthorized, ReasonImagePullFailed:
+	default:
+		return nil
+	}
+	ie := &ImageError{Reason: st.Reason, Message: st.Message}
+	if sb.Image != nil {
+		ie.Image = sb.Image.URI
+	}
+	return ie
+}
+
+// withImageHint returns err, the failure to get image name, with a hint
+// when name has no registry host (python:3.12): such a name is pulled from
+// Docker Hub, which a machine without the internet does not reach, and a
+// user who meant the host's own system wants HostImage.
+func withImageHint(name string, err error) error {
+	if !shortImageName(name) {
+		return err
+	}
+	return fmt.Errorf("%w (hint: %q names no registry host, so it is pulled from Docker Hub; the image %q is this host's own system, and sandboxd --registry-mirror URL points Docker Hub pulls at a mirror)", err, name, HostImage)
+}
+
+// shortImageName reports whether image reference name names no registry
+// host: its first path component has no dot or colon and is not
+// "localhost", as Docker reads it.
+func shortImageName(name string) bool {
+	first, _, ok := strings.Cut(name, "/")
+	if !ok {
+		return true
+	}
+	return !strings.ContainsAny(first, ".:") && first != "localhost"
 }
 
 // imageReason is the status reason of a create that failed to get its

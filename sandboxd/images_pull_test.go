@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	"github.com/alineo-labs/alineo/sandboxd"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
 	"github.com/alineo-labs/alineo/testenv"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -184,23 +184,69 @@ func TestImageConcurrentCreates(t *testing.T) {
 	}
 }
 
+// imageError is the body of an error answer.
+type imageError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// imageRefused posts the create req, whose image cannot be had, and
+// returns the answer's status and body. The create leaves no sandbox.
+func imageRefused(t *testing.T, base string, req map[string]any) (int, imageError) {
+	t.Helper()
+	if _, ok := req["entrypoint"]; !ok {
+		req["entrypoint"] = nil
+	}
+	r := call(t, "POST", base+"/v1/sandboxes", req)
+	var e imageError
+	r.decode(t, &e)
+	if r.Status == http.StatusAccepted {
+		t.Fatalf("create answered 202 %s; want an error", r.Body)
+	}
+	var list struct{ Items []sandboxd.Sandbox }
+	call(t, "GET", base+"/v1/sandboxes?state=Failed", nil).decode(t, &list)
+	for _, sb := range list.Items {
+		if sb.Image != nil && sb.Image.URI == req["image"].(map[string]any)["uri"] {
+			t.Errorf("the refused create left sandbox %s (%s: %s)", sb.ID, sb.Status.Reason, sb.Status.Message)
+		}
+	}
+	return r.Status, e
+}
+
+// TestImageErrors (issue 40 item 7): a create whose image cannot be had is
+// answered 404 IMAGE_NOT_FOUND or 424 IMAGE_UNAUTHORIZED/IMAGE_PULL_FAILED,
+// the message naming the image and giving the registry's answer, and
+// leaves no sandbox. A name with a registry host gets no hint (see
+// TestImages for a short name's).
 func TestImageErrors(t *testing.T) {
 	reg, _, base := imageServer(t, sandboxd.Config{InsecureRegistries: []string{"127.0.0.1:1"}})
 	layers := appLayers(t)
+	private := registrytest.New(t)
+	privImage := private.Push(t, "private/app:1", registrytest.Image(t, appConfig, layers...))
+	private.RequireAuth("alice", "s3cret")
+	_, _, privBase := imageServer(t, sandboxd.Config{InsecureRegistries: []string{private.Host}})
 	for _, c := range []struct {
-		name, image, reason string
+		name, base, image string
+		status            int
+		code, answer      string // answer: what the registry said, in the message
 	}{
-		{"unknown image", reg.Host + "/definitely/not-an-image:nope", sandboxd.ReasonImageNotFound},
-		{"unknown tag", reg.Push(t, "test/app:1", registrytest.Image(t, appConfig, layers...))[:len(reg.Host)+len("/test/app")] + ":nope", sandboxd.ReasonImageNotFound},
-		{"unreachable registry", "127.0.0.1:1/test/app:1", sandboxd.ReasonImagePullFailed},
+		{"unknown image", base, reg.Host + "/definitely/not-an-image:nope", http.StatusNotFound, sandboxd.ReasonImageNotFound, "NAME_UNKNOWN"},
+		{"unknown tag", base, reg.Push(t, "test/app:1", registrytest.Image(t, appConfig, layers...))[:len(reg.Host)+len("/test/app")] + ":nope", http.StatusNotFound, sandboxd.ReasonImageNotFound, "MANIFEST_UNKNOWN"},
+		{"unauthorized", privBase, privImage, http.StatusFailedDependency, sandboxd.ReasonImageUnauthorized, "UNAUTHORIZED"},
+		{"unreachable registry", base, "127.0.0.1:1/test/app:1", http.StatusFailedDependency, sandboxd.ReasonImagePullFailed, "connection refused"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			id := imageCreate(t, base, c.image, nil)
-			st := waitFailed(t, base, id)
-			if st.Reason != c.reason || !strings.Contains(st.Message, c.image) {
-				t.Errorf("status = %s: %s; want %s naming %s", st.Reason, st.Message, c.reason, c.image)
+			status, e := imageRefused(t, c.base, map[string]any{"image": map[string]any{"uri": c.image}})
+			if status != c.status || e.Code != c.code {
+				t.Errorf("create = %d %s, want %d %s", status, e.Code, c.status, c.code)
 			}
-			t.Logf("%s: %s", st.Reason, st.Message)
+			if !strings.Contains(e.Message, c.image) || !strings.Contains(e.Message, c.answer) {
+				t.Errorf("message %q does not name %s and give the registry's answer (%s)", e.Message, c.image, c.answer)
+			}
+			if strings.Contains(e.Message, "hint") {
+				t.Errorf("message %q has a hint, for a name with a registry host", e.Message)
+			}
+			t.Logf("%d %s: %s", status, e.Code, e.Message)
 		})
 	}
 	t.Run("digest mismatch", func(t *testing.T) {
@@ -208,9 +254,9 @@ func TestImageErrors(t *testing.T) {
 		bad := registrytest.Layer(t, registrytest.File{Name: "corrupt.txt", Body: strings.Repeat("x", 4096)})
 		image := reg.Push(t, "test/bad:1", registrytest.Image(t, appConfig, append(ls, bad)...))
 		reg.Corrupt(registrytest.Digest(t, bad))
-		st := waitFailed(t, base, imageCreate(t, base, image, nil))
-		if st.Reason != sandboxd.ReasonImagePullFailed || !strings.Contains(st.Message, registrytest.Digest(t, bad)) {
-			t.Errorf("status = %s: %s; want IMAGE_PULL_FAILED naming the blob", st.Reason, st.Message)
+		status, e := imageRefused(t, base, map[string]any{"image": map[string]any{"uri": image}})
+		if status != http.StatusFailedDependency || e.Code != sandboxd.ReasonImagePullFailed || !strings.Contains(e.Message, registrytest.Digest(t, bad)) {
+			t.Errorf("create = %d %s: %s; want 424 IMAGE_PULL_FAILED naming the blob", status, e.Code, e.Message)
 		}
 	})
 	t.Run("refused at create", func(t *testing.T) {
@@ -231,13 +277,13 @@ func TestImageAuth(t *testing.T) {
 	b := reg.Push(t, "private/app:b", registrytest.Image(t, appConfig, layers...))
 	reg.RequireAuth("alice", "s3cret")
 
-	st := waitFailed(t, base, imageCreate(t, base, a, nil))
-	if st.Reason != sandboxd.ReasonImageUnauthorized || !strings.Contains(st.Message, a) {
-		t.Errorf("without credentials: %s: %s; want IMAGE_UNAUTHORIZED naming the image", st.Reason, st.Message)
+	status, e := imageRefused(t, base, map[string]any{"image": map[string]any{"uri": a}})
+	if status != http.StatusFailedDependency || e.Code != sandboxd.ReasonImageUnauthorized || !strings.Contains(e.Message, a) {
+		t.Errorf("without credentials: %d %s: %s; want 424 IMAGE_UNAUTHORIZED naming the image", status, e.Code, e.Message)
 	}
-	st = waitFailed(t, base, create(t, base, map[string]any{"image": map[string]any{"uri": a, "auth": map[string]string{"username": "alice", "password": "nope"}}, "entrypoint": nil}))
-	if st.Reason != sandboxd.ReasonImageUnauthorized {
-		t.Errorf("with a wrong password: %s: %s; want IMAGE_UNAUTHORIZED", st.Reason, st.Message)
+	status, e = imageRefused(t, base, map[string]any{"image": map[string]any{"uri": a, "auth": map[string]string{"username": "alice", "password": "nope"}}})
+	if status != http.StatusFailedDependency || e.Code != sandboxd.ReasonImageUnauthorized {
+		t.Errorf("with a wrong password: %d %s: %s; want 424 IMAGE_UNAUTHORIZED", status, e.Code, e.Message)
 	}
 	id := create(t, base, map[string]any{"image": map[string]any{"uri": a, "auth": map[string]string{"username": "alice", "password": "s3cret"}}, "entrypoint": nil})
 	waitState(t, base, id, sandboxd.StateRunning)
@@ -312,12 +358,10 @@ func TestImageSnapshot(t *testing.T) {
 	}
 	reg.Stop()
 	r := call(t, "POST", base+"/v1/sandboxes", map[string]any{"snapshotId": snap.ID})
-	wantStatus(t, r, http.StatusAccepted)
-	var out struct{ ID string }
-	r.decode(t, &out)
-	st := waitFailed(t, base, out.ID)
-	if st.Reason != sandboxd.ReasonImagePullFailed || !strings.Contains(st.Message, image) {
-		t.Errorf("restore with the image gone: %s: %s; want IMAGE_PULL_FAILED naming %s", st.Reason, st.Message, image)
+	var e imageError
+	r.decode(t, &e)
+	if r.Status != http.StatusFailedDependency || e.Code != sandboxd.ReasonImagePullFailed || !strings.Contains(e.Message, image) {
+		t.Errorf("restore with the image gone: %d %s: %s; want 424 IMAGE_PULL_FAILED naming %s", r.Status, e.Code, e.Message, image)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,16 +118,20 @@ func TestImages(t *testing.T) {
 		t.Error("a sandbox wrote into the image directory")
 	}
 	// Any other name is an image to pull, never the host's system: this one
-	// does not exist (Docker Hub answers 401 for it, or is out of reach).
-	id := create(t, base, map[string]any{"image": map[string]any{"uri": "definitely/not-an-image:nope"}})
-	st := waitFailed(t, base, id)
-	switch st.Reason {
-	case sandboxd.ReasonImageNotFound, sandboxd.ReasonImageUnauthorized, sandboxd.ReasonImagePullFailed:
+	// does not exist (Docker Hub answers 401 for it, or is out of reach). A
+	// name without a registry host gets the hint (issue 40 item 7): "host"
+	// is the host's system, --registry-mirror a mirror of Docker Hub.
+	status, e := imageRefused(t, base, map[string]any{"image": map[string]any{"uri": "definitely/not-an-image:nope"}, "entrypoint": []string{"x"}})
+	switch {
+	case status == http.StatusNotFound && e.Code == sandboxd.ReasonImageNotFound:
+	case status == http.StatusFailedDependency && (e.Code == sandboxd.ReasonImageUnauthorized || e.Code == sandboxd.ReasonImagePullFailed):
 	default:
-		t.Errorf("unknown image: %s: %s; want an IMAGE_ reason", st.Reason, st.Message)
+		t.Errorf("unknown image: %d %s: %s; want 404 or 424 and an IMAGE_ code", status, e.Code, e.Message)
 	}
-	if !strings.Contains(st.Message, "definitely/not-an-image:nope") {
-		t.Errorf("unknown image: message %q does not name the image", st.Message)
+	for _, want := range []string{"definitely/not-an-image:nope", `the image "host" is this host's own system`, "--registry-mirror"} {
+		if !strings.Contains(e.Message, want) {
+			t.Errorf("unknown image: message %q lacks %q", e.Message, want)
+		}
 	}
 }
 

@@ -45,6 +45,7 @@ func runtimeConfig(c Config, dataDir string, dial func(ctx context.Context, netw
 		EgressDial:         dial,
 		EgressUpstreamTLS:  c.EgressUpstreamTLS,
 		EgressMetrics:      c.EgressMetrics,
+		ExecDone:           c.Metrics.execDone,
 		Logger:             log,
 	}
 }

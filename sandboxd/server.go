@@ -292,6 +292,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.Warn("sandboxd: *** NO ISOLATION *** sandboxes run as plain host processes with full access to this machine; development only")
 	}
 	s.handler = s.routes()
+	cfg.Metrics.attach(s)
 	s.bg.Add(2)
 	go s.janitor()
 	go s.snap.gcLoop()
@@ -554,6 +555,7 @@ func (s *Server) create(req *CreateRequest) (Sandbox, *sandbox, error) {
 
 // start runs with sb.op held.
 func (s *Server) start(ctx context.Context, sb *sandbox) {
+	begun := time.Now()
 	sb.mu.Lock()
 	rec := sb.rec
 	sb.mu.Unlock()
@@ -563,6 +565,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		if sb.rec.Status.State != StatePending {
 			return
 		}
+		s.cfg.Metrics.created(begun, false)
 		sb.setStatus(StateFailed, reason, s.public(err.Error()))
 		sb.ended = time.Now()
 		s.persist(sb)
@@ -575,7 +578,11 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	}
 	fs, err := s.sandboxImage(ctx, sb, &rec)
 	if err != nil {
-		failed(imageReason(err), err)
+		reason := imageReason(err)
+		if reason != ReasonRuntimeError {
+			err = withImageHint(rec.imageURI(), err)
+		}
+		failed(reason, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
@@ -587,7 +594,9 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 		return
 	}
 	if rec.SnapshotID != "" {
-		if err := s.snap.restoreSnapshot(ctx, &rec); err != nil {
+		err := s.snap.restoreSnapshot(ctx, &rec)
+		s.cfg.Metrics.snapshotOp(snapOpRestore, err)
+		if err != nil {
 			reason := ReasonRuntimeError
 			if errors.Is(err, snapshots.ErrCorruptBlob) {
 				reason = ReasonSnapshotCorrupt // the error names the file
@@ -625,6 +634,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox) {
 	sb.rec.InitPID = p.PID()
 	sb.rec.ImageSource = fs.Source
 	sb.setStatus(StateRunning, "running", "")
+	s.cfg.Metrics.created(begun, true)
 	s.log.Debug("sandboxd: sandbox running", "id", rec.ID, "disk", t1.Sub(t0), "launch", time.Since(t1))
 	s.persist(sb)
 	sb.mu.Unlock()

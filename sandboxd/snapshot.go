@@ -318,6 +318,7 @@ func (ss *snapStore) capture(sb *sandbox, r *snapRecord) {
 		err = fmt.Errorf("wait for a capture slot: %w", ctx.Err())
 	}
 	took := time.Since(start)
+	ss.s.cfg.Metrics.snapshotOp(snapOpCapture, err)
 	ss.mu.Lock()
 	if err != nil {
 		r.setStatus(SnapshotFailed, ReasonSnapshotFailed, ss.s.public(err.Error()))
@@ -450,7 +451,9 @@ func (ss *snapStore) deleteSnapshot(ctx context.Context, id string) error {
 	ss.persistSnapshot(r)
 	cp := *r
 	ss.mu.Unlock()
-	if err := ss.dropSnapshot(ctx, &cp); err != nil {
+	err := ss.dropSnapshot(ctx, &cp)
+	ss.s.cfg.Metrics.snapshotOp(snapOpDelete, err)
+	if err != nil {
 		ss.mu.Lock()
 		r.Status = prev
 		ss.persistSnapshot(r)

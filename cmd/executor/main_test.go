@@ -223,6 +223,7 @@ func TestWorkMetrics(t *testing.T) {
 			t.Errorf("metric %s: %s", p.Metric, p.Text)
 		}
 	}
+	testenv.PromtoolCheck(t, body) // and promtool itself, on the whole exposition
 	if err := w.Stop(t, 15*time.Second); err != nil {
 		t.Fatalf("work: %v", err)
 	}

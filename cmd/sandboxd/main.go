@@ -4,6 +4,7 @@
 //	sandboxd [--listen 127.0.0.1:8080] [--data ./.alineo/sandboxd] [--api-key-file F]
 //	         [--image NAME=DIR|TAR]... [--registry-mirror URL]... [--insecure-registry HOST:PORT]...
 //	         [--init-binary PATH] [--host-network] [--no-isolation] [--log-level info]
+//	         [--metrics 127.0.0.1:9466]
 //	sandboxd image pull [--data DIR] [--registry-mirror URL]... [--insecure-registry HOST:PORT]... REF
 //	sandboxd image ls [--data DIR]
 //	sandboxd image rm [--data DIR] NAME|REF...
@@ -15,6 +16,13 @@
 // host's own system directories. Registry credentials come from the Docker
 // config file ($DOCKER_CONFIG or ~/.docker/config.json) and from a create
 // request's image.auth.
+//
+// --metrics ADDR (SANDBOXD_METRICS_ADDR) serves the server's Prometheus
+// metrics (alineo_sandboxd_*: sandboxes by state, create and command
+// latency, image pulls, snapshot bytes and operations) at /metrics and its
+// health at /healthz: 503 naming the first failure when the OCI runtime is
+// gone, the data directory is not writable or the checkpoint store does not
+// answer.
 //
 // The API key comes from OPEN_SANDBOX_API_KEY, --api-key-file or (with a
 // warning: every host user reads a command line) --api-key.
@@ -34,8 +42,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/alineo-labs/alineo/internal/metricsrv"
 	"github.com/alineo-labs/alineo/internal/usage"
 	"github.com/alineo-labs/alineo/sandboxd"
+	"github.com/alineo-labs/alineo/sandboxd/egress"
 )
 
 func main() {
@@ -127,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ckpts := fs.String("checkpoints", getenv("SANDBOXD_CHECKPOINTS"), "snapshots' checkpoint store: postgres://… shared by a fleet's hosts, or a SQLite path (env SANDBOXD_CHECKPOINTS; default a SQLite file under --data)")
 	blobs := fs.String("blobs", getenv("SANDBOXD_BLOBS"), "snapshots' blob store: file://DIR, s3://BUCKET?endpoint=…&region=…&use_path_style=true (AWS credentials from the environment), gs://, azblob:// (env SANDBOXD_BLOBS; default a folder under --data)")
 	blobCache := fs.String("blob-cache", "4GiB", "local read cache of a remote --blobs store")
+	metricsAddr := fs.String("metrics", getenv("SANDBOXD_METRICS_ADDR"), "address of /metrics (Prometheus, alineo_sandboxd_*) and /healthz (runtime, data directory, checkpoint store) (env SANDBOXD_METRICS_ADDR; e.g. 127.0.0.1:9466); empty for none")
 	volQuota := fs.String("volume-quota", "", "size of the disk of its own of a managed (pvc) volume whose request names no storage (default: --disk-quota); 0: none")
 	if err := usage.Parse(fs, args, help, stdout); err != nil {
 		return err
@@ -184,7 +195,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	} else if *hostNet {
 		fmt.Fprintln(stdout, "WARNING: --host-network: sandboxes without a networkPolicy can reach every service of this machine, loopback included.")
 	}
-	s, err := sandboxd.Open(ctx, sandboxd.Config{Listen: *listen, DataDir: *data, APIKey: key, Images: images, AllowOldRuntime: *allowOld,
+	metrics, egressMetrics := sandboxd.NewMetrics(), egress.NewMetrics()
+	s, err := sandboxd.Open(ctx, sandboxd.Config{Metrics: metrics, EgressMetrics: egressMetrics, Listen: *listen, DataDir: *data, APIKey: key, Images: images, AllowOldRuntime: *allowOld,
 		NoIsolation: *noIso, HostNetwork: *hostNet, Logger: logger, Runtime: *runtime, DiskQuota: quotaBytes,
 		ShmSize: shmBytes, MaxProcesses: *pids, AllowHosts: *allowHosts, DefaultMemory: memBytes,
 		VolumeRoots: *volumeRoots, RegistryMirrors: *mirrors, InsecureRegistries: *insecure, InitBinary: *initBin,
@@ -197,6 +209,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return errors.Join(err, s.Close(context.Background()))
 	}
 	fmt.Fprintf(stdout, "sandboxd listening on %s (data %s)\n", url, s.DataDir())
+	if *metricsAddr != "" {
+		reg := metricsrv.NewRegistry()
+		reg.MustRegister(metrics, egressMetrics)
+		// Served until the server is closed.
+		mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		addr, _, err := metricsrv.Serve(mctx, *metricsAddr, metricsrv.Handler(reg, s.Ready))
+		if err != nil {
+			return errors.Join(fmt.Errorf("metrics: %w", err), s.Close(context.Background()))
+		}
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics, health on http://%s/healthz\n", addr, addr)
+	}
 	fmt.Fprintf(stdout, "images: %q is the host's own /usr, /etc, /bin, /lib (read-only); %d registered with --image; any other name is pulled from its registry\n", sandboxd.HostImage, len(images))
 	fmt.Fprintf(stdout, "clients: OPEN_SANDBOX_URL=%s\n", url)
 	<-ctx.Done()

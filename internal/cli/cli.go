@@ -2,24 +2,19 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/metricsrv"
 )
 
 // Defaults shared by the binaries: everything embedded, under the working directory.
@@ -88,50 +83,22 @@ func OpenBus(ctx context.Context, url, dir string, n *NATS, log *slog.Logger) (*
 	return b, nil
 }
 
-// Serve serves h on addr until ctx is done, then shuts it down. It returns
-// the bound address at once (addr may end in :0) and a channel that receives
-// Serve's result.
+// Serve serves h on addr until ctx is done, then shuts it down (see
+// metricsrv.Serve).
 func Serve(ctx context.Context, addr string, h http.Handler) (string, <-chan error, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		done <- err
-	}()
-	context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
-	return ln.Addr().String(), done, nil
+	return metricsrv.Serve(ctx, addr, h)
 }
 
 // MetricsHandler serves reg (and the Go and process collectors) at /metrics
 // and a health answer at /healthz: 200 {"status":"ok"}, or, when one of
 // checks fails, 503 {"status":"unhealthy","error":...} naming the first
-// failure.
+// failure (see metricsrv.Handler).
 func MetricsHandler(reg *prometheus.Registry, checks ...func() error) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		for _, check := range checks {
-			if err := check(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_ = json.NewEncoder(w).Encode(map[string]string{"status": "unhealthy", "error": err.Error()})
-				return
-			}
-		}
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	return mux
+	cs := make([]func(context.Context) error, len(checks))
+	for i, c := range checks {
+		cs[i] = func(context.Context) error { return c() }
+	}
+	return metricsrv.Handler(reg, cs...)
 }
 
 // NATSConnected is a health check: an error unless b's connection to NATS
@@ -146,11 +113,7 @@ func NATSConnected(b *bus.Bus) func() error {
 }
 
 // NewRegistry returns a registry with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
+func NewRegistry() *prometheus.Registry { return metricsrv.NewRegistry() }
 
 // Env returns getenv(key), or def when it is empty.
 func Env(getenv func(string) string, key, def string) string {

@@ -9,5 +9,5 @@
 // sandboxd: a user's projector binary carries neither.
 //
 // Of this module it imports adapters, adapters/postgres, adapters/sqlite,
-// bus, events and internal/telemetry only.
+// bus, events, internal/metricsrv and internal/telemetry only.
 package cli

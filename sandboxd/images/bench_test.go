@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	"github.com/alineo-labs/alineo/sandboxd/images"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
 	"github.com/alineo-labs/alineo/testenv"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	"github.com/alineo-labs/alineo/sandboxd/images"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
 )
 
 // openBounded opens a store in a new directory with cfg's bounds and returns

@@ -84,17 +84,25 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (*Image, error
 func (s *Store) pull(ctx context.Context, ref string, r name.Reference, auth *Auth) (*Image, error) {
 	t0 := time.Now()
 	s.log.Info("sandboxd: pulling image", "image", r.Name())
-	img, err := s.fetch(ctx, r, auth)
-	if err != nil {
-		return nil, &Error{Image: ref, Kind: classify(err), Err: err}
+	im, err := s.fetchAndUnpack(ctx, ref, r, auth)
+	if s.cfg.Pulled != nil {
+		s.cfg.Pulled(time.Since(t0), err)
 	}
-	im, err := s.unpack(ctx, ref, r, img)
 	if err != nil {
 		return nil, err
 	}
 	s.nPulls.Add(1)
 	s.log.Info("sandboxd: pulled image", "image", im.Name, "digest", im.Digest, "layers", len(im.Layers), "bytes", im.Size(), "took", time.Since(t0).Round(time.Millisecond))
 	return im, nil
+}
+
+// fetchAndUnpack fetches r's image and unpacks it into the store.
+func (s *Store) fetchAndUnpack(ctx context.Context, ref string, r name.Reference, auth *Auth) (*Image, error) {
+	img, err := s.fetch(ctx, r, auth)
+	if err != nil {
+		return nil, &Error{Image: ref, Kind: classify(err), Err: err}
+	}
+	return s.unpack(ctx, ref, r, img)
 }
 
 // fetch resolves r's manifest for the store's platform: from each Docker Hub
@@ -287,6 +295,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Layer, d v1.Hash, size int6
 	// (go-containerregistry's verify.ReadCloser). Reading to the end is thus
 	// the check; hashing the blob here as well took half a pull's CPU.
 	pr := &progressReader{r: rc, total: size, digest: d.String(), s: s, last: t0}
+	defer func() { s.nBytes.Add(pr.n) }()
 	m := &meter{max: s.cfg.MaxLayerBytes, digest: d.String(), image: budget}
 	if err := untar(ctx, pr, tmp, m); err != nil {
 		return 0, fmt.Errorf("layer %s: %w", d, err)

@@ -59,6 +59,10 @@ type Config struct {
 	MaxImageBytes int64
 	// Logger receives pull progress. Default: discard.
 	Logger *slog.Logger
+	// Pulled, when set, is called at the end of every pull from a registry
+	// (one per shared pull, however many callers wait for it) with its
+	// duration and its error (nil, or an *Error). It must not block.
+	Pulled func(took time.Duration, err error)
 }
 
 // Auth is a registry credential given with a pull (the create request's
@@ -114,6 +118,9 @@ func (im *Image) Size() int64 {
 type Stats struct {
 	Pulls          int64 // manifests fetched from a registry
 	LayersUnpacked int64 // layers downloaded and unpacked
+	// BytesDownloaded counts the compressed layer bytes read from
+	// registries, those of layers whose download failed included.
+	BytesDownloaded int64
 }
 
 // Store is a content-addressed image and layer store. Safe for concurrent
@@ -137,7 +144,7 @@ type Store struct {
 	// collected.
 	gcMu sync.RWMutex
 
-	nPulls, nUnpacked atomic.Int64
+	nPulls, nUnpacked, nBytes atomic.Int64
 }
 
 // Open creates the store's directories in cfg.Dir and removes layers a
@@ -206,7 +213,7 @@ func (s *Store) Close() error {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Pulls: s.nPulls.Load(), LayersUnpacked: s.nUnpacked.Load()}
+	return Stats{Pulls: s.nPulls.Load(), LayersUnpacked: s.nUnpacked.Load(), BytesDownloaded: s.nBytes.Load()}
 }
 
 // LayerDirs returns the unpacked layers of im, bottom first.

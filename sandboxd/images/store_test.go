@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/alineo-labs/alineo/internal/registrytest"
 	"github.com/alineo-labs/alineo/sandboxd/images"
-	"github.com/alineo-labs/alineo/sandboxd/internal/registrytest"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 )

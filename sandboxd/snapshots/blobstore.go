@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -104,6 +105,19 @@ type BlobStore struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	written, read atomic.Int64 // BlobStats
+}
+
+// BlobStats counts a BlobStore's content bytes since it was opened.
+type BlobStats struct {
+	Written int64 // bytes of the blobs Put stored (a blob already stored is not written again)
+	Read    int64 // bytes read from blobs (Open's readers, restores)
+}
+
+// Stats returns the bytes written and read so far. Safe for concurrent use.
+func (b *BlobStore) Stats() BlobStats {
+	return BlobStats{Written: b.written.Load(), Read: b.read.Load()}
 }
 
 // staleTemp is the age after which temp files left by a crash are removed.
@@ -386,6 +400,7 @@ func (b *BlobStore) put(ctx context.Context, r io.Reader) (key string, size int6
 	if err := b.upload(ctx, key, size, src); err != nil {
 		return "", 0, false, err
 	}
+	b.written.Add(size)
 	b.remember(key)
 	return key, size, !whole, nil
 }
@@ -475,6 +490,27 @@ func (b *BlobStore) remember(key string) {
 // missing. A missing blob gives an error wrapping ErrBlobNotFound; any other
 // failure names the key and the bucket.
 func (b *BlobStore) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	r, err := b.open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReader{ReadCloser: r, n: &b.read}, nil
+}
+
+// countingReader adds the bytes read through it to n.
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// open is Open, its bytes not counted.
+func (b *BlobStore) open(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -505,11 +541,18 @@ func (b *BlobStore) holdFills() (release func()) {
 // copy_file_range; it downloads a missing one straight into dst and has it
 // cached right after (see behind).
 func (b *BlobStore) copyTo(ctx context.Context, key string, dst *os.File) (int64, error) {
+	n, err := b.copyToUncounted(ctx, key, dst)
+	b.read.Add(n)
+	return n, err
+}
+
+// copyToUncounted is copyTo, its bytes not counted.
+func (b *BlobStore) copyToUncounted(ctx context.Context, key string, dst *os.File) (int64, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
 	if b.cache == nil {
-		r, err := b.Open(ctx, key)
+		r, err := b.open(ctx, key)
 		if err != nil {
 			return 0, err
 		}

@@ -21,7 +21,10 @@
 // namespace, an idle entrypoint). What the init needs from sandboxd (the
 // execd handler's factory, the default entrypoint of a restored snapshot) is
 // passed to RunRole as values (Roles); what it needs from the server per
-// sandbox comes over its configuration pipe.
+// sandbox comes over its configuration pipe. The init answers on its status
+// pipe: execd's port, why it ended, and the duration of each command execd
+// served (execd writes them to a pipe of its own, which the init forwards;
+// the server hands them to Config.ExecDone).
 //
 // Of this module it imports internal/mountinfo, sandboxd/egress,
 // sandboxd/images, sandboxd/internal/oomscore and sandboxd/internal/proctree

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +50,7 @@ const execdTmp = "/dev/shm"
 const (
 	fdExecdListener = 3
 	fdexecdConfig   = 4
+	fdExecdStats    = 5 // execd → init: the seconds of each command, a line each
 )
 
 // initConfig is what the server sends the init.
@@ -77,11 +80,14 @@ type initConfig struct {
 
 // initMsg is one status line from the init.
 type initMsg struct {
-	Port   int    `json:"port,omitempty"`
-	Exit   *int   `json:"exit,omitempty"`
-	Signal string `json:"signal,omitempty"`
-	Execd  string `json:"execd,omitempty"`
-	Error  string `json:"error,omitempty"`
+	Port int `json:"port,omitempty"`
+	// Exec is the seconds a command took in execd (from its request to the
+	// end of its answer); such a message says nothing of the init's state.
+	Exec   *float64 `json:"exec,omitempty"`
+	Exit   *int     `json:"exit,omitempty"`
+	Signal string   `json:"signal,omitempty"`
+	Execd  string   `json:"execd,omitempty"`
+	Error  string   `json:"error,omitempty"`
 }
 
 // ExecdConfig is what the sandbox init passes to the ExecdFactory of its
@@ -173,7 +179,12 @@ func runInit(idleEntrypoint []string) int {
 	status := os.NewFile(fdStatus, "status")
 	logf := os.NewFile(fdLog, "log")
 	enc := json.NewEncoder(status)
-	report := func(m initMsg) { _ = enc.Encode(m) }
+	var reportMu sync.Mutex // the stats forwarder reports too
+	report := func(m initMsg) {
+		reportMu.Lock()
+		defer reportMu.Unlock()
+		_ = enc.Encode(m)
+	}
 	fail := func(format string, args ...any) int {
 		msg := fmt.Sprintf(format, args...)
 		report(initMsg{Error: msg})
@@ -213,10 +224,11 @@ func runInit(idleEntrypoint []string) int {
 		execdUID, execdGID = &uid, &gid
 	}
 
-	execd, port, err := startExecd(&cfg, root, logf, execdUID, execdGID)
+	execd, port, stats, err := startExecd(&cfg, root, logf, execdUID, execdGID)
 	if err != nil {
 		return fail("%v", err)
 	}
+	go forwardStats(stats, report)
 
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -302,7 +314,7 @@ func setupEnv(cfg *initConfig) (string, error) {
 // startExecd starts execd as a child on its listener (the host's, passed in,
 // for a sandbox with its own network namespace) and sends it its
 // configuration. It returns the process and execd's port.
-func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (*exec.Cmd, int, error) {
+func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (*exec.Cmd, int, *os.File, error) {
 	var ln net.Listener
 	var err error
 	if cfg.Netns {
@@ -313,17 +325,21 @@ func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("listen: %w", err)
+		return nil, 0, nil, fmt.Errorf("listen: %w", err)
 	}
 	lnf, err := ln.(*net.TCPListener).File()
 	if err != nil {
-		return nil, 0, fmt.Errorf("listener file: %w", err)
+		return nil, 0, nil, fmt.Errorf("listener file: %w", err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	cr, cw, err := os.Pipe()
 	if err != nil {
-		return nil, 0, fmt.Errorf("pipe: %w", err)
+		return nil, 0, nil, fmt.Errorf("pipe: %w", err)
+	}
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("pipe: %w", err)
 	}
 	execd := exec.Command("/proc/self/exe")
 	execd.Args = []string{"sandboxd-execd"}
@@ -338,14 +354,17 @@ func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (
 		execd.Env = append(execd.Env, "TMPDIR="+execdTmp)
 	}
 	execd.Dir = root
-	execd.ExtraFiles = []*os.File{lnf, cr}
+	execd.ExtraFiles = []*os.File{lnf, cr, sw}
 	execd.Stdout, execd.Stderr = logf, logf
 	execd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if !cfg.Isolated {
 		execd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := execd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("start execd: %w", err)
+	err = execd.Start()
+	sw.Close()
+	if err != nil {
+		sr.Close()
+		return nil, 0, nil, fmt.Errorf("start execd: %w", err)
 	}
 	cr.Close()
 	lnf.Close()
@@ -353,10 +372,26 @@ func startExecd(cfg *initConfig, root string, logf *os.File, uid, gid *uint32) (
 	if err := json.NewEncoder(cw).Encode(execdChildConfig{Token: cfg.Token, Root: root, Env: cfg.Env, OOMScoreAdj: workAdj(cfg.Isolated),
 		Cwd: cfg.WorkingDir, UID: uid, GID: gid}); err != nil {
 		_ = execd.Process.Kill()
-		return nil, 0, fmt.Errorf("configure execd: %w", err)
+		sr.Close()
+		return nil, 0, nil, fmt.Errorf("configure execd: %w", err)
 	}
 	cw.Close()
-	return execd, port, nil
+	return execd, port, sr, nil
+}
+
+// forwardStats reports each line execd writes to stats, a command's
+// seconds, as an initMsg; other lines are dropped. It returns when execd
+// closes its end.
+func forwardStats(stats *os.File, report func(initMsg)) {
+	defer stats.Close()
+	sc := bufio.NewScanner(stats)
+	for sc.Scan() {
+		secs, err := strconv.ParseFloat(string(sc.Bytes()), 64)
+		if err != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
+			continue
+		}
+		report(initMsg{Exec: &secs})
+	}
 }
 
 // reap is PID 1's loop: it reaps every child and returns when the
@@ -424,10 +459,16 @@ func runExecdChild(execdFactory ExecdFactory) int {
 	os.Unsetenv(initEnv)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var cfg execdChildConfig
-	if err := json.NewDecoder(os.NewFile(fdexecdConfig, "execd-config")).Decode(&cfg); err != nil {
+	cf := os.NewFile(fdexecdConfig, "execd-config")
+	err := json.NewDecoder(cf).Decode(&cfg)
+	cf.Close() // commands must not inherit it
+	if err != nil {
 		logger.Error("sandboxd execd: read config", "err", err)
 		return 1
 	}
+	unix.CloseOnExec(fdExecdStats) // commands must not inherit it
+	stats := os.NewFile(fdExecdStats, "execd-stats")
+	defer stats.Close()
 	lf := os.NewFile(fdExecdListener, "execd-listener")
 	ln, err := net.FileListener(lf)
 	lf.Close() // commands must not inherit it
@@ -446,12 +487,31 @@ func runExecdChild(execdFactory ExecdFactory) int {
 		return 1
 	}
 	defer closeFn()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: timeCommands(h, stats), ReadHeaderTimeout: 30 * time.Second}
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("sandboxd execd: serve", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// timeCommands serves h, and writes to stats the seconds of every command
+// request (POST /command or /code: from its start to the end of its
+// answer, the command's stream), a line each, for the init to forward.
+func timeCommands(h http.Handler, stats io.Writer) http.Handler {
+	var mu sync.Mutex // one line per write
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || (r.URL.Path != "/command" && r.URL.Path != "/code") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		t0 := time.Now()
+		h.ServeHTTP(w, r)
+		line := strconv.FormatFloat(time.Since(t0).Seconds(), 'g', -1, 64) + "\n"
+		mu.Lock()
+		_, _ = io.WriteString(stats, line)
+		mu.Unlock()
+	})
 }
 
 // installCA adds pemBytes to the trust store of the sandbox's root (its upper

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -63,7 +64,11 @@ type Config struct {
 	// EgressMetrics counts the egress proxies' denials and refused
 	// connections; nil counts nothing.
 	EgressMetrics *egress.Metrics
-	Logger        *slog.Logger
+	// ExecDone, when set, is called with the duration of every command
+	// (POST /command or /code) execd served, measured in execd from the
+	// request to the end of its answer. It must not block.
+	ExecDone func(took time.Duration)
+	Logger   *slog.Logger
 }
 
 // Runtime runs sandboxes: it lays out and mounts each one's root, writes its
@@ -299,4 +304,20 @@ func (fs Rootfs) Config() images.ImageConfig {
 		return images.ImageConfig{}
 	}
 	return fs.Image.Config
+}
+
+// Ready reports whether sandboxes can run: the error of Check, or, when
+// Check found the OCI runtime, of a look at its binary now (removed or no
+// longer executable since).
+func (r *Runtime) Ready(ctx context.Context) error {
+	if err := r.Check(ctx); err != nil {
+		return err
+	}
+	if r.cfg.NoIsolation {
+		return nil
+	}
+	if _, err := exec.LookPath(r.oci.path); err != nil {
+		return fmt.Errorf("%w: OCI runtime %s: %w", ErrIsolationUnavailable, r.oci.path, err)
+	}
+	return nil
 }

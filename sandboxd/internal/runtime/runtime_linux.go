@@ -414,7 +414,7 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 	l.logf.Close()
 	l.logf = nil
 	l.ctlR, l.stW = nil, nil
-	p, stR := l.p, l.stR
+	p, stR, execDone := l.p, l.stR, l.r.cfg.ExecDone
 	l.stR = nil
 	l.msgs = make(chan initMsg, 4)
 	read := make(chan struct{})
@@ -426,6 +426,12 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 		for sc.Scan() {
 			var m initMsg
 			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue
+			}
+			if m.Exec != nil {
+				if execDone != nil {
+					execDone(time.Duration(*m.Exec * float64(time.Second)))
+				}
 				continue
 			}
 			if m.Port == 0 {

@@ -278,7 +278,7 @@ func App(t testing.TB) []byte {
 		}
 		defer os.RemoveAll(dir)
 		out := filepath.Join(dir, "app")
-		appErr = goBuild(out, "github.com/alineo-labs/alineo/sandboxd/internal/registrytest/app")
+		appErr = goBuild(out, "github.com/alineo-labs/alineo/internal/registrytest/app")
 		if appErr == nil {
 			appBin, appErr = os.ReadFile(out)
 		}
