@@ -501,7 +501,10 @@ func runExecdChild(execdFactory ExecdFactory) int {
 func timeCommands(h http.Handler, stats io.Writer) http.Handler {
 	var mu sync.Mutex // one line per write
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || (r.URL.Path != "/command" && r.URL.Path != "/code") {
+		// execd's own routes come bare or under its proxy to its own port
+		// (execd.Port), the shape of its endpoint.
+		path := strings.TrimPrefix(r.URL.Path, "/proxy/44772")
+		if r.Method != http.MethodPost || (path != "/command" && path != "/code") {
 			h.ServeHTTP(w, r)
 			return
 		}
