@@ -109,10 +109,15 @@ func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
-// actor names who makes a request, as job statuses record it. The single
-// bearer token names nobody, so it is "api"; with users and roles, it will
-// be the user.
-func (s *Server) actor(*http.Request) string { return "api" }
+// actor names who makes a request, as job statuses record it: the name of
+// the request's user (AdminName for the single token, AnonymousName on an
+// open server).
+func (s *Server) actor(r *http.Request) string {
+	if u, ok := UserFrom(r.Context()); ok {
+		return u.Name
+	}
+	return AnonymousName
+}
 
 // jobWriteError answers the error of a cancel or a retry.
 func jobWriteError(w http.ResponseWriter, id string, err error) {
