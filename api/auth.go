@@ -94,7 +94,7 @@ type Token struct {
 // separated by spaces or tabs,
 //
 //	# name   role   hash
-//	alice    write  sha256:2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90
+//	alice    write  sha256:1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0
 //	ci-bot   read   sha256:…
 //
 // name is the user's name, recorded as the actor of what it does (at most

@@ -47,7 +47,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("", err.Error()))
 		return
 	}
-	st, err := q.Submit(r.Context(), spec)
+	st, err := q.SubmitAs(r.Context(), spec, s.actor(r))
 	if err != nil {
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
 		return
@@ -168,7 +168,7 @@ func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, err := q.Retry(r.Context(), id)
+	st, err := q.Retry(r.Context(), id, s.actor(r))
 	if err != nil {
 		jobWriteError(w, id, err)
 		return
