@@ -55,9 +55,9 @@ func Entries(name, id string, execs, outputs int) []events.Entry {
 	return es
 }
 
-// withActors sets an actor on es's entries, as the SDK and the executors
+// WithActors sets an actor on es's entries, as the SDK and the executors
 // write them, leaving every third without one (as the TypeScript SDK writes).
-func withActors(es []events.Entry) []events.Entry {
+func WithActors(es []events.Entry) []events.Entry {
 	for i := range es {
 		switch i % 3 {
 		case 0:
@@ -151,7 +151,7 @@ func testAppendReadOrder(t *testing.T, open OpenFunc) {
 	l := newLedger(t, b, bus.LedgerConfig{})
 	ctx := ctxT(t)
 	id := ID("order")
-	es := withActors(Entries("build", id, 5, 8))
+	es := WithActors(Entries("build", id, 5, 8))
 	// A second session on the same sandbox id must not leak into the first.
 	other := events.New(es[0].Ts, "other", id, events.SandboxLevel, events.SandboxPaused, nil)
 	appendAll(t, l, es[:3])
@@ -553,7 +553,7 @@ func testSubscribe(t *testing.T, open OpenFunc) {
 	l := newLedger(t, b, bus.LedgerConfig{})
 	ctx := ctxT(t)
 	id := ID("sub")
-	es := withActors(Entries("n", id, 3, 2)) // 1 + 3*4 + 2 = 15
+	es := WithActors(Entries("n", id, 3, 2)) // 1 + 3*4 + 2 = 15
 	appendAll(t, l, es[:10])
 	stored, err := l.ReadAll(ctx, "n", id)
 	if err != nil || len(stored) != 10 {
