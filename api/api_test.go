@@ -321,6 +321,12 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 func TestDashboardPages(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("web", "sbweb", 2, false)
+	ran := []events.Entry{
+		events.New(0, "", "", 3, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "echo 3"}),
+		events.New(0, "", "", 3, events.ExecCompleted, events.ExecCompletedPayload{Seq: 3}),
+	}
+	ran[0].Actor, ran[1].Actor = "dana <dev>@laptop", "dana <dev>@laptop"
+	e.publish("web", "sbweb", ran...)
 	e.waitProjected()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(e.srv.URL + path)
@@ -339,8 +345,15 @@ func TestDashboardPages(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("sandbox page: %d\n%s", code, body)
 	}
-	if got, want := len(regexp.MustCompile(`<tr class="event"`).FindAllString(body, -1)), 7; got != want {
+	if got, want := len(regexp.MustCompile(`<tr class="event"`).FindAllString(body, -1)), 9; got != want {
 		t.Errorf("timeline rows = %d, want %d", got, want)
+	}
+	// Who ran the exec: on its card and on each of its raw rows, escaped.
+	if !strings.Contains(body, `<span class="actor" title="who ran it">dana &lt;dev&gt;@laptop</span>`) {
+		t.Errorf("the exec card does not name its actor")
+	}
+	if got := strings.Count(body, `<td class="actor">dana &lt;dev&gt;@laptop</td>`); got != 2 {
+		t.Errorf("raw rows naming the actor = %d, want 2", got)
 	}
 	if !strings.Contains(body, "echo 2") {
 		t.Errorf("timeline lacks the command summary")
@@ -357,6 +370,7 @@ func TestSSEResume(t *testing.T) {
 	// Another sandbox's events interleave; the filter must skip them.
 	s1 := e.openStream("/v1/events/stream?sandbox=audited", "")
 	var got []uint64
+	actors := map[uint64]string{}
 	read := func(s *sseStream, n int) string {
 		var last string
 		for range n {
@@ -372,6 +386,7 @@ func TestSSEResume(t *testing.T) {
 				t.Fatalf("id %s != entry seq %d", ev.ID, en.Seq)
 			}
 			got = append(got, en.Seq)
+			actors[en.Seq] = en.Actor
 			last = ev.ID
 		}
 		return last
@@ -382,10 +397,13 @@ func TestSSEResume(t *testing.T) {
 	s1.close()
 	// While disconnected: more of both.
 	e.session("noise", "noise2", 2, false)
-	e.publish("audited", "audited",
+	late := []events.Entry{
 		events.New(0, "", "", 3, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "late"}),
 		events.New(0, "", "", 3, events.ExecCompleted, events.ExecCompletedPayload{}),
-		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil),
+	}
+	late[0].Actor, late[1].Actor = "carol via executor-2", "carol via executor-2" // the feed carries who did it
+	e.publish("audited", "audited", late...)
 	s2 := e.openStream("/v1/events/stream?sandbox=audited", last)
 	defer s2.close()
 	read(s2, 5) // the 2 missed from the first batch, and the 3 published while away
@@ -402,6 +420,12 @@ func TestSSEResume(t *testing.T) {
 	var wantSeqs []uint64
 	for _, en := range want {
 		wantSeqs = append(wantSeqs, en.Seq)
+		if actors[en.Seq] != en.Actor {
+			t.Errorf("entry %d: the feed's actor %q, want %q", en.Seq, actors[en.Seq], en.Actor)
+		}
+	}
+	if actors[want[len(want)-2].Seq] != "carol via executor-2" {
+		t.Errorf("the late exec.completed reached the feed without its actor")
 	}
 	if !slices.Equal(got, wantSeqs) {
 		t.Fatalf("received %v, want %v (no gap, no repeat)", got, wantSeqs)

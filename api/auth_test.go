@@ -299,6 +299,12 @@ func TestRolesPerRoute(t *testing.T) {
 	if code := statusJSON(t, e.URL, "POST", "/v1/jobs/"+mine.ID+"/retry", writeTok, "{}", &retried); code != 202 || retried.Submitter != "writer" {
 		t.Fatalf("retry as writer: %d %+v, want submitter writer", code, retried)
 	}
+	if code, page := status(t, e.URL, "GET", "/ui/jobs/"+mine.ID, readTok, true, ""); code != 200 || !strings.Contains(page, `id="job-submitter">writer<`) {
+		t.Errorf("job page = %d, want it to name the submitter writer", code)
+	}
+	if code, page := status(t, e.URL, "GET", "/ui/jobs", readTok, true, ""); code != 200 || !strings.Contains(page, `<td class="submitter">writer</td>`) {
+		t.Errorf("jobs page = %d, want a row naming the submitter writer", code)
+	}
 	// A delete is logged with who did it: the session's entries are gone.
 	if code, body := status(t, e.URL, "DELETE", "/v1/sandboxes/job/sbx-doomed", writeTok, false, ""); code != http.StatusNoContent {
 		t.Fatalf("delete as writer = %d %s, want 204", code, body)

@@ -134,8 +134,8 @@
     tr.setAttribute("data-seq", m.lastEventId);
     tr.setAttribute("data-ts", e.ts);
     tr.setAttribute("data-received-at", Date.now());
-    [m.lastEventId, fmtMs(e.ts), all ? e.name + " / " + e.sandboxId : String(e.stepIndex), e.event, summary(e)].forEach(function (t, i) {
-      tr.appendChild(el("td", i === 4 ? "mono" : "", t));
+    [m.lastEventId, fmtMs(e.ts), all ? e.name + " / " + e.sandboxId : String(e.stepIndex), e.event, e.actor || "—", summary(e)].forEach(function (t, i) {
+      tr.appendChild(el("td", i === 5 ? "mono" : i === 4 ? "actor" : "", t));
     });
     body.appendChild(tr);
     while (all && body.children.length > 200) body.removeChild(body.firstChild);
