@@ -295,8 +295,13 @@ func TestJobsRoutes(t *testing.T) {
 func TestOpenAPICoversRoutes(t *testing.T) {
 	e := newEnv(t, "")
 	var doc struct {
-		OpenAPI string                    `json:"openapi"`
-		Paths   map[string]map[string]any `json:"paths"`
+		OpenAPI string `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
 	}
 	if resp := e.do("GET", "/v1/openapi.json", "", nil, &doc); resp.StatusCode != 200 {
 		t.Fatalf("openapi: %d", resp.StatusCode)
@@ -314,6 +319,35 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	} {
 		if _, ok := doc.Paths[r.path][r.method]; !ok {
 			t.Errorf("openapi lacks %s %s", strings.ToUpper(r.method), r.path)
+		}
+	}
+	// Every /v1 route but the document answers 401; those a read user may
+	// not use (writes, the executors) 403.
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			if !strings.HasPrefix(path, "/v1/") || path == "/v1/openapi.json" || method == "parameters" {
+				continue
+			}
+			var op struct {
+				Responses map[string]any `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("openapi: %s %s: %v", method, path, err)
+			}
+			if _, ok := op.Responses["401"]; !ok {
+				t.Errorf("openapi: %s %s lacks 401", method, path)
+			}
+			_, has403 := op.Responses["403"]
+			if want := method != "get" || path == "/v1/executors"; has403 != want {
+				t.Errorf("openapi: %s %s documents 403: %v, want %v", method, path, has403, want)
+			}
+		}
+	}
+	for schema, props := range map[string][]string{"Entry": {"actor"}, "JobStatus": {"submitter", "canceledBy", "retriedBy"}} {
+		for _, p := range props {
+			if _, ok := doc.Components.Schemas[schema].Properties[p]; !ok {
+				t.Errorf("openapi: schema %s lacks %s", schema, p)
+			}
 		}
 	}
 }
