@@ -295,8 +295,8 @@ func TestJobsRoutes(t *testing.T) {
 func TestOpenAPICoversRoutes(t *testing.T) {
 	e := newEnv(t, "")
 	var doc struct {
-		OpenAPI string `json:"openapi"`
-		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+		OpenAPI    string                                `json:"openapi"`
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
 		Components struct {
 			Schemas map[string]struct {
 				Properties map[string]any `json:"properties"`
