@@ -37,6 +37,7 @@ type Client struct {
 
 	broker CredentialBroker // Options.CredentialBroker, or the vault broker
 	tracer trace.Tracer     // from Options.TracerProvider
+	actor  string           // Options.Actor, or DefaultActor()
 }
 
 // New returns a Client. It does no I/O. It fails with an *OptionError when
@@ -67,8 +68,12 @@ func New(opts Options) (*Client, error) {
 	if rm == nil {
 		rm, rmIsStore = opts.Adapter.(adapters.ReadModel)
 	}
+	actor := opts.Actor
+	if actor == "" {
+		actor = DefaultActor()
+	}
 	return &Client{os: osc, store: opts.Adapter, rm: rm, rmIsStore: rmIsStore, await: opts.AwaitReadModel,
-		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker, tracer: tracerOf(opts.TracerProvider)}, nil
+		sem: newSemaphore(opts.MaxConcurrency), log: log, broker: broker, tracer: tracerOf(opts.TracerProvider), actor: actor}, nil
 }
 
 // readModel returns the client's read model for the call op, after
@@ -150,6 +155,9 @@ type spawnOptions struct {
 	// recordPolicy, when set, has its rules recorded as egress.rule_added after
 	// sandbox.created (a new sandbox's policy; a restored one is not re-recorded).
 	recordPolicy *NetworkPolicy
+	// actor records the handle's entries when ctx names none (WithActor):
+	// a fork's parent's; "" for the client's.
+	actor string
 }
 
 // launch creates the sandbox req describes and opens its handle: it takes a
@@ -164,6 +172,9 @@ func (c *Client) launch(ctx context.Context, op string, req opensandbox.CreateSa
 			spans.End(run, err)
 		}
 	}()
+	if err := checkActorOf(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.sem.acquire(ctx); err != nil {
 		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
 	}
@@ -203,7 +214,7 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	if err != nil {
 		return nil, &ExecConnectionError{SandboxID: id, Err: err}
 	}
-	sb := c.handle(id, o.name(id), o.runID, o.resources, o.shell, ex)
+	sb := c.handle(c.actorFor(ctx, o.actor), id, o.name(id), o.runID, o.resources, o.shell, ex)
 	sb.replay = o.replay
 	sb.expires = o.timeout > 0 // the expiry itself is set by launch
 	sb.image = o.payload.Image
@@ -227,13 +238,27 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	return sb, nil
 }
 
-// handle returns a new handle on sandbox id, recorded under name; release is
-// left for the caller to set.
-func (c *Client) handle(id, name, runID string, res Resources, shell string, ex *opensandbox.Execd) *Sandbox {
+// handle returns a new handle on sandbox id, recorded under name by actor;
+// release is left for the caller to set.
+func (c *Client) handle(actor, id, name, runID string, res Resources, shell string, ex *opensandbox.Execd) *Sandbox {
+	l := newLedger(c.store, name, id)
+	l.actor = actor
 	return &Sandbox{
 		c: c, id: id, name: name, runID: runID, resources: res, shell: shell,
-		ledger: newLedger(c.store, name, id), ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
+		ledger: l, ex: ex, inflight: map[*Exec]context.CancelCauseFunc{},
 	}
+}
+
+// actorFor returns the actor of a handle made under ctx: WithActor's, else
+// inherited (a fork's parent's, "" for none), else the client's.
+func (c *Client) actorFor(ctx context.Context, inherited string) string {
+	if a := actorOf(ctx); a != "" {
+		return a
+	}
+	if inherited != "" {
+		return inherited
+	}
+	return c.actor
 }
 
 // waitRunning waits until the sandbox is Running, for at most runningTimeout.

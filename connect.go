@@ -44,6 +44,9 @@ func (c *Client) Connect(ctx context.Context, sandboxID, name string, opts Conne
 		return nil, &ClientError{Status: http.StatusConflict, SandboxID: sandboxID,
 			Message: "sandbox is " + string(info.Status.State) + ", not Running"}
 	}
+	if err := checkActorOf(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.sem.acquire(ctx); err != nil {
 		return nil, fmt.Errorf("alineo: wait for a sandbox slot: %w", err)
 	}
@@ -61,7 +64,7 @@ func (c *Client) Connect(ctx context.Context, sandboxID, name string, opts Conne
 		res = opts.Resources.withDefaults()
 	}
 	name = defaultName(name, "sandbox-")(sandboxID)
-	sb := c.handle(sandboxID, name, runID, res, opts.Shell, ex)
+	sb := c.handle(c.actorFor(ctx, ""), sandboxID, name, runID, res, opts.Shell, ex)
 	sb.release = sync.OnceFunc(c.sem.release)
 	return sb, nil
 }

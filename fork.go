@@ -64,6 +64,7 @@ func (s *Sandbox) Fork(ctx context.Context, tag string, opts ...ForkOptions) (_ 
 		snapshotID: snap, name: defaultName("", "fork-"+s.name+"-"), resources: res, runID: runID,
 		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: runID, Resources: res.limits(), Image: s.image},
 		shell:   s.shell, env: env, policy: creds.policy(), credentialProxy: creds.proxy(),
+		actor: s.ledger.actor,
 	})
 	if err != nil {
 		return nil, err

@@ -43,6 +43,7 @@ type ledger struct {
 	one       [1]events.Entry    // appendOne's batch; used by the drain goroutine only
 	name      string
 	sandboxID string
+	actor     string // every entry's Actor
 	now       func() time.Time
 
 	slots chan struct{} // one per queued entry, bounds the queue
@@ -156,7 +157,7 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, done []<-chan error, e
 		} else {
 			e = events.New(ts, l.name, l.sandboxID, em.step, em.ev, em.payload)
 		}
-		e.Trace = tp
+		e.Trace, e.Actor = tp, l.actor
 		ch := make(chan error, 1)
 		done[i] = ch
 		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -58,6 +59,12 @@ type Options struct {
 	// TracerProvider receives the client's OpenTelemetry spans (see the
 	// package doc's Traces). Default: the global provider, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Actor names who causes what this client records: every entry its
+	// handles write carries it (events.Entry.Actor), unless the call that
+	// made the handle named another (WithActor). At most events.MaxActorLen
+	// bytes of UTF-8 without control characters. Default: DefaultActor(),
+	// the process's user@host.
+	Actor string
 }
 
 func (o Options) validate() error {
@@ -73,6 +80,9 @@ func (o Options) validate() error {
 	}
 	if o.MaxConcurrency < 0 {
 		return &OptionError{Field: "MaxConcurrency", Reason: "is negative"}
+	}
+	if err := events.ValidateActor(o.Actor); err != nil {
+		return &OptionError{Field: "Actor", Reason: err.Error()}
 	}
 	return nil
 }

@@ -63,6 +63,10 @@ func (s *Sandbox) ID() string { return s.id }
 // generated "sandbox-<first 8 of the id>".
 func (s *Sandbox) Name() string { return s.name }
 
+// Actor returns who the handle's entries are recorded as caused by
+// (events.Entry.Actor; see WithActor).
+func (s *Sandbox) Actor() string { return s.ledger.actor }
+
 // RunID returns the run id resolved when the sandbox was created.
 func (s *Sandbox) RunID() string { return s.runID }
 

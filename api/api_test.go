@@ -295,8 +295,13 @@ func TestJobsRoutes(t *testing.T) {
 func TestOpenAPICoversRoutes(t *testing.T) {
 	e := newEnv(t, "")
 	var doc struct {
-		OpenAPI string                    `json:"openapi"`
-		Paths   map[string]map[string]any `json:"paths"`
+		OpenAPI    string                                `json:"openapi"`
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
 	}
 	if resp := e.do("GET", "/v1/openapi.json", "", nil, &doc); resp.StatusCode != 200 {
 		t.Fatalf("openapi: %d", resp.StatusCode)
@@ -316,11 +321,46 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 			t.Errorf("openapi lacks %s %s", strings.ToUpper(r.method), r.path)
 		}
 	}
+	// Every /v1 route but the document answers 401; those a read user may
+	// not use (writes, the executors) 403.
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			if !strings.HasPrefix(path, "/v1/") || path == "/v1/openapi.json" || method == "parameters" {
+				continue
+			}
+			var op struct {
+				Responses map[string]any `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("openapi: %s %s: %v", method, path, err)
+			}
+			if _, ok := op.Responses["401"]; !ok {
+				t.Errorf("openapi: %s %s lacks 401", method, path)
+			}
+			_, has403 := op.Responses["403"]
+			if want := method != "get" || path == "/v1/executors"; has403 != want {
+				t.Errorf("openapi: %s %s documents 403: %v, want %v", method, path, has403, want)
+			}
+		}
+	}
+	for schema, props := range map[string][]string{"Entry": {"actor"}, "JobStatus": {"submitter", "canceledBy", "retriedBy"}} {
+		for _, p := range props {
+			if _, ok := doc.Components.Schemas[schema].Properties[p]; !ok {
+				t.Errorf("openapi: schema %s lacks %s", schema, p)
+			}
+		}
+	}
 }
 
 func TestDashboardPages(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("web", "sbweb", 2, false)
+	ran := []events.Entry{
+		events.New(0, "", "", 3, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "echo 3"}),
+		events.New(0, "", "", 3, events.ExecCompleted, events.ExecCompletedPayload{Seq: 3}),
+	}
+	ran[0].Actor, ran[1].Actor = "dana <dev>@laptop", "dana <dev>@laptop"
+	e.publish("web", "sbweb", ran...)
 	e.waitProjected()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(e.srv.URL + path)
@@ -339,8 +379,15 @@ func TestDashboardPages(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("sandbox page: %d\n%s", code, body)
 	}
-	if got, want := len(regexp.MustCompile(`<tr class="event"`).FindAllString(body, -1)), 7; got != want {
+	if got, want := len(regexp.MustCompile(`<tr class="event"`).FindAllString(body, -1)), 9; got != want {
 		t.Errorf("timeline rows = %d, want %d", got, want)
+	}
+	// Who ran the exec: on its card and on each of its raw rows, escaped.
+	if !strings.Contains(body, `<span class="actor" title="who ran it">dana &lt;dev&gt;@laptop</span>`) {
+		t.Errorf("the exec card does not name its actor")
+	}
+	if got := strings.Count(body, `<td class="actor">dana &lt;dev&gt;@laptop</td>`); got != 2 {
+		t.Errorf("raw rows naming the actor = %d, want 2", got)
 	}
 	if !strings.Contains(body, "echo 2") {
 		t.Errorf("timeline lacks the command summary")
@@ -357,6 +404,7 @@ func TestSSEResume(t *testing.T) {
 	// Another sandbox's events interleave; the filter must skip them.
 	s1 := e.openStream("/v1/events/stream?sandbox=audited", "")
 	var got []uint64
+	actors := map[uint64]string{}
 	read := func(s *sseStream, n int) string {
 		var last string
 		for range n {
@@ -372,6 +420,7 @@ func TestSSEResume(t *testing.T) {
 				t.Fatalf("id %s != entry seq %d", ev.ID, en.Seq)
 			}
 			got = append(got, en.Seq)
+			actors[en.Seq] = en.Actor
 			last = ev.ID
 		}
 		return last
@@ -382,10 +431,13 @@ func TestSSEResume(t *testing.T) {
 	s1.close()
 	// While disconnected: more of both.
 	e.session("noise", "noise2", 2, false)
-	e.publish("audited", "audited",
+	late := []events.Entry{
 		events.New(0, "", "", 3, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "late"}),
 		events.New(0, "", "", 3, events.ExecCompleted, events.ExecCompletedPayload{}),
-		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil))
+		events.New(0, "", "", events.SandboxLevel, events.SandboxClosed, nil),
+	}
+	late[0].Actor, late[1].Actor = "carol via executor-2", "carol via executor-2" // the feed carries who did it
+	e.publish("audited", "audited", late...)
 	s2 := e.openStream("/v1/events/stream?sandbox=audited", last)
 	defer s2.close()
 	read(s2, 5) // the 2 missed from the first batch, and the 3 published while away
@@ -402,6 +454,12 @@ func TestSSEResume(t *testing.T) {
 	var wantSeqs []uint64
 	for _, en := range want {
 		wantSeqs = append(wantSeqs, en.Seq)
+		if actors[en.Seq] != en.Actor {
+			t.Errorf("entry %d: the feed's actor %q, want %q", en.Seq, actors[en.Seq], en.Actor)
+		}
+	}
+	if actors[want[len(want)-2].Seq] != "carol via executor-2" {
+		t.Errorf("the late exec.completed reached the feed without its actor")
 	}
 	if !slices.Equal(got, wantSeqs) {
 		t.Fatalf("received %v, want %v (no gap, no repeat)", got, wantSeqs)

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html"
 	"html/template"
 	"io/fs"
@@ -112,7 +113,17 @@ type page struct {
 	Title string
 	Nav   string // "sandboxes" or "jobs"
 	Data  any
+	// User is who is signed in (set by render); the zero User on the
+	// sign-in page.
+	User User
 }
+
+// CanWrite reports whether the signed-in user may submit, cancel and retry
+// jobs: the pages show the write controls only then.
+func (p page) CanWrite() bool { return p.User.Can(RoleWrite) }
+
+// CanAdmin reports whether the signed-in user may see the executors.
+func (p page) CanAdmin() bool { return p.User.Can(RoleAdmin) }
 
 type errorPage struct {
 	Status  int
@@ -157,7 +168,8 @@ type jobPage struct {
 
 const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.User, _ = UserFrom(r.Context())
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -176,7 +188,7 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int,
 	if status >= 500 {
 		s.log.Warn("api: dashboard page failed", "path", r.URL.Path, "status", status, "err", msg)
 	}
-	s.render(w, status, "error.html", page{Title: title, Data: errorPage{Status: status, Title: title, Message: msg, Back: "/"}})
+	s.render(w, r, status, "error.html", page{Title: title, Data: errorPage{Status: status, Title: title, Message: msg, Back: "/"}})
 }
 
 func (s *Server) renderStoreError(w http.ResponseWriter, r *http.Request, err error) {
@@ -187,12 +199,19 @@ func (s *Server) renderStoreError(w http.ResponseWriter, r *http.Request, err er
 	s.renderError(w, r, status, "The read model is not available", err.Error())
 }
 
-// requireTokenHTML guards a dashboard page: without the token it shows the
-// login form (401).
-func (s *Server) requireTokenHTML(h http.HandlerFunc) http.Handler {
+// requireTokenHTML guards a dashboard page: without a known token it shows
+// the login form (401), to a user below role the error page (403).
+func (s *Server) requireTokenHTML(role Role, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			s.render(w, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: ""})
+		u, ok := s.user(r, true)
+		if !ok {
+			s.render(w, r, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: ""})
+			return
+		}
+		r = r.WithContext(withUser(r.Context(), u))
+		if !u.Can(role) {
+			s.renderError(w, r, http.StatusForbidden, "Not allowed",
+				fmt.Sprintf("%s has the role %s; this page needs %s.", u.Name, u.Role, role))
 			return
 		}
 		h(w, r)
@@ -202,15 +221,16 @@ func (s *Server) requireTokenHTML(h http.HandlerFunc) http.Handler {
 // login checks ?token= and sets the dashboard cookie.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	tok := r.URL.Query().Get("token")
-	if s.cfg.Token != "" && !s.tokenOK(tok) {
+	_, known := s.lookup(tok)
+	if !s.open() && !known {
 		msg := ""
 		if tok != "" {
 			msg = "wrong token"
 		}
-		s.render(w, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: msg})
+		s.render(w, r, http.StatusUnauthorized, "login.html", page{Title: "sign in", Data: msg})
 		return
 	}
-	if s.cfg.Token != "" {
+	if !s.open() {
 		http.SetCookie(w, &http.Cookie{
 			Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 			Secure: r.TLS != nil, MaxAge: int((30 * 24 * time.Hour).Seconds()),
@@ -284,7 +304,7 @@ func (s *Server) dashboardSandbox(w http.ResponseWriter, r *http.Request) {
 			p.Parent = &ps[0]
 		}
 	}
-	s.render(w, http.StatusOK, "sandbox.html", page{Title: d.Name + " " + d.SandboxID, Nav: "sandboxes", Data: p})
+	s.render(w, r, http.StatusOK, "sandbox.html", page{Title: d.Name + " " + d.SandboxID, Nav: "sandboxes", Data: p})
 }
 
 func (s *Server) dashboardExec(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +323,7 @@ func (s *Server) dashboardExec(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusNotFound, "No such exec", "sandbox "+d.SandboxID+" has no exec "+k.String())
 		return
 	}
-	s.render(w, http.StatusOK, "exec.html", page{Title: "exec " + k.String() + " · " + d.Name, Nav: "sandboxes",
+	s.render(w, r, http.StatusOK, "exec.html", page{Title: "exec " + k.String() + " · " + d.Name, Nav: "sandboxes",
 		Data: execPage{Details: d, Exec: x, LastSeq: v.LastSeq, Closed: v.Closed}})
 }
 
@@ -318,7 +338,7 @@ func (s *Server) dashboardRun(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusNotFound, "No such run", "no sandbox belongs to run "+run)
 		return
 	}
-	s.render(w, http.StatusOK, "run.html", page{Title: "run " + run, Nav: "sandboxes", Data: l})
+	s.render(w, r, http.StatusOK, "run.html", page{Title: "run " + run, Nav: "sandboxes", Data: l})
 }
 
 func (s *Server) dashboardJobs(w http.ResponseWriter, r *http.Request) {
@@ -331,7 +351,7 @@ func (s *Server) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusServiceUnavailable, "The jobs queue is not available", err.Error())
 		return
 	}
-	s.render(w, http.StatusOK, "jobs.html", page{Title: "jobs", Nav: "jobs", Data: jobsPage{Jobs: sts}})
+	s.render(w, r, http.StatusOK, "jobs.html", page{Title: "jobs", Nav: "jobs", Data: jobsPage{Jobs: sts}})
 }
 
 func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request) {
@@ -358,7 +378,7 @@ func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request) {
 		s.renderStoreError(w, r, err)
 		return
 	}
-	s.render(w, http.StatusOK, "job.html", page{Title: "job " + st.Name, Nav: "jobs", Data: jobPage{Job: st, Attempts: as, Takeovers: takeovers(as)}})
+	s.render(w, r, http.StatusOK, "job.html", page{Title: "job " + st.Name, Nav: "jobs", Data: jobPage{Job: st, Attempts: as, Takeovers: takeovers(as)}})
 }
 
 func (s *Server) dashboardExecutors(w http.ResponseWriter, r *http.Request) {
@@ -378,5 +398,5 @@ func (s *Server) dashboardExecutors(w http.ResponseWriter, r *http.Request) {
 		}
 		p.Running += len(x.Jobs)
 	}
-	s.render(w, http.StatusOK, "executors.html", page{Title: "executors", Nav: "executors", Data: p})
+	s.render(w, r, http.StatusOK, "executors.html", page{Title: "executors", Nav: "executors", Data: p})
 }

@@ -717,7 +717,7 @@ func TestDashboardCancelRetryInChromium(t *testing.T) {
 	// The worker stops the job before step 2; the page follows.
 	b.waitEval(t, s, `document.getElementById("job-state").textContent.trim()`, "canceled")
 	b.waitEval(t, s, visible("job-retry")+` + " " + `+visible("job-cancel-requested"), "true false")
-	if got := b.mustEval(t, s, `document.getElementById("job-error").textContent`); got != "job canceled by api before step 2" {
+	if got := b.mustEval(t, s, `document.getElementById("job-error").textContent`); got != "job canceled by admin before step 2" {
 		t.Errorf("job error = %q", got)
 	}
 	select {

@@ -141,7 +141,7 @@ func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Counts = countStatus(p.Sandboxes)
-	s.render(w, http.StatusOK, "list.html", page{Title: "sandboxes", Nav: "sandboxes", Data: p})
+	s.render(w, r, http.StatusOK, "list.html", page{Title: "sandboxes", Nav: "sandboxes", Data: p})
 }
 
 // listSessions lists the sessions o selects, of p's name if it has one.

@@ -62,6 +62,9 @@ type execView struct {
 	ExitCode    int
 	Error       string
 	Chunks      []chunk
+	// Actor is who started the exec (its exec.started's actor), "" when
+	// unknown.
+	Actor string
 }
 
 // Running reports whether the exec may still complete: it has no
@@ -194,7 +197,7 @@ func buildSession(es []events.Entry) sessionView {
 			var p events.ExecStartedPayload
 			_ = e.Decode(&p)
 			x := get(e)
-			x.Seq, x.StartedAt, x.Kind, x.Text = e.Seq, e.Ts, string(p.Kind), p.Text()
+			x.Seq, x.StartedAt, x.Kind, x.Text, x.Actor = e.Seq, e.Ts, string(p.Kind), p.Text(), e.Actor
 			if x.Kind == "" {
 				x.Kind = string(events.KindCommand)
 			}

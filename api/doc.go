@@ -6,9 +6,18 @@
 //
 // # Auth
 //
-// With Config.Token set, every /v1 route but /v1/openapi.json needs
+// Tokens name users with a role (Users, from a token file: ParseTokens; the
+// single Config.Token is one admin named AdminName). A role allows what the
+// ones below it do: RoleRead the dashboard, listings, details and the stream;
+// RoleWrite also submit, cancel and retry jobs and delete sandboxes;
+// RoleAdmin also the executors (GET /v1/executors, /ui/executors). With
+// tokens, every /v1 route but /v1/openapi.json needs
 // "Authorization: Bearer <token>", or the alineo_token cookie holding it;
-// without either the answer is 401 with a JSON error. The dashboard uses the
+// without a known token the answer is 401 with a JSON error, for a user below
+// the route's role 403. Tokens are kept as SHA-256 hashes, compared in
+// constant time, and never logged. The user is recorded as who did what: a
+// job's Submitter, CanceledBy and RetriedBy, and so the actor of its entries;
+// a delete is logged with it. The dashboard uses the
 // cookie, which GET /login?token=<token> sets (HttpOnly, SameSite=Strict)
 // before redirecting to the dashboard; EventSource then sends it with the live
 // tail's request. The cookie authorizes reads only: a write (POST, DELETE)
@@ -17,8 +26,9 @@
 // header, this server's own origin (403 otherwise), so a page of another
 // origin (another port of 127.0.0.1, as sandboxd's proxy serves sandboxes'
 // pages) cannot make a signed-in browser write. /healthz and /metrics are
-// open (scrapers and probes carry no token). With no Token everything is
-// open but for the JSON and Origin checks of writes.
+// open (scrapers and probes carry no token). With no Token and no Users
+// everything is open (every request AnonymousName's, an admin's) but for the
+// JSON and Origin checks of writes.
 //
 // # Live stream
 //

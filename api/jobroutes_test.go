@@ -29,8 +29,8 @@ func TestJobCancelRetryRoutes(t *testing.T) {
 		t.Errorf("retry of a queued job: %d, want 409", resp.StatusCode)
 	}
 	if resp := e.do("POST", "/v1/jobs/"+st.ID+"/cancel", token, strings.NewReader("{}"), &got); resp.StatusCode != http.StatusOK ||
-		got.State != jobs.StateCanceled || got.CanceledBy != "api" {
-		t.Fatalf("cancel: %d %+v, want 200 canceled by api", resp.StatusCode, got)
+		got.State != jobs.StateCanceled || got.CanceledBy != "admin" {
+		t.Fatalf("cancel: %d %+v, want 200 canceled by admin", resp.StatusCode, got)
 	}
 	var apiErr api.Error
 	if resp := e.do("POST", "/v1/jobs/"+st.ID+"/cancel", token, strings.NewReader("{}"), &apiErr); resp.StatusCode != http.StatusConflict || apiErr.Code != api.CodeConflict {

@@ -47,7 +47,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("", err.Error()))
 		return
 	}
-	st, err := q.Submit(r.Context(), spec)
+	st, err := q.SubmitAs(r.Context(), spec, s.actor(r))
 	if err != nil {
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()})
 		return
@@ -109,10 +109,15 @@ func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
-// actor names who makes a request, as job statuses record it. The single
-// bearer token names nobody, so it is "api"; with users and roles, it will
-// be the user.
-func (s *Server) actor(*http.Request) string { return "api" }
+// actor names who makes a request, as job statuses record it: the name of
+// the request's user (AdminName for the single token, AnonymousName on an
+// open server).
+func (s *Server) actor(r *http.Request) string {
+	if u, ok := UserFrom(r.Context()); ok {
+		return u.Name
+	}
+	return AnonymousName
+}
 
 // jobWriteError answers the error of a cancel or a retry.
 func jobWriteError(w http.ResponseWriter, id string, err error) {
@@ -163,7 +168,7 @@ func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, err := q.Retry(r.Context(), id)
+	st, err := q.Retry(r.Context(), id, s.actor(r))
 	if err != nil {
 		jobWriteError(w, id, err)
 		return

@@ -98,6 +98,8 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err)
 		return
 	}
+	// The session's entries are gone: the log is what records who deleted it.
+	s.log.Info("api: sandbox deleted", "name", d.Name, "sandbox", d.SandboxID, "by", s.actor(r))
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -60,8 +60,14 @@ type Config struct {
 	Bus *bus.Bus
 	// Queue serves /v1/jobs; nil answers those routes with 503.
 	Queue *jobs.Queue
-	// Token, when set, is required on /v1 and the dashboard (see the package doc).
+	// Token, when set, is one admin's token, the user AdminName (see the
+	// package doc).
 	Token string
+	// Users are the named tokens with their roles (a token file, ParseTokens);
+	// the caller may Replace them while the server runs (a reload). With
+	// neither Token nor Users the API and the dashboard are open: every
+	// request is AnonymousName's, an admin's.
+	Users *Users
 	// Registry receives the API's metrics and is served at /metrics. Default a
 	// new registry.
 	Registry *prometheus.Registry
@@ -123,8 +129,10 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) routes() {
 	api := func(pattern string, h http.HandlerFunc) {
-		route := pattern
-		s.mux.Handle(pattern, s.instrument(route, s.requireToken(h)))
+		s.mux.Handle(pattern, s.instrument(pattern, s.requireRole(RoleRead, h)))
+	}
+	admin := func(pattern string, h http.HandlerFunc) {
+		s.mux.Handle(pattern, s.instrument(pattern, s.requireRole(RoleAdmin, h)))
 	}
 	write := func(pattern string, h http.HandlerFunc) {
 		s.mux.Handle(pattern, s.instrument(pattern, s.requireWrite(h)))
@@ -148,7 +156,7 @@ func (s *Server) routes() {
 	api("GET /v1/jobs/{id}", s.getJob)
 	write("POST /v1/jobs/{id}/cancel", s.cancelJob)
 	write("POST /v1/jobs/{id}/retry", s.retryJob)
-	api("GET /v1/executors", s.listExecutors)
+	admin("GET /v1/executors", s.listExecutors)
 	api("GET /v1/events/stream", s.stream)
 	// Anything else under /v1 is a JSON 404 (after auth, so it reveals nothing).
 	api("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -156,13 +164,13 @@ func (s *Server) routes() {
 	})
 
 	open("GET /login", http.HandlerFunc(s.login))
-	open("GET /{$}", s.requireTokenHTML(s.dashboardList))
-	open("GET /ui/sandboxes/{name}/{id}", s.requireTokenHTML(s.dashboardSandbox))
-	open("GET /ui/sandboxes/{name}/{id}/execs/{step}", s.requireTokenHTML(s.dashboardExec))
-	open("GET /ui/runs/{run}", s.requireTokenHTML(s.dashboardRun))
-	open("GET /ui/jobs", s.requireTokenHTML(s.dashboardJobs))
-	open("GET /ui/jobs/{id}", s.requireTokenHTML(s.dashboardJob))
-	open("GET /ui/executors", s.requireTokenHTML(s.dashboardExecutors))
+	open("GET /{$}", s.requireTokenHTML(RoleRead, s.dashboardList))
+	open("GET /ui/sandboxes/{name}/{id}", s.requireTokenHTML(RoleRead, s.dashboardSandbox))
+	open("GET /ui/sandboxes/{name}/{id}/execs/{step}", s.requireTokenHTML(RoleRead, s.dashboardExec))
+	open("GET /ui/runs/{run}", s.requireTokenHTML(RoleRead, s.dashboardRun))
+	open("GET /ui/jobs", s.requireTokenHTML(RoleRead, s.dashboardJobs))
+	open("GET /ui/jobs/{id}", s.requireTokenHTML(RoleRead, s.dashboardJob))
+	open("GET /ui/executors", s.requireTokenHTML(RoleAdmin, s.dashboardExecutors))
 	open("GET /ui/assets/", s.assets())
 }
 
@@ -181,33 +189,68 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openapiDoc)
 }
 
-// authorized reports whether r carries the token (header or cookie).
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.Token == "" {
-		return true
+// open reports whether the server has no tokens at all: every request is
+// AnonymousName's.
+func (s *Server) open() bool { return s.cfg.Token == "" && s.cfg.Users == nil }
+
+// user returns who r is made by, from the bearer header or, without one, the
+// dashboard's cookie (cookieOK). ok is false when r carries no token the
+// server knows.
+func (s *Server) user(r *http.Request, cookieOK bool) (u User, ok bool) {
+	if s.open() {
+		return User{Name: AnonymousName, Role: RoleAdmin}, true
 	}
 	if r.Header.Get("Authorization") != "" {
-		return s.bearerOK(r)
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return User{}, false
+		}
+		return s.lookup(strings.TrimSpace(tok))
 	}
-	if c, err := r.Cookie(TokenCookie); err == nil {
-		return s.tokenOK(c.Value)
+	if c, err := r.Cookie(TokenCookie); err == nil && cookieOK {
+		return s.lookup(c.Value)
 	}
-	return false
+	return User{}, false
 }
 
-func (s *Server) tokenOK(tok string) bool {
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1
+// lookup returns the user of tok: the admin of Config.Token, or one of
+// Config.Users. Both are compared in constant time.
+func (s *Server) lookup(tok string) (User, bool) {
+	if tok == "" {
+		return User{}, false
+	}
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1 {
+		return User{Name: AdminName, Role: RoleAdmin}, true
+	}
+	return s.cfg.Users.Lookup(tok)
 }
 
-func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
+// unauthorized answers a request without a known token: 401.
+func unauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="alineo"`)
+	writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: msg})
+}
+
+// forbidden answers a known user whose role is below role: 403.
+func forbidden(w http.ResponseWriter, u User, role Role) {
+	writeError(w, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
+		Message: fmt.Sprintf("user %q has the role %s; this needs %s", u.Name, u.Role, role)})
+}
+
+// requireRole guards a read route: 401 without a known token (bearer header
+// or cookie), 403 for a user below role.
+func (s *Server) requireRole(role Role, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="alineo"`)
-			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "missing or wrong bearer token (Authorization: Bearer <ALINEO_API_TOKEN>)"})
+		u, ok := s.user(r, true)
+		if !ok {
+			unauthorized(w, "missing or wrong bearer token (Authorization: Bearer <token>)")
 			return
 		}
-		h(w, r)
+		if !u.Can(role) {
+			forbidden(w, u, role)
+			return
+		}
+		h(w, r.WithContext(withUser(r.Context(), u)))
 	}
 }
 
@@ -218,8 +261,8 @@ func (s *Server) requireToken(h http.HandlerFunc) http.HandlerFunc {
 // with a form, but neither an Authorization header nor a JSON body without
 // a CORS preflight, which the API never grants. So: an Origin header, when
 // sent, must be this server's (403); with a Token, the bearer header is
-// required, the cookie authorizes reads only (401); a body must be
-// application/json (415).
+// required, the cookie authorizes reads only (401); the user must have the
+// write role (403); a body must be application/json (415).
 func (s *Server) requireWrite(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(r, o) {
@@ -227,10 +270,13 @@ func (s *Server) requireWrite(h http.HandlerFunc) http.HandlerFunc {
 				Message: "cross-origin write refused (Origin " + o + ")"})
 			return
 		}
-		if s.cfg.Token != "" && !s.bearerOK(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="alineo"`)
-			writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
-				Message: "writes need the bearer token (Authorization: Bearer <ALINEO_API_TOKEN>); the cookie authorizes reads only"})
+		u, ok := s.user(r, false)
+		if !ok {
+			unauthorized(w, "writes need a bearer token (Authorization: Bearer <token>); the cookie authorizes reads only")
+			return
+		}
+		if !u.Can(RoleWrite) {
+			forbidden(w, u, RoleWrite)
 			return
 		}
 		if r.Method == http.MethodPost || r.ContentLength > 0 {
@@ -241,14 +287,8 @@ func (s *Server) requireWrite(h http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 		}
-		h(w, r)
+		h(w, r.WithContext(withUser(r.Context(), u)))
 	}
-}
-
-// bearerOK reports whether r carries the token in its Authorization header.
-func (s *Server) bearerOK(r *http.Request) bool {
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
 }
 
 // sameOrigin reports whether origin is the origin r was sent to.

@@ -45,6 +45,10 @@ func appendEntry(buf []byte, e events.Entry) []byte {
 		buf = append(buf, `,"error":`...)
 		buf = appendString(buf, e.Error)
 	}
+	if e.Actor != "" {
+		buf = append(buf, `,"actor":`...)
+		buf = appendString(buf, e.Actor)
+	}
 	return append(buf, '}')
 }
 
@@ -106,8 +110,8 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 // (a Decoder's), session names are looked up there too: a projection reads
 // many sessions' messages interleaved.
 type interner struct {
-	name, id string
-	names    map[string]string
+	name, id, actor string
+	names           map[string]string
 }
 
 // maxNames bounds an interner's names: past it the map starts again.
@@ -197,10 +201,10 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 // decodeEntryInto is decodeEntryWith decoding into *e, which must be zero:
 // a replay decodes straight into its result's next slot, not into a copy.
 func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
-	var nameBuf, idBuf string
-	names, ids := &nameBuf, &idBuf
+	var nameBuf, idBuf, actorBuf string
+	names, ids, actors := &nameBuf, &idBuf, &actorBuf
 	if in != nil {
-		names, ids = &in.name, &in.id
+		names, ids, actors = &in.name, &in.id, &in.actor
 	}
 	d := decoder{b: data}
 	d.ws()
@@ -266,6 +270,12 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 			e.Event = eventName(b)
 		case "error":
 			if e.Error, ok = d.str(); !ok {
+				return false
+			}
+		case "actor":
+			// A session's entries mostly share one actor: reused, as the
+			// sandbox id is.
+			if e.Actor, ok = d.interned(in, actors); !ok {
 				return false
 			}
 		case "payload":

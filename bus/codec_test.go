@@ -15,7 +15,8 @@ func codecSeeds() [][]byte {
 	var seeds [][]byte
 	for _, e := range []events.Entry{
 		events.New(1764400000000, "job", "sbx-1", 3, events.ExecOutput, events.NewOutput(3, events.Stdout, []byte("hi\n\"there\"\x00\xff"))),
-		{Ts: 5, Name: "line\nbreak\ttab é", SandboxID: "sbx-2'\"", StepIndex: -1, Branch: &br, Event: events.SandboxPaused, Error: "boom \\ <&>"},
+		{Ts: 5, Name: "line\nbreak\ttab é", SandboxID: "sbx-2'\"", StepIndex: -1, Branch: &br, Event: events.SandboxPaused, Error: "boom \\ <&>", Actor: "zoë via executor-3"},
+		{Ts: 6, Name: "n", SandboxID: "s", Event: events.SandboxResumed, Actor: "alice@host"},
 		{Ts: 7, Name: "n", SandboxID: "s", Event: events.SandboxClosed, Payload: json.RawMessage("null")},
 		{Seq: 9, Ts: 7, Name: "n", SandboxID: "s", Event: events.ExecStarted, Payload: json.RawMessage(` { "seq" : 1 , "cmd":"a\\u0041"} `)},
 	} {
@@ -23,7 +24,8 @@ func codecSeeds() [][]byte {
 		seeds = append(seeds, b, appendEntry(nil, e))
 	}
 	return append(seeds, []byte(`{}`), []byte(`{"ts":1.5}`), []byte(`{"ts":-0,"branch":null}`),
-		[]byte(`{"payload":[1,{"a":"\"}"}]}`), []byte(`{"Name":"x"}`), []byte(` {"ts":01}`), []byte(`{"payload":1 2}`))
+		[]byte(`{"payload":[1,{"a":"\"}"}]}`), []byte(`{"Name":"x"}`), []byte(` {"ts":01}`), []byte(`{"payload":1 2}`),
+		[]byte(`{"actor":null}`), []byte(`{"actor":"a\u00e9"}`), []byte(`{"Actor":"x"}`), []byte(`{"actor":"a","actor":"b"}`))
 }
 
 // FuzzDecodeEntry: whenever the fast decoder accepts input, encoding/json
@@ -57,10 +59,10 @@ func FuzzDecodeEntry(f *testing.F) {
 // FuzzAppendEntry: appendEntry writes JSON that encoding/json decodes back to
 // the entry (strings as encoding/json renders invalid UTF-8).
 func FuzzAppendEntry(f *testing.F) {
-	f.Add(int64(1), "job", "sbx", 2, "exec.output", `{"seq":1}`, "", true)
-	f.Add(int64(-5), "a\x00b\xffc", "\"\\", -1, "x", ``, "e\u2028", false)
-	f.Fuzz(func(t *testing.T, ts int64, name, id string, step int, ev, payload, errText string, branch bool) {
-		e := events.Entry{Ts: ts, Name: name, SandboxID: id, StepIndex: step, Event: events.Event(ev), Error: errText}
+	f.Add(int64(1), "job", "sbx", 2, "exec.output", `{"seq":1}`, "", true, "alice via executor-1")
+	f.Add(int64(-5), "a\x00b\xffc", "\"\\", -1, "x", ``, "e\u2028", false, "zo\xffë\n")
+	f.Fuzz(func(t *testing.T, ts int64, name, id string, step int, ev, payload, errText string, branch bool, actor string) {
+		e := events.Entry{Ts: ts, Name: name, SandboxID: id, StepIndex: step, Event: events.Event(ev), Error: errText, Actor: actor}
 		if branch {
 			e.Branch = &step
 		}
@@ -79,11 +81,11 @@ func FuzzAppendEntry(f *testing.F) {
 			}
 			return b.String()
 		}
-		if !utf8.ValidString(name + id + ev + errText) {
-			e.Name, e.SandboxID, e.Event, e.Error = fix(e.Name), fix(e.SandboxID), events.Event(fix(string(e.Event))), fix(e.Error)
+		if !utf8.ValidString(name + id + ev + errText + actor) {
+			e.Name, e.SandboxID, e.Event, e.Error, e.Actor = fix(e.Name), fix(e.SandboxID), events.Event(fix(string(e.Event))), fix(e.Error), fix(e.Actor)
 		}
 		if got.Ts != e.Ts || got.Name != e.Name || got.SandboxID != e.SandboxID || got.StepIndex != e.StepIndex ||
-			got.Event != e.Event || got.Error != e.Error || string(got.Payload) != string(e.Payload) ||
+			got.Event != e.Event || got.Error != e.Error || got.Actor != e.Actor || string(got.Payload) != string(e.Payload) ||
 			(got.Branch == nil) != (e.Branch == nil) || (got.Branch != nil && *got.Branch != *e.Branch) {
 			t.Fatalf("round trip of %+v through %q = %+v", e, b, got)
 		}

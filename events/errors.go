@@ -8,6 +8,10 @@ import (
 // ErrInvalidEntry is wrapped by every validation error: errors.Is(err, ErrInvalidEntry).
 var ErrInvalidEntry = errors.New("invalid ledger entry")
 
+// ErrInvalidActor is wrapped by the ValidationError of an actor name that is
+// too long, not valid UTF-8 or holds a control character.
+var ErrInvalidActor = errors.New("invalid actor")
+
 // ErrInvalidSubject is returned when a subject is not a ledger subject.
 var ErrInvalidSubject = errors.New("invalid ledger subject")
 

@@ -71,6 +71,11 @@ type Entry struct {
 	// The JSON literal null is distinct from nil and round-trips as such.
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Error   string          `json:"error,omitempty"`
+	// Actor is who caused the entry: the SDK's Options.Actor (by default the
+	// process's user@host), or for a job's entries "<submitter> via
+	// <executor>". "" when unknown, as on every entry the TypeScript SDK
+	// writes. At most MaxActorLen bytes of valid UTF-8 (Validate).
+	Actor string `json:"actor,omitempty"`
 	// Trace is the W3C trace context (a traceparent header value) of the span
 	// the entry was written under, "" for none. The bus carries it in the
 	// message's headers; the SQL stores do not keep it, and it is not part of

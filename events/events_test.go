@@ -36,6 +36,12 @@ func TestValidate(t *testing.T) {
 		{"payload not json", func(e *events.Entry) { e.Payload = json.RawMessage("{oops") }, "payload"},
 		{"payload wrong type", func(e *events.Entry) { e.Payload = json.RawMessage(`{"seq":"one"}`) }, "payload.seq"},
 		{"payload not an object", func(e *events.Entry) { e.Payload = json.RawMessage(`[1,2]`) }, "payload"},
+		{"actor", func(e *events.Entry) { e.Actor = "alice via executor-3" }, ""},
+		{"actor unicode", func(e *events.Entry) { e.Actor = "zoë@hôte" }, ""},
+		{"actor at limit", func(e *events.Entry) { e.Actor = strings.Repeat("a", events.MaxActorLen) }, ""},
+		{"actor too long", func(e *events.Entry) { e.Actor = strings.Repeat("a", events.MaxActorLen+1) }, "actor"},
+		{"actor not utf-8", func(e *events.Entry) { e.Actor = "al\xffice" }, "actor"},
+		{"actor control", func(e *events.Entry) { e.Actor = "alice\nbob" }, "actor"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +63,9 @@ func TestValidate(t *testing.T) {
 			}
 			if got, want := ve.Field, tt.field; got != want {
 				t.Errorf("Field = %q, want %q (%v)", got, want, err)
+			}
+			if got, want := errors.Is(err, events.ErrInvalidActor), tt.field == "actor"; got != want {
+				t.Errorf("errors.Is(err, ErrInvalidActor) = %v, want %v", got, want)
 			}
 		})
 	}
@@ -89,6 +98,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			Fingerprint: events.Fingerprint(events.KindCommand, "echo 'h\"é'")})
 	e.Branch = &branch
 	e.Error = "boom"
+	e.Actor = "alice via executor-3"
 	b, err := events.Marshal(e)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +108,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Name != e.Name || got.SandboxID != e.SandboxID || got.Ts != e.Ts || got.StepIndex != e.StepIndex ||
-		got.Event != e.Event || got.Error != e.Error || got.Branch == nil || *got.Branch != branch ||
+		got.Event != e.Event || got.Error != e.Error || got.Actor != e.Actor || got.Branch == nil || *got.Branch != branch ||
 		!bytes.Equal(got.Payload, e.Payload) {
 		t.Fatalf("round trip = %+v, want %+v", got, e)
 	}

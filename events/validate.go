@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validate checks e before it is written: a non-empty Name and SandboxID, a known
-// Event, Ts > 0, a StepIndex of at least -1, and a Payload that is JSON and, for
+// Event, Ts > 0, a StepIndex of at least -1, an Actor that ValidateActor accepts, and a Payload that is JSON and, for
 // events with a payload type, decodes into that type. It returns a
 // *ValidationError (wrapping ErrInvalidEntry) naming the first wrong field.
 func Validate(e Entry) error {
@@ -24,6 +27,9 @@ func Validate(e Entry) error {
 		return &ValidationError{Field: "ts", Reason: fmt.Sprintf("must be > 0, got %d", e.Ts)}
 	case e.StepIndex < SandboxLevel:
 		return &ValidationError{Field: "stepIndex", Reason: fmt.Sprintf("must be >= -1, got %d", e.StepIndex)}
+	}
+	if err := ValidateActor(e.Actor); err != nil {
+		return err
 	}
 	if e.Payload == nil {
 		return nil
@@ -51,6 +57,25 @@ func Validate(e Entry) error {
 			field = "payload." + te.Field
 		}
 		return &ValidationError{Field: field, Reason: "does not match " + string(e.Event), Err: err}
+	}
+	return nil
+}
+
+// MaxActorLen is the longest Entry.Actor, in bytes.
+const MaxActorLen = 256
+
+// ValidateActor checks an actor name: at most MaxActorLen bytes of valid
+// UTF-8 without control characters. "" (unknown) is valid. It returns a
+// *ValidationError for the field "actor" (wrapping ErrInvalidEntry and
+// ErrInvalidActor).
+func ValidateActor(actor string) error {
+	switch {
+	case len(actor) > MaxActorLen:
+		return &ValidationError{Field: "actor", Reason: fmt.Sprintf("is %d bytes, more than %d", len(actor), MaxActorLen), Err: ErrInvalidActor}
+	case !utf8.ValidString(actor):
+		return &ValidationError{Field: "actor", Reason: "is not valid UTF-8", Err: ErrInvalidActor}
+	case strings.ContainsFunc(actor, unicode.IsControl):
+		return &ValidationError{Field: "actor", Reason: "holds a control character", Err: ErrInvalidActor}
 	}
 	return nil
 }

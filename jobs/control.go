@@ -125,11 +125,13 @@ func (q *Queue) Cancel(ctx context.Context, id, by string) (Status, error) {
 
 // Retry submits the spec of job id, which failed or was canceled, as a new
 // job whose status names id in RetryOf; id's status names the new job in
-// RetriedAs. A job is retried once: retrying it again (a second click) is
-// ErrNotRetryable, naming the first retry.
+// RetriedAs and by in RetriedBy. The new job is submitted by by (its
+// Submitter): who retries a job is who runs it again. A job is retried once:
+// retrying it again (a second click) is ErrNotRetryable, naming the first
+// retry.
 //
-// Errors: ErrNotFound; ErrNotRetryable; ErrSpecUnavailable; those of Submit.
-func (q *Queue) Retry(ctx context.Context, id string) (Status, error) {
+// Errors: ErrNotFound; ErrNotRetryable; ErrSpecUnavailable; those of SubmitAs.
+func (q *Queue) Retry(ctx context.Context, id, by string) (Status, error) {
 	spec, err := q.Spec(ctx, id)
 	if err != nil {
 		if _, serr := q.Status(ctx, id); errors.Is(serr, ErrNotFound) {
@@ -145,12 +147,12 @@ func (q *Queue) Retry(ctx context.Context, id string) (Status, error) {
 		case s.State != StateFailed && s.State != StateCanceled:
 			return fmt.Errorf("%w: job %s is %s; only a failed or canceled job is retried", ErrNotRetryable, id, s.State)
 		}
-		s.RetriedAs = next
+		s.RetriedAs, s.RetriedBy = next, by
 		return nil
 	}); err != nil {
 		return Status{}, err
 	}
-	st, err := q.submit(ctx, spec, next, id)
+	st, err := q.submit(ctx, spec, next, id, by)
 	if err == nil {
 		return st, nil
 	}
@@ -158,7 +160,7 @@ func (q *Queue) Retry(ctx context.Context, id string) (Status, error) {
 		// Nothing was recorded of the new job: the old one may be retried again.
 		_, uerr := q.modify(context.WithoutCancel(ctx), id, func(s *Status) error {
 			if s.RetriedAs == next {
-				s.RetriedAs = ""
+				s.RetriedAs, s.RetriedBy = "", ""
 			}
 			return nil
 		})
@@ -237,6 +239,7 @@ func (w *Worker) recordCancel(ctx context.Context, jobID string, st Status) {
 	}
 	p.Reason, p.By, p.Job = ClosedCanceled, w.ID, jobID
 	e := events.New(time.Now().UnixMilli(), st.SandboxName, st.SandboxID, events.SandboxLevel, events.SandboxClosed, p)
+	e.Actor = JobActor(st.CanceledBy, w.ID) // who asked, through this worker
 	if err := w.Ledger.AppendBatch(ctx, []events.Entry{e}); err != nil {
 		w.Logger.Warn("jobs: record a canceled job's end", "job", jobID, "sandbox", st.SandboxID, "err", err)
 	}

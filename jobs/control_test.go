@@ -36,7 +36,7 @@ func TestCancelAndRetryQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Retry(ctx, st.ID); !errors.Is(err, jobs.ErrNotRetryable) {
+	if _, err := q.Retry(ctx, st.ID, "tester"); !errors.Is(err, jobs.ErrNotRetryable) {
 		t.Errorf("retry of a queued job: %v, want ErrNotRetryable", err)
 	}
 	got, err := q.Cancel(ctx, st.ID, "alice")
@@ -53,7 +53,7 @@ func TestCancelAndRetryQueued(t *testing.T) {
 		t.Errorf("cancel of an unknown job: %v, want ErrNotFound", err)
 	}
 
-	again, err := q.Retry(ctx, st.ID)
+	again, err := q.Retry(ctx, st.ID, "tester")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +66,10 @@ func TestCancelAndRetryQueued(t *testing.T) {
 	if s, err := q.Spec(ctx, again.ID); err != nil || s.Name != spec.Name || len(s.Steps) != 1 || s.Steps[0].Exec.Command != "true" {
 		t.Errorf("the retry's spec = %+v, %v", s, err)
 	}
-	if _, err := q.Retry(ctx, st.ID); !errors.Is(err, jobs.ErrNotRetryable) {
+	if _, err := q.Retry(ctx, st.ID, "tester"); !errors.Is(err, jobs.ErrNotRetryable) {
 		t.Errorf("second retry: %v, want ErrNotRetryable", err)
 	}
-	if _, err := q.Retry(ctx, jobs.NewID()); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := q.Retry(ctx, jobs.NewID(), "tester"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("retry of an unknown job: %v, want ErrNotFound", err)
 	}
 	if n, err := q.Pending(ctx); err != nil || n != 2 {

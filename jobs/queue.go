@@ -10,10 +10,13 @@ import (
 	"regexp"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/alineo-labs/alineo/events"
 )
 
 // Defaults of QueueConfig.
@@ -124,10 +127,15 @@ type Status struct {
 	Steps int `json:"steps"`
 	Done  int `json:"done"`
 	// Checkpoint is the last resume point: a redelivered job resumes there.
-	Checkpoint  *Checkpoint `json:"checkpoint,omitempty"`
-	Error       string      `json:"error,omitempty"`
-	SubmittedAt int64       `json:"submittedAt"` // Unix ms
-	UpdatedAt   int64       `json:"updatedAt"`   // Unix ms
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	// Submitter names who submitted the job (SubmitAs; the API's user, or
+	// the user who retried it): the job's entries are recorded as caused by
+	// JobActor(Submitter, the worker running it), across takeovers. "" when
+	// unknown.
+	Submitter   string `json:"submitter,omitempty"`
+	SubmittedAt int64  `json:"submittedAt"` // Unix ms
+	UpdatedAt   int64  `json:"updatedAt"`   // Unix ms
 	// CancelRequested is set by Cancel: a job that had not started is
 	// canceled at once, a running one by its worker before its next step.
 	// CanceledBy names who asked (Cancel's by).
@@ -137,12 +145,32 @@ type Status struct {
 	// retries this one.
 	RetryOf   string `json:"retryOf,omitempty"`
 	RetriedAs string `json:"retriedAs,omitempty"`
+	RetriedBy string `json:"retriedBy,omitempty"`
 }
 
-// Message is the body of a job message on the jobs stream.
+// Message is the body of a job message on the jobs stream. Submitter is the
+// status's: every delivery of the message, a takeover's included, knows
+// whom it runs the job for.
 type Message struct {
-	ID   string `json:"id"`
-	Spec Spec   `json:"spec"`
+	ID        string `json:"id"`
+	Spec      Spec   `json:"spec"`
+	Submitter string `json:"submitter,omitempty"`
+}
+
+// JobActor is the actor (events.Entry.Actor) of the entries worker records
+// running a job submitted by submitter: "alice via executor-3", or the
+// worker alone when the submitter is not known. It is cut to
+// events.MaxActorLen bytes.
+func JobActor(submitter, worker string) string {
+	a := worker
+	if submitter != "" {
+		a = submitter + " via " + worker
+	}
+	for len(a) > events.MaxActorLen {
+		_, n := utf8.DecodeLastRuneInString(a)
+		a = a[:len(a)-n]
+	}
+	return a
 }
 
 var idRE = regexp.MustCompile(`^[a-f0-9]{32}$`)
@@ -287,18 +315,28 @@ func (q *Queue) Config() QueueConfig { return q.cfg }
 // so a retried submit is stored once. A spec that cannot be kept or a
 // publish that fails for good (after retries, or when ctx ends) leaves the
 // status failed with the error, not queued. Errors: *SpecError; stream and
-// bucket errors.
+// bucket errors. It is SubmitAs with no submitter.
 func (q *Queue) Submit(ctx context.Context, spec Spec) (Status, error) {
-	return q.submit(ctx, spec, NewID(), "")
+	return q.SubmitAs(ctx, spec, "")
 }
 
-// submit is Submit of the job id, retrying the job retryOf ("" for none).
-func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Status, error) {
+// SubmitAs is Submit on behalf of by, recorded as the job's Submitter: the
+// job's entries are recorded as caused by JobActor(by, worker). by must be
+// a valid actor (events.ValidateActor), else the error is a *SpecError.
+func (q *Queue) SubmitAs(ctx context.Context, spec Spec, by string) (Status, error) {
+	return q.submit(ctx, spec, NewID(), "", by)
+}
+
+// submit is SubmitAs of the job id, retrying the job retryOf ("" for none).
+func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf, by string) (Status, error) {
 	if err := spec.Validate(); err != nil {
 		return Status{}, err
 	}
+	if err := events.ValidateActor(by); err != nil {
+		return Status{}, &SpecError{Path: "submitter", Reason: err.Error()}
+	}
 	now := time.Now().UnixMilli()
-	st := Status{ID: id, Name: spec.Name, State: StateQueued, Steps: len(spec.Steps), SubmittedAt: now, UpdatedAt: now, RetryOf: retryOf}
+	st := Status{ID: id, Name: spec.Name, State: StateQueued, Steps: len(spec.Steps), SubmittedAt: now, UpdatedAt: now, RetryOf: retryOf, Submitter: by}
 	data, err := json.Marshal(st)
 	if err != nil {
 		return Status{}, err
@@ -310,7 +348,7 @@ func (q *Queue) submit(ctx context.Context, spec Spec, id, retryOf string) (Stat
 	if err := q.keepSpec(ctx, st.ID, spec); err != nil {
 		return q.abandon(ctx, st, rev, err)
 	}
-	body, err := json.Marshal(Message{ID: st.ID, Spec: spec})
+	body, err := json.Marshal(Message{ID: st.ID, Spec: spec, Submitter: by})
 	if err == nil {
 		err = q.publish(ctx, st.ID, body)
 	}

@@ -109,6 +109,10 @@ type Runner struct {
 	// (one per step, its sandbox.exec or sandbox.checkpoint inside).
 	// Default: the global provider.
 	TracerProvider trace.TracerProvider
+	// Actor, when set, is who the entries of the job's sandbox are recorded
+	// as caused by (alineo.WithActor around the create or the Resume); the
+	// Worker sets JobActor(submitter, its ID). Default: the Client's.
+	Actor string
 }
 
 // Run runs spec's steps in a new sandbox with progress reported to progress
@@ -142,6 +146,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec, from *Checkpoint) (res Resu
 	}
 	if err := spec.Validate(); err != nil {
 		return res, err
+	}
+	if r.Actor != "" {
+		ctx = alineo.WithActor(ctx, r.Actor)
 	}
 	next := 0
 	var sb *alineo.Sandbox

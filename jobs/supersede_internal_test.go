@@ -232,7 +232,7 @@ func TestRedeliveryToTheSameWorkerEndsItsEarlierAttempt(t *testing.T) {
 		{Exec: &ExecStep{Command: slow}},
 		{Exec: &ExecStep{Command: "echo three"}},
 	}}
-	st, err := q.Submit(ctx, spec)
+	st, err := q.SubmitAs(ctx, spec, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestTakeoverByAnotherWorkerSupersedesTheAttemptItEnds(t *testing.T) {
 		{Checkpoint: &CheckpointStep{Tag: "mid"}},
 		{Exec: &ExecStep{Command: "sleep 5; echo two"}},
 	}}
-	st, err := q.Submit(ctx, spec)
+	st, err := q.SubmitAs(ctx, spec, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,5 +366,15 @@ func TestTakeoverByAnotherWorkerSupersedesTheAttemptItEnds(t *testing.T) {
 	}
 	if got.State != StateSucceeded || got.Attempt != 2 {
 		t.Errorf("status %+v, want succeeded by attempt 2", got)
+	}
+	// The taking-over worker runs the job for the same submitter.
+	es, err := l2.ReadAll(ctx, got.SandboxName, got.SandboxID)
+	if err != nil || len(es) == 0 {
+		t.Fatalf("attempt 2's session: %d entries, %v", len(es), err)
+	}
+	for _, e := range es {
+		if e.Actor != "alice via w2" {
+			t.Errorf("attempt 2's %s: actor %q, want \"alice via w2\"", e.Event, e.Actor)
+		}
 	}
 }

@@ -264,11 +264,19 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	if from != nil {
 		session = from.Name
 	}
+	// The job's submitter, kept on every delivery: the message carries it,
+	// the status too (a message of an older version did not).
+	submitter := jm.Submitter
+	if submitter == "" {
+		submitter = prev.Submitter
+	}
 	// The run stops when its sandbox is lost (expired), which the job's
 	// status writes, done with jobCtx, outlive.
 	runCtx, stopRun := context.WithCancelCause(jobCtx)
 	keep := w.newKeeper(jm.ID, attempt, stopRun)
-	_, err = w.runner(jobCtx, ctx.Done(), jm.ID, attempt, session, keep).Run(runCtx, jm.Spec, from)
+	r := w.runner(jobCtx, ctx.Done(), jm.ID, attempt, session, keep)
+	r.Actor = JobActor(submitter, w.ID)
+	_, err = r.Run(runCtx, jm.Spec, from)
 	lost := keep.stop()
 	stopRun(nil)
 	w.settle(jobCtx, m, jm.ID, attempt, err, lost)
@@ -553,6 +561,7 @@ func (w *Worker) endSession(ctx context.Context, name, id, jobID, reason string)
 	}
 	e := events.New(time.Now().UnixMilli(), name, id, events.SandboxLevel, events.SandboxClosed,
 		events.SandboxClosedPayload{Reason: reason, By: w.ID, Job: jobID, Outcome: outcome})
+	e.Actor = JobActor("", w.ID) // the worker's own doing: no user asked for it
 	if err := w.Ledger.AppendBatch(ctx, []events.Entry{e}); err != nil {
 		return fmt.Errorf("record sandbox.closed of %s/%s: %w", name, id, err)
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,20 @@ func TestCreateTimeout(t *testing.T) {
 		ttl, _ := time.ParseDuration(tc.ttl)
 		if got := createTimeout(ttl).String(); got != tc.want {
 			t.Errorf("createTimeout(%s) = %s, want %s", tc.ttl, got, tc.want)
+		}
+	}
+}
+
+func TestJobActor(t *testing.T) {
+	long := strings.Repeat("é", events.MaxActorLen) // 2 bytes a rune
+	for _, tt := range []struct{ submitter, worker, want string }{
+		{"alice", "executor-3", "alice via executor-3"},
+		{"", "executor-3", "executor-3"},
+		{long, "w", long[:events.MaxActorLen]},
+	} {
+		got := JobActor(tt.submitter, tt.worker)
+		if got != tt.want || events.ValidateActor(got) != nil {
+			t.Errorf("JobActor(%.10q, %q) = %.30q, want %.30q (valid)", tt.submitter, tt.worker, got, tt.want)
 		}
 	}
 }

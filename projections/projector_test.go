@@ -54,7 +54,7 @@ func publish(t testing.TB, l *bus.Ledger, sandboxes, execs, outputs int) []event
 	var all []events.Entry
 	for i := range sandboxes {
 		id := bustest.ID(fmt.Sprintf("p%d", i))
-		es := bustest.Entries(fmt.Sprintf("job-%d", i%3), id, execs, outputs)
+		es := bustest.WithActors(bustest.Entries(fmt.Sprintf("job-%d", i%3), id, execs, outputs))
 		for _, e := range es {
 			if err := l.Append(ctx, e); err != nil {
 				t.Fatalf("Append: %v", err)

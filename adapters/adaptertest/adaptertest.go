@@ -53,6 +53,7 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"Payloads", testPayloads},
 		{"BinaryOutput", testBinaryOutput},
 		{"BranchAndError", testBranchAndError},
+		{"Actor", testActor},
 		{"OddNames", testOddNames},
 		{"InvalidEntries", testInvalidEntries},
 		{"AppendBatch", testAppendBatch},
@@ -146,7 +147,8 @@ func mustRead(t *testing.T, s adapters.Ledger, name, id string) []events.Entry {
 // since a JSONB column normalises JSON text.
 func sameEntry(got, want events.Entry) error {
 	if got.Ts != want.Ts || got.Name != want.Name || got.SandboxID != want.SandboxID ||
-		got.StepIndex != want.StepIndex || got.Event != want.Event || got.Error != want.Error {
+		got.StepIndex != want.StepIndex || got.Event != want.Event || got.Error != want.Error ||
+		got.Actor != want.Actor {
 		return fmt.Errorf("got %+v, want %+v", got, want)
 	}
 	if (got.Branch == nil) != (want.Branch == nil) || (got.Branch != nil && *got.Branch != *want.Branch) {
@@ -337,6 +339,41 @@ func testBranchAndError(t *testing.T, s adapters.Ledger) {
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), in)
 }
 
+// actors are actor names as the SDK and the executors write them, "" (none,
+// as the TypeScript SDK writes) and the longest valid one among them.
+var actors = []string{
+	"alice via executor-3", "", "zoë@hôte-日本", `o'brien "quoted"; DROP TABLE x;--`,
+	strings.Repeat("é", events.MaxActorLen/2),
+}
+
+// testActor checks each entry's actor reads back as written, appended one by
+// one and in a batch, and on the checkpoint reads; an entry without one
+// reads back without one.
+func testActor(t *testing.T, s adapters.Ledger) {
+	var in []events.Entry
+	for i, a := range actors {
+		e := entry(T0+int64(i), "job", "sbx-actor", i+1, events.ExecStarted)
+		e.Actor = a
+		in = append(in, e)
+	}
+	mustAppend(t, s, in[:2]...)
+	if err := s.AppendBatch(ctx(t), in[2:]); err != nil {
+		t.Fatal(err)
+	}
+	cp := checkpoint(T0+100, "job", "sbx-actor", "snap-a", "")
+	cp.Actor = "bob@build-host"
+	mustAppend(t, s, cp)
+	in = append(in, cp)
+	sameEntries(t, mustRead(t, s, "job", "sbx-actor"), in)
+	last, err := s.LastCheckpoint(ctx(t), "job", "sbx-actor")
+	if err != nil || last == nil {
+		t.Fatalf("LastCheckpoint = %v, %v", last, err)
+	}
+	if got, want := last.Actor, cp.Actor; got != want {
+		t.Fatalf("LastCheckpoint actor = %q, want %q", got, want)
+	}
+}
+
 // oddNames are session names that break naive SQL or string handling.
 var oddNames = []string{
 	`agent "quoted"; DROP TABLE alineo_events;--`,
@@ -399,6 +436,8 @@ var invalidEntries = []struct {
 	{"payload not json", func(e *events.Entry) { e.Payload = json.RawMessage(`{"seq":`) }, "payload"},
 	{"zero ts", func(e *events.Entry) { e.Ts = 0 }, "ts"},
 	{"negative ts", func(e *events.Entry) { e.Ts = -1 }, "ts"},
+	{"actor too long", func(e *events.Entry) { e.Actor = strings.Repeat("a", events.MaxActorLen+1) }, "actor"},
+	{"actor not utf-8", func(e *events.Entry) { e.Actor = "al\xffice" }, "actor"},
 }
 
 // appendInvalid appends each of invalidEntries, checking each is refused.

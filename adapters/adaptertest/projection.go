@@ -59,6 +59,9 @@ func ledger(name, id string, first uint64, n int) []events.Entry {
 			e = entry(T0+int64(i), name, id, i/3, events.ExecCompleted)
 		}
 		e.Seq = first + uint64(i)
+		if i%2 == 0 {
+			e.Actor = fmt.Sprintf("user-%d via executor-1", i%3)
+		}
 		es = append(es, e)
 	}
 	return es

@@ -6,7 +6,8 @@
 // the TypeScript SDK reads back here and the other way round. The additions (a
 // unique ledger_seq column, the alineo_sandbox_details summary table,
 // alineo_projection_offsets, a fingerprint column on alineo_environments and
-// a summarised marker on alineo_events) come from the same idempotent migration, run under pg_advisory_xact_lock so
+// a summarised marker and a nullable actor column on alineo_events) come from
+// the same idempotent migration, run under pg_advisory_xact_lock so
 // that several processes may start at once.
 //
 // A Store connects on first use, not in Open. Errors are translated at the

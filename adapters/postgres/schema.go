@@ -42,6 +42,7 @@ ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS ledger_seq BIGINT;
 CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
 ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS summarised BOOLEAN;
 CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
+ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS actor TEXT;
 ALTER TABLE alineo_environments ADD COLUMN IF NOT EXISTS fingerprint TEXT;
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer TEXT   PRIMARY KEY,

@@ -21,17 +21,17 @@ import (
 // columns of alineo_events that a write sets, in the order of row. summarised
 // is true on every row this store writes: it folds the row into the summary in
 // the same transaction.
-var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq", "summarised"}
+var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq", "actor", "summarised"}
 
-const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true)`
+const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, true)`
 
 // insertArrays inserts rows in order (their ids, hence their Seq, follow it)
 // from one array per column (columnArrays).
-const insertArrays = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised)
-SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, true
-FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[])
-  WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, n)
+const insertArrays = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised)
+SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, actor, true
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[])
+  WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, n)
 ORDER BY n`
 
 // insertProjected is insertArrays skipping entries whose ledger sequence is
@@ -54,10 +54,11 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
 const upsertOffset = `INSERT INTO alineo_projection_offsets (consumer, "offset") VALUES ($1, $2)
 ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`
 
-// row returns the column values of e; ledger_seq is seq, NULL when 0. The
-// payload goes as raw JSON text into the JSONB column; nil stays SQL NULL.
+// row returns the column values of e; ledger_seq is seq, NULL when 0, and
+// actor NULL when "". The payload goes as raw JSON text into the JSONB
+// column; nil stays SQL NULL.
 func row(e events.Entry, seq uint64) []any {
-	var branch, payload, errText, ledgerSeq any
+	var branch, payload, errText, ledgerSeq, actor any
 	if e.Branch != nil {
 		branch = int32(*e.Branch)
 	}
@@ -70,7 +71,10 @@ func row(e events.Entry, seq uint64) []any {
 	if seq != 0 {
 		ledgerSeq = int64(seq)
 	}
-	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, true}
+	if e.Actor != "" {
+		actor = e.Actor
+	}
+	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, true}
 }
 
 // Append implements adapters.Ledger: it validates e.
@@ -181,12 +185,12 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 		})
 	}
 	if len(es) == 1 && d.Len() == 0 {
-		_, err = p.Exec(ctx, insertOne, row(es[0], 0)[:9]...)
+		_, err = p.Exec(ctx, insertOne, row(es[0], 0)[:10]...)
 		return err
 	}
 	b := &pgx.Batch{}
 	if len(es) == 1 {
-		b.Queue(insertOne, row(es[0], 0)[:9]...)
+		b.Queue(insertOne, row(es[0], 0)[:10]...)
 	} else {
 		b.Queue(insertArrays, columnArrays(es)...)
 	}
@@ -309,7 +313,7 @@ func columnArrays(es []events.Entry) []any {
 		sandboxIDs, names, evs = make([]string, len(es)), make([]string, len(es)), make([]string, len(es))
 		steps                  = make([]int32, len(es))
 		branches               = make([]*int32, len(es))
-		payloads, errs         = make([]*string, len(es)), make([]*string, len(es))
+		payloads, errs, actors = make([]*string, len(es)), make([]*string, len(es)), make([]*string, len(es))
 		tss, seqs              = make([]int64, len(es)), make([]*int64, len(es))
 	)
 	for i, e := range es {
@@ -330,8 +334,11 @@ func columnArrays(es []events.Entry) []any {
 		if e.Error != "" {
 			errs[i] = &e.Error
 		}
+		if e.Actor != "" {
+			actors[i] = &e.Actor
+		}
 	}
-	return []any{sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs}
+	return []any{sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs, actors}
 }
 
 // DeleteSandbox implements adapters.Ledger.

@@ -6,7 +6,8 @@
 // SQLite adapter, so a ledger written by the TypeScript SDK reads back here and the other way
 // round. The additions (a unique ledger_seq column, the alineo_sandbox_details
 // summary table, alineo_projection_offsets, a fingerprint column on
-// alineo_environments and a summarised marker on alineo_events) come from the
+// alineo_environments, a summarised marker and a nullable actor column on
+// alineo_events) come from the
 // same idempotent migration, run inside an immediate transaction so that several processes may start at once.
 //
 // A Store opens nothing until first used. It then creates missing parent

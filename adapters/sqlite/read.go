@@ -14,7 +14,7 @@ import (
 
 // entryCols are read by scanEntry; Seq is the ledger sequence of a projected
 // row, else the row id.
-const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
+const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error, actor`
 
 // query runs a query on the reader pool.
 func (s *Store) query(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
@@ -32,12 +32,13 @@ func scanEntry(rows *sql.Rows) (events.Entry, error) {
 		branch  sql.NullInt64
 		payload []byte
 		errText sql.NullString
+		actor   sql.NullString
 		ev      string
 	)
-	if err := rows.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &e.StepIndex, &branch, &ev, &payload, &errText); err != nil {
+	if err := rows.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &e.StepIndex, &branch, &ev, &payload, &errText, &actor); err != nil {
 		return e, err
 	}
-	e.Seq, e.Event, e.Error = uint64(seq), events.Event(ev), errText.String
+	e.Seq, e.Event, e.Error, e.Actor = uint64(seq), events.Event(ev), errText.String, actor.String
 	if branch.Valid {
 		b := int(branch.Int64)
 		e.Branch = &b

@@ -88,6 +88,11 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 	if _, err := addColumn(ctx, tx, "alineo_events", "ledger_seq", "INTEGER"); err != nil {
 		return err
 	}
+	// actor is who caused the entry (events.Entry.Actor), NULL when unknown:
+	// the TypeScript SDK neither writes nor reads it.
+	if _, err := addColumn(ctx, tx, "alineo_events", "actor", "TEXT"); err != nil {
+		return err
+	}
 	if _, err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
 		return err
 	}

@@ -21,8 +21,10 @@ import (
 // query's own arguments (TEXT = compares bytes), so they are not read back.
 // Each column the driver hands over costs about as much as a row's step, so
 // step_idx, branch, event and error come in one: kind (see kindCol). The
-// payload is read as a BLOB: its bytes, without a string in between.
-var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB)`
+// payload is read as a BLOB: its bytes, without a string in between. The
+// actor comes last, on its own: it is set on nearly every row we write, so
+// packing it into kind would send every row down the JSON path.
+var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB), actor`
 
 // sessionEvents are the event names kindCol packs, by their index there: the
 // exec events first (most rows, and a CASE compares in order), then every
@@ -69,6 +71,7 @@ type sessionReader struct {
 	name, sandboxID string
 	row             []driver.Value
 	events          map[string]events.Event
+	actors          map[string]string
 	arena           []byte
 }
 
@@ -103,7 +106,30 @@ func (r *sessionReader) entry() (events.Entry, error) {
 	default:
 		return e, fmt.Errorf("payload of type %T", p)
 	}
+	switch a := r.row[4].(type) {
+	case nil:
+	case string:
+		e.Actor = r.actor(a)
+	case []byte:
+		e.Actor = r.actor(string(a))
+	default:
+		return e, fmt.Errorf("actor of type %T", a)
+	}
 	return e, nil
+}
+
+// actor interns an actor name: a session has one or a few, so its rows
+// share one string instead of one copy each.
+func (r *sessionReader) actor(name string) string {
+	if r.actors == nil {
+		r.actors = map[string]string{}
+	}
+	if a, ok := r.actors[name]; ok {
+		return a
+	}
+	name = strings.Clone(name)
+	r.actors[name] = name
+	return name
 }
 
 // unpacked sets e's step, branch, event and error from a kind kindCol did
@@ -477,7 +503,7 @@ func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, back
 		return out, err
 	}
 	defer rows.Close()
-	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 4), events: map[string]events.Event{}}
+	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 5), events: map[string]events.Event{}}
 	for i := 1; ; i++ {
 		if grant == 0 {
 			if grant = c.take(); grant == 0 {

@@ -17,10 +17,13 @@ import (
 
 // insertCols starts an INSERT of rows folded into the summary in the same
 // transaction: summarised is 1 on every row this store writes.
-const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised) VALUES `
+const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised) VALUES `
+
+// rowArgs is the number of arguments of one row (args).
+const rowArgs = 10
 
 // values is one row's placeholders.
-const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
+const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
 
 const insertOne = insertCols + values
 
@@ -162,9 +165,10 @@ func (s *Store) execPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any
 	return tx.ExecContext(ctx, q, a...)
 }
 
-// args appends the column values of e (ledger_seq is seq, NULL when 0).
+// args appends the column values of e (ledger_seq is seq, NULL when 0; actor
+// NULL when "").
 func args(dst []any, e events.Entry, seq uint64) []any {
-	var branch, payload, errText, ledgerSeq any
+	var branch, payload, errText, ledgerSeq, actor any
 	if e.Branch != nil {
 		branch = int64(*e.Branch)
 	}
@@ -177,7 +181,10 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 	if seq != 0 {
 		ledgerSeq = int64(seq)
 	}
-	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq)
+	if e.Actor != "" {
+		actor = e.Actor
+	}
+	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor)
 }
 
 // write runs f in one immediate transaction on the writer connection.
@@ -299,13 +306,13 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		var d summary.Deltas
-		a := make([]any, 0, 9*min(n, chunk))
+		a := make([]any, 0, rowArgs*min(n, chunk))
 		left := n
 		for _, es := range appends {
 			for _, e := range es {
 				a = args(a, e, 0)
 				d.Add(e)
-				if rows := len(a) / 9; rows == chunk || rows == left {
+				if rows := len(a) / rowArgs; rows == chunk || rows == left {
 					if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
 						return err
 					}
@@ -349,7 +356,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 			return err
 		}
 		var d summary.Deltas
-		a := make([]any, 0, 9*min(chunk, len(fresh)))
+		a := make([]any, 0, rowArgs*min(chunk, len(fresh)))
 		if len(fresh) >= chunk {
 			stmt, err := tx.PrepareContext(ctx, insertChunkProjected)
 			if err != nil {

@@ -37,6 +37,13 @@ type Env struct {
 // New starts an API requiring token ("" for an open one).
 func New(t testing.TB, token string) *Env {
 	t.Helper()
+	return NewWith(t, token, nil)
+}
+
+// NewWith is New with edit applied to the API's Config before it starts
+// (nil for none): Users, a Logger.
+func NewWith(t testing.TB, token string, edit func(*api.Config)) *Env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b, err := bus.Open(ctx, bus.Config{URL: testenv.NATS(t)})
 	if err != nil {
@@ -57,7 +64,11 @@ func New(t testing.TB, token string) *Env {
 	p := &projections.Projector{Bus: b, Store: store, BatchWait: 5 * time.Millisecond}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()
-	s, err := api.New(api.Config{Store: store, Bus: b, Queue: q, Token: token, Heartbeat: time.Second})
+	cfg := api.Config{Store: store, Bus: b, Queue: q, Token: token, Heartbeat: time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

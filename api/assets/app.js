@@ -134,8 +134,8 @@
     tr.setAttribute("data-seq", m.lastEventId);
     tr.setAttribute("data-ts", e.ts);
     tr.setAttribute("data-received-at", Date.now());
-    [m.lastEventId, fmtMs(e.ts), all ? e.name + " / " + e.sandboxId : String(e.stepIndex), e.event, summary(e)].forEach(function (t, i) {
-      tr.appendChild(el("td", i === 4 ? "mono" : "", t));
+    [m.lastEventId, fmtMs(e.ts), all ? e.name + " / " + e.sandboxId : String(e.stepIndex), e.event, e.actor || "—", summary(e)].forEach(function (t, i) {
+      tr.appendChild(el("td", i === 5 ? "mono" : i === 4 ? "actor" : "", t));
     });
     body.appendChild(tr);
     while (all && body.children.length > 200) body.removeChild(body.firstChild);
@@ -444,7 +444,7 @@
       b.href = "/ui/sandboxes/" + encodeURIComponent(j.sandboxName || "") + "/" + encodeURIComponent(j.sandboxId);
       sb.appendChild(b);
     }
-    [el("td", "", j.name), id, el("td", "state"), el("td", "worker"), el("td", "num attempt"), el("td", "num steps"),
+    [el("td", "", j.name), id, el("td", "state"), el("td", "submitter", j.submitter || "—"), el("td", "worker"), el("td", "num attempt"), el("td", "num steps"),
      el("td", "", j.checkpoint ? j.checkpoint.tag + " (next step " + j.checkpoint.next + ")" : "—"), sb,
      el("td", "", fmtMs(j.submittedAt)), el("td", "updated")].forEach(function (td) { tr.appendChild(td); });
     jobCells(tr, j);
@@ -477,6 +477,7 @@
       $("#jobs-empty").hidden = $$("tr.job", body).length > 0;
     }
     poll("/v1/jobs?limit=200", 2000, refresh);
+    if (!$("#submit-form")) return; // a read-only user: no submit form
     $("#submit-form").onsubmit = function (ev) {
       ev.preventDefault();
       var out = $("#submit-result");

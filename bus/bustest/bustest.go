@@ -55,6 +55,20 @@ func Entries(name, id string, execs, outputs int) []events.Entry {
 	return es
 }
 
+// WithActors sets an actor on es's entries, as the SDK and the executors
+// write them, leaving every third without one (as the TypeScript SDK writes).
+func WithActors(es []events.Entry) []events.Entry {
+	for i := range es {
+		switch i % 3 {
+		case 0:
+			es[i].Actor = "alice via executor-1"
+		case 1:
+			es[i].Actor = "zoë@hôte"
+		}
+	}
+	return es
+}
+
 // Run runs every case against buses opened by open.
 func Run(t *testing.T, open OpenFunc) {
 	t.Run("AppendReadOrder", func(t *testing.T) { testAppendReadOrder(t, open) })
@@ -111,7 +125,7 @@ func Same(want, got []events.Entry) error {
 		}
 		last = g.Seq
 		if g.Ts != w.Ts || g.Name != w.Name || g.SandboxID != w.SandboxID || g.StepIndex != w.StepIndex ||
-			g.Event != w.Event || g.Error != w.Error || !jsonEqual(g.Payload, w.Payload) ||
+			g.Event != w.Event || g.Error != w.Error || g.Actor != w.Actor || !jsonEqual(g.Payload, w.Payload) ||
 			(g.Branch == nil) != (w.Branch == nil) || (g.Branch != nil && *g.Branch != *w.Branch) {
 			return fmt.Errorf("entry %d = %+v, want %+v", i, g, w)
 		}
@@ -137,7 +151,7 @@ func testAppendReadOrder(t *testing.T, open OpenFunc) {
 	l := newLedger(t, b, bus.LedgerConfig{})
 	ctx := ctxT(t)
 	id := ID("order")
-	es := Entries("build", id, 5, 8)
+	es := WithActors(Entries("build", id, 5, 8))
 	// A second session on the same sandbox id must not leak into the first.
 	other := events.New(es[0].Ts, "other", id, events.SandboxLevel, events.SandboxPaused, nil)
 	appendAll(t, l, es[:3])
@@ -539,7 +553,7 @@ func testSubscribe(t *testing.T, open OpenFunc) {
 	l := newLedger(t, b, bus.LedgerConfig{})
 	ctx := ctxT(t)
 	id := ID("sub")
-	es := Entries("n", id, 3, 2) // 1 + 3*4 + 2 = 15
+	es := WithActors(Entries("n", id, 3, 2)) // 1 + 3*4 + 2 = 15
 	appendAll(t, l, es[:10])
 	stored, err := l.ReadAll(ctx, "n", id)
 	if err != nil || len(stored) != 10 {

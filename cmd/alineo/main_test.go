@@ -345,3 +345,35 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsActor: the events table has an ACTOR column ("-" for none), and
+// the JSON output carries each entry's actor.
+func TestEventsActor(t *testing.T) {
+	e := apitest.New(t, token)
+	getenv := envOf(e)
+	es := []events.Entry{
+		events.New(0, "", "", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "sbact"}),
+		events.New(0, "", "", 1, events.ExecStarted, events.ExecStartedPayload{Kind: events.KindCommand, Cmd: "make"}),
+		events.New(0, "", "", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}),
+	}
+	es[1].Actor, es[2].Actor = "zoë via executor-12345678901", "zoë via executor-12345678901"
+	e.Publish("ci", "sbact", es...)
+	e.WaitProjected()
+	out := runCLI(t, getenv, "events", "ci", "sbact")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "ACTOR") {
+		t.Fatalf("events table:\n%s", out)
+	}
+	if !strings.Contains(lines[1], " - ") || !strings.Contains(lines[2], "zoë via executor-1234…") {
+		t.Errorf("events table rows lack the actor:\n%s", out)
+	}
+	var got []events.Entry
+	if err := json.Unmarshal([]byte(runCLI(t, getenv, "events", "ci", "sbact", "-o", "json")), &got); err != nil || len(got) != 3 {
+		t.Fatalf("events -o json = %v, %v", got, err)
+	}
+	for i := range got {
+		if got[i].Actor != es[i].Actor {
+			t.Errorf("entry %d: actor %q, want %q", i, got[i].Actor, es[i].Actor)
+		}
+	}
+}

@@ -157,9 +157,9 @@ func (p *printer) eventsHeader(session bool) {
 		return
 	}
 	if session {
-		fmt.Fprintf(p.w, "%-8s %-12s %-36s %4s  %-26s %s\n", "SEQ", "TIME", "SESSION", "STEP", "EVENT", "DETAIL")
+		fmt.Fprintf(p.w, "%-8s %-12s %-36s %4s  %-26s %s %s\n", "SEQ", "TIME", "SESSION", "STEP", "EVENT", actorCell("ACTOR"), "DETAIL")
 	} else {
-		fmt.Fprintf(p.w, "%-8s %-12s %4s  %-26s %s\n", "SEQ", "TIME", "STEP", "EVENT", "DETAIL")
+		fmt.Fprintf(p.w, "%-8s %-12s %4s  %-26s %s %s\n", "SEQ", "TIME", "STEP", "EVENT", actorCell("ACTOR"), "DETAIL")
 	}
 }
 
@@ -177,12 +177,28 @@ func (p *printer) event(e events.Entry, session bool) error {
 	ev := fmt.Sprintf("%-26s", e.Event)
 	ts := time.UnixMilli(e.Ts).Format("15:04:05.000")
 	var err error
+	actor := e.Actor
+	if actor == "" {
+		actor = "-"
+	}
 	if session {
-		_, err = fmt.Fprintf(p.w, "%-8d %-12s %-36s %4s  %s %s\n", e.Seq, ts, trunc(e.Name+"/"+e.SandboxID, 36), step, p.paint(c, ev), detail)
+		_, err = fmt.Fprintf(p.w, "%-8d %-12s %-36s %4s  %s %s %s\n", e.Seq, ts, trunc(e.Name+"/"+e.SandboxID, 36), step, p.paint(c, ev), actorCell(actor), detail)
 	} else {
-		_, err = fmt.Fprintf(p.w, "%-8d %-12s %4s  %s %s\n", e.Seq, ts, step, p.paint(c, ev), detail)
+		_, err = fmt.Fprintf(p.w, "%-8d %-12s %4s  %s %s %s\n", e.Seq, ts, step, p.paint(c, ev), actorCell(actor), detail)
 	}
 	return err
+}
+
+// actorWidth is the width of the events table's ACTOR column, in runes.
+const actorWidth = 22
+
+// actorCell is s cut or padded to actorWidth runes ("alice via executor-3").
+func actorCell(s string) string {
+	r := []rune(s)
+	if len(r) > actorWidth {
+		return string(r[:actorWidth-1]) + "…"
+	}
+	return s + strings.Repeat(" ", actorWidth-len(r))
 }
 
 // summary is an entry's one-line detail and the colour of its event name.

@@ -96,11 +96,17 @@ func newFleetEnv(t *testing.T, ackWait time.Duration) *fleetEnv {
 
 func (f *fleetEnv) submit(t *testing.T, doc string) string {
 	t.Helper()
+	return f.submitAs(t, doc, "")
+}
+
+// submitAs submits doc on behalf of by (jobs.Queue.SubmitAs).
+func (f *fleetEnv) submitAs(t *testing.T, doc, by string) string {
+	t.Helper()
 	spec, err := jobs.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := f.queue.Submit(context.Background(), spec)
+	st, err := f.queue.SubmitAs(context.Background(), spec, by)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +222,33 @@ const takeoverJob = `{"name":"takeover","image":"host","steps":[
 	{"exec":{"command":"sleep 4; echo three"}},
 	{"exec":{"command":"cat /root/two"}}]}`
 
+// actors returns the actor of each entry of session (name, id), in order.
+func (f *fleetEnv) actors(t *testing.T, name, id string) []string {
+	t.Helper()
+	l, err := bus.NewLedger(f.bus, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	es, err := l.ReadAll(context.Background(), name, id)
+	if err != nil || len(es) == 0 {
+		t.Fatalf("session %s/%s: %d entries, %v", name, id, len(es), err)
+	}
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Actor
+	}
+	return out
+}
+
 // TestTakeoverAfterSIGKILL: a worker process is killed mid-job, after the
 // checkpoint; another worker takes the job over and completes it; every step
-// before the checkpoint ran live exactly once (counted from the ledger).
+// before the checkpoint ran live exactly once (counted from the ledger). The
+// job's entries name its submitter through the worker that wrote them, the
+// taking-over worker's included: the submitter is kept across the takeover.
 func TestTakeoverAfterSIGKILL(t *testing.T) {
 	f := newFleetEnv(t, 2*time.Second)
-	id := f.submit(t, takeoverJob)
+	id := f.submitAs(t, takeoverJob, "alice")
 	w1 := startWorker(t, f.natsURL, f.sandboxURL, "--id", "w1", "--ack-wait", "2s")
 	killed := f.waitStatus(t, id, 30*time.Second, func(st jobs.Status) error {
 		if st.Checkpoint == nil || st.Done < 3 {
@@ -259,6 +286,25 @@ func TestTakeoverAfterSIGKILL(t *testing.T) {
 	}
 	if got := len(lines(w2, "replayed")); got != 2 {
 		t.Errorf("w2 replayed %d steps, want 2:\n%s", got, w2.out)
+	}
+	if st.Submitter != "alice" {
+		t.Errorf("submitter = %q, want alice", st.Submitter)
+	}
+	// The killed attempt's session: alice through w1, then w2's own
+	// sandbox.closed ending it.
+	dead := f.actors(t, killed.SandboxName, killed.SandboxID)
+	for i, a := range dead[:len(dead)-1] {
+		if a != "alice via w1" {
+			t.Errorf("killed session entry %d: actor %q, want \"alice via w1\" (all: %q)", i, a, dead)
+		}
+	}
+	if got := dead[len(dead)-1]; got != "w2" {
+		t.Errorf("killed session's takeover sandbox.closed: actor %q, want w2", got)
+	}
+	for i, a := range f.actors(t, st.SandboxName, st.SandboxID) {
+		if a != "alice via w2" {
+			t.Errorf("resumed session entry %d: actor %q, want \"alice via w2\"", i, a)
+		}
 	}
 }
 

@@ -89,7 +89,15 @@ func sandbox(r *rand.Rand, i, execs int) []events.Entry {
 	}
 	es = append(es, events.New(ts+2, name, id, events.SandboxLevel, events.CheckpointCreated,
 		events.CheckpointCreatedPayload{SnapshotID: "snap-" + id}))
-	return append(es, events.New(ts+3, name, id, events.SandboxLevel, events.SandboxClosed, nil))
+	es = append(es, events.New(ts+3, name, id, events.SandboxLevel, events.SandboxClosed, nil))
+	// Who caused them: a user through an executor, or, on every fourth
+	// session, nobody known (as the TypeScript SDK writes).
+	if i%4 != 0 {
+		for k := range es {
+			es[k].Actor = fmt.Sprintf("user-%d via executor-%d", i%5, i%2)
+		}
+	}
+	return es
 }
 
 // Bus opens a bus on a fresh embedded NATS server, closed by t.Cleanup.
