@@ -214,10 +214,14 @@ func summary(e events.Entry) (string, string) {
 	if strings.HasPrefix(string(e.Event), "sandbox.") {
 		c = yellow
 	}
+	payload := strings.Join(strings.Fields(string(e.Payload)), " ")
 	if e.Error != "" {
+		if !e.Event.Known() && payload != "" { // an extension event: its payload too
+			return trunc(payload, 80) + " error: " + oneLine(e.Error), red
+		}
 		return "error: " + oneLine(e.Error), red
 	}
-	return trunc(strings.Join(strings.Fields(string(e.Payload)), " "), 120), c
+	return trunc(payload, 120), c
 }
 
 func (p *printer) jobs(sts []jobs.Status) error {
