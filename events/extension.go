@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -127,4 +128,41 @@ func validateExtension(e Entry) error {
 		return &ValidationError{Field: "payload", Reason: r}
 	}
 	return nil
+}
+
+// NewExtension builds the entry of the extension event ev, for a program that
+// appends to a ledger without a sandbox handle (adapters.Ledger.Append):
+//
+//	e, err := events.NewExtension(time.Now().UnixMilli(), "agent-7", "turns", events.SandboxLevel,
+//		"ext.permission_requested", map[string]string{"tool": "bash"})
+//	if err != nil {
+//		return err // a *ValidationError: nothing was written
+//	}
+//	err = store.Append(ctx, e)
+//
+// payload is encoded as JSON; a json.RawMessage is taken as it is, nil is no
+// payload. The entry is validated (Validate): a name that is not an extension
+// event (a known event included: those are written by the SDK that owns them)
+// or a payload that is not JSON of at most MaxExtensionPayload bytes is a
+// *ValidationError wrapping ErrInvalidEntry.
+func NewExtension(ts int64, name, sandboxID string, stepIndex int, ev Event, payload any) (Entry, error) {
+	if ev.Known() {
+		return Entry{}, &ValidationError{Field: "event", Reason: fmt.Sprintf("%q is not an extension event: the SDK that owns it writes it", string(ev))}
+	}
+	e := Entry{Ts: ts, Name: name, SandboxID: sandboxID, StepIndex: stepIndex, Event: ev}
+	switch p := payload.(type) {
+	case nil:
+	case json.RawMessage:
+		e.Payload = p
+	default:
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return Entry{}, &ValidationError{Field: "payload", Reason: "does not encode as JSON", Err: err}
+		}
+		e.Payload = b
+	}
+	if err := Validate(e); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
 }
