@@ -55,6 +55,8 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"BranchAndError", testBranchAndError},
 		{"OddNames", testOddNames},
 		{"InvalidEntries", testInvalidEntries},
+		{"ExtensionEvents", testExtensionEvents},
+		{"InvalidExtensionEvents", testInvalidExtensionEvents},
 		{"AppendBatch", testAppendBatch},
 		{"AppendBatchInvalidWritesNothing", testAppendBatchInvalid},
 		{"LastCheckpoint", testLastCheckpoint},
@@ -86,6 +88,7 @@ func RunReadModel(t *testing.T, newStore func(t *testing.T) adapters.Store) {
 	}{
 		{"OddNames", testOddNamesDetails},
 		{"InvalidEntriesHaveNoDetails", testInvalidEntriesDetails},
+		{"ExtensionEvents", testExtensionEventsDetails},
 		{"AppendBatch", testAppendBatchDetails},
 		{"AppendBatchInvalidHasNoDetails", testAppendBatchInvalidDetails},
 		{"Details", testDetails},
