@@ -187,7 +187,7 @@ func (p *printer) event(e events.Entry, session bool) error {
 
 // summary is an entry's one-line detail and the colour of its event name.
 func summary(e events.Entry) (string, string) {
-	switch e.Event {
+	switch e.Event.Canonical() { // either vocabulary
 	case events.ExecStarted:
 		var pl events.ExecStartedPayload
 		if e.Decode(&pl) == nil {
@@ -195,7 +195,7 @@ func summary(e events.Entry) (string, string) {
 		}
 	case events.ExecOutput:
 		var pl events.ExecOutputPayload
-		if e.Decode(&pl) == nil {
+		if _, output := events.OutputStream(e.Payload); output && e.Decode(&pl) == nil { // not a TypeScript exec_event of another type
 			if pl.Type == events.Stderr {
 				return "stderr " + oneLine(pl.Text), red
 			}
