@@ -114,7 +114,8 @@ func TestExtensionEventsServed(t *testing.T) {
 		t.Fatalf("sandbox page: %d", resp.StatusCode)
 	}
 	for _, s := range []string{"<td>step_complete</td>", `{&#34;step&#34;:1,&#34;exitCode&#34;:0,&#34;stdout&#34;:&#34;build&#34;}`,
-		"<td>workflow_complete</td>", "<td>run_started</td>", `class="marker m-snapshot"`} {
+		"<td>workflow_complete</td>", "<td>run_started</td>", `class="marker m-snapshot"`,
+		`<span class="label">run_started {&#34;workflow&#34;:&#34;ts-workflow&#34;,&#34;image&#34;:&#34;host&#34;}</span>`} {
 		if !strings.Contains(string(body), s) {
 			t.Errorf("sandbox page lacks %s", s)
 		}
