@@ -47,6 +47,7 @@ const (
 	attrSnapshotID  = attribute.Key("alineo.snapshot.id")
 	attrCheckpoint  = attribute.Key("alineo.checkpoint.name")
 	attrEnv         = attribute.Key("alineo.environment.name")
+	attrEvent       = attribute.Key("alineo.event.name")
 )
 
 func tracerOf(tp trace.TracerProvider) trace.Tracer {

@@ -36,8 +36,8 @@ type listPage struct {
 	FromInput, ToInput string
 	// Scanned is how many sessions the failed-exec filter read.
 	Scanned int
-	// Event filters the live tail (one canonical event name, "" for all);
-	// Events are the names it can take.
+	// Event filters the live tail (one canonical event name or an extension
+	// event, "" for all); Events are the known names it offers.
 	Event      string
 	Events     []events.Event
 	Sandboxes  []adapters.SandboxDetails
@@ -110,7 +110,7 @@ func (s *Server) dashboardList(w http.ResponseWriter, r *http.Request) {
 	}
 	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
 	p := listPage{Status: string(st), Name: q.Get("name"), Run: q.Get("run"), Limit: listLimit, Events: events.All}
-	if ev := events.Event(q.Get("event")).Canonical(); ev.Known() {
+	if ev := events.Event(q.Get("event")).Canonical(); ev.Valid() { // known or an extension event
 		p.Event = string(ev)
 	}
 	p.Failed = q.Get("failed") == "1" || q.Get("failed") == "true"

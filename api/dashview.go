@@ -267,8 +267,11 @@ func (v *sessionView) addMarker(e events.Entry, ev events.Event) {
 		if p.By != "" {
 			m.Label += " by " + p.By
 		}
-	default:
-		m.Label = summary(e)
+	default: // egress, credential and extension events: the name and the payload as JSON
+		m.Label = string(e.Event)
+		if len(e.Payload) > 0 {
+			m.Label += " " + truncLabel(string(e.Payload))
+		}
 	}
 	if e.Error != "" && ev != events.SandboxCreated {
 		m.Label += " (error: " + e.Error + ")"
@@ -276,6 +279,14 @@ func (v *sessionView) addMarker(e events.Entry, ev events.Event) {
 	v.Markers = append(v.Markers, m)
 	mm := m
 	v.Items = append(v.Items, timelineItem{Marker: &mm})
+}
+
+// truncLabel cuts s to 200 bytes, as summary does.
+func truncLabel(s string) string {
+	if len(s) > 200 {
+		return s[:197] + "..."
+	}
+	return s
 }
 
 // find returns the exec k, or nil.

@@ -15,7 +15,8 @@ import (
 )
 
 // streamFilter reads the filter of /v1/events/stream: sandbox=ID, event=NAME
-// (repeatable or comma-separated), and the resume position: the Last-Event-ID
+// (repeatable or comma-separated; a known event in either vocabulary or an
+// extension event), and the resume position: the Last-Event-ID
 // header (or lastEventId query parameter) resumes after that sequence; from=SEQ
 // starts at SEQ; neither starts with the next new event.
 func streamFilter(r *http.Request) (bus.Filter, *Error) {
@@ -32,8 +33,8 @@ func streamFilter(r *http.Request) (bus.Filter, *Error) {
 			if ev == "" {
 				continue
 			}
-			if !ev.Known() {
-				return f, badRequest("event", "unknown event "+strconv.Quote(string(ev)))
+			if !ev.Valid() { // a known event or an extension event
+				return f, badRequest("event", "unknown event "+strconv.Quote(string(ev))+": "+events.CheckEvent(ev).Error())
 			}
 			f.Events = append(f.Events, ev)
 		}

@@ -65,8 +65,8 @@ func decodeMsgInto(e *events.Entry, data []byte, seq uint64, in *interner) error
 		err = &events.ValidationError{Field: "name", Reason: "is empty"}
 	case e.SandboxID == "":
 		err = &events.ValidationError{Field: "sandboxId", Reason: "is empty"}
-	case !e.Event.Known():
-		err = &events.ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+	case !e.Event.Valid(): // a known event or an extension event
+		err = events.CheckEvent(e.Event)
 	}
 	if err != nil {
 		*e = events.Entry{}

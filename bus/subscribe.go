@@ -18,7 +18,8 @@ import (
 type Filter struct {
 	// SandboxID limits the subscription to one sandbox; "" for all.
 	SandboxID string
-	// Events limits it to these events; empty for all.
+	// Events limits it to these events, known or extension events (see
+	// events.Event.Extension); empty for all.
 	Events []events.Event
 	// FromSeq is the first stream sequence delivered; 0 delivers only entries
 	// published after Subscribe returns.
@@ -39,8 +40,8 @@ func (b *Bus) subjects(f Filter) ([]string, error) {
 	subs := make([]string, 0, len(f.Events))
 	seen := map[events.Event]bool{}
 	for _, ev := range f.Events {
-		if !ev.Known() {
-			return nil, fmt.Errorf("%w: unknown event %q", events.ErrInvalidSubject, string(ev))
+		if !ev.Valid() { // a known event or an extension event
+			return nil, fmt.Errorf("%w: %w", events.ErrInvalidSubject, events.CheckEvent(ev))
 		}
 		if !seen[ev] {
 			seen[ev] = true

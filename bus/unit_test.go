@@ -74,6 +74,7 @@ func FuzzDecodeMsg(f *testing.F) {
 	good, _ := events.Marshal(events.New(1, "n", "sb", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}))
 	f.Add(good)
 	f.Add([]byte(`{"name":"n","sandboxId":"s","event":"nope"}`))
+	f.Add([]byte(`{"name":"n","sandboxId":"s","event":"exec.nope"}`))
 	f.Add([]byte("\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := bus.DecodeMsg(data, 9)
@@ -83,7 +84,7 @@ func FuzzDecodeMsg(f *testing.F) {
 			}
 			return
 		}
-		if e.Seq != 9 || e.Name == "" || e.SandboxID == "" || !e.Event.Known() {
+		if e.Seq != 9 || e.Name == "" || e.SandboxID == "" || !e.Event.Valid() {
 			t.Fatalf("DecodeMsg accepted %+v", e)
 		}
 	})

@@ -224,10 +224,10 @@ func TestSubjects(t *testing.T) {
 			t.Errorf("Subject(%q) err = %v, want ErrInvalidSubject", bad, err)
 		}
 	}
-	if _, err := events.Subject(events.DefaultSubjectPrefix, "ok", "nope"); !errors.Is(err, events.ErrInvalidSubject) {
+	if _, err := events.Subject(events.DefaultSubjectPrefix, "ok", "sandbox.nope"); !errors.Is(err, events.ErrInvalidSubject) {
 		t.Errorf("unknown event err = %v", err)
 	}
-	for _, bad := range []string{"other.sbx.exec.output", "alineo.ledger.sbx", "alineo.ledger.sbx.nope", "alineo.ledger..exec.output"} {
+	for _, bad := range []string{"other.sbx.exec.output", "alineo.ledger.sbx", "alineo.ledger.sbx.Nope", "alineo.ledger.sbx.sandbox.nope", "alineo.ledger.sbx.a..b", "alineo.ledger..exec.output"} {
 		if _, _, err := events.ParseSubject(events.DefaultSubjectPrefix, bad); !errors.Is(err, events.ErrInvalidSubject) {
 			t.Errorf("ParseSubject(%q) err = %v, want ErrInvalidSubject", bad, err)
 		}

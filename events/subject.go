@@ -10,13 +10,15 @@ const DefaultSubjectPrefix = "alineo.ledger"
 
 // Subject returns the subject of ev for sandboxID under prefix
 // ("alineo.ledger.<sandboxId>.<event>"). The sandbox id must be one subject
-// token: non-empty, without '.', '*', '>' or white space.
+// token: non-empty, without '.', '*', '>' or white space. The event is a known
+// name or an extension event (Event.Valid), whose dot-separated tokens are
+// subject tokens; ParseSubject maps the subject back.
 func Subject(prefix, sandboxID string, ev Event) (string, error) {
 	if err := checkToken(sandboxID); err != nil {
 		return "", err
 	}
-	if !ev.Known() {
-		return "", fmt.Errorf("%w: unknown event %q", ErrInvalidSubject, string(ev))
+	if !ev.Valid() {
+		return "", fmt.Errorf("%w: %w", ErrInvalidSubject, CheckEvent(ev))
 	}
 	return prefix + "." + sandboxID + "." + string(ev), nil
 }
@@ -36,7 +38,7 @@ func ParseSubject(prefix, subject string) (sandboxID string, ev Event, err error
 		return "", "", fmt.Errorf("%w: %q is not under %q", ErrInvalidSubject, subject, prefix)
 	}
 	id, name, ok := strings.Cut(rest, ".")
-	if !ok || checkToken(id) != nil || !Event(name).Known() {
+	if !ok || checkToken(id) != nil || !Event(name).Valid() {
 		return "", "", fmt.Errorf("%w: %q", ErrInvalidSubject, subject)
 	}
 	return id, Event(name), nil

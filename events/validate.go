@@ -10,8 +10,10 @@ import (
 )
 
 // Validate checks e before it is written: a non-empty Name and SandboxID, a known
-// Event, Ts > 0, a StepIndex of at least -1, an Actor that ValidateActor accepts, and a Payload that is JSON and, for
-// events with a payload type, decodes into that type. It returns a
+// Event or an extension event (see Event.Extension), Ts > 0, a StepIndex of at
+// least -1, an Actor that ValidateActor accepts, and a Payload that is JSON
+// and, for events with a payload type, decodes into that type; an extension
+// event's payload is at most MaxExtensionPayload bytes. It returns a
 // *ValidationError (wrapping ErrInvalidEntry) naming the first wrong field.
 func Validate(e Entry) error {
 	switch {
@@ -22,7 +24,7 @@ func Validate(e Entry) error {
 	case e.Event == "":
 		return &ValidationError{Field: "event", Reason: "is empty"}
 	case !e.Event.Known():
-		return &ValidationError{Field: "event", Reason: fmt.Sprintf("unknown event %q", string(e.Event))}
+		return validateExtension(e)
 	case e.Ts <= 0:
 		return &ValidationError{Field: "ts", Reason: fmt.Sprintf("must be > 0, got %d", e.Ts)}
 	case e.StepIndex < SandboxLevel:

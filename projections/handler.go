@@ -70,7 +70,8 @@ func (e *PoisonError) Unwrap() error { return e.Err }
 // subjects (alineo.ledger.<sandbox>.<event>), so JetStream does not deliver the
 // rest; sandbox patterns and name patterns are matched by the runtime.
 type Filter struct {
-	// Events keeps entries of these events ("" or empty: any).
+	// Events keeps entries of these events ("" or empty: any): known events
+	// or extension events (events.Event.Extension).
 	Events []events.Event
 	// Sandboxes keeps entries whose sandbox id matches one of these path.Match
 	// patterns (empty: any). Literal ids are pushed down to JetStream.
@@ -84,11 +85,12 @@ type Filter struct {
 // events and sandboxes is filtered by the runtime instead.
 const maxFilterSubjects = 256
 
-// Validate reports a malformed pattern or unknown event, wrapping ErrInvalidConfig.
+// Validate reports a malformed pattern, or an event that is neither known nor
+// an extension event, wrapping ErrInvalidConfig.
 func (f Filter) Validate() error {
 	for _, ev := range f.Events {
-		if !ev.Known() {
-			return fmt.Errorf("%w: filter: unknown event %q", ErrInvalidConfig, ev)
+		if !ev.Valid() { // a known event or an extension event
+			return fmt.Errorf("%w: filter: %w", ErrInvalidConfig, events.CheckEvent(ev))
 		}
 	}
 	for _, p := range append(slices.Clone(f.Sandboxes), f.Names...) {

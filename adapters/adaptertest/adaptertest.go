@@ -56,6 +56,8 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"Actor", testActor},
 		{"OddNames", testOddNames},
 		{"InvalidEntries", testInvalidEntries},
+		{"ExtensionEvents", testExtensionEvents},
+		{"InvalidExtensionEvents", testInvalidExtensionEvents},
 		{"AppendBatch", testAppendBatch},
 		{"AppendBatchInvalidWritesNothing", testAppendBatchInvalid},
 		{"LastCheckpoint", testLastCheckpoint},
@@ -87,6 +89,7 @@ func RunReadModel(t *testing.T, newStore func(t *testing.T) adapters.Store) {
 	}{
 		{"OddNames", testOddNamesDetails},
 		{"InvalidEntriesHaveNoDetails", testInvalidEntriesDetails},
+		{"ExtensionEvents", testExtensionEventsDetails},
 		{"AppendBatch", testAppendBatchDetails},
 		{"AppendBatchInvalidHasNoDetails", testAppendBatchInvalidDetails},
 		{"Details", testDetails},

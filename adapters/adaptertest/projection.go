@@ -139,7 +139,8 @@ func testApplyInvalid(t *testing.T, s ProjectionStore) {
 	}{
 		{"zero seq", func(es []events.Entry) { es[1].Seq = 0 }, "seq"},
 		{"empty name", func(es []events.Entry) { es[1].Name = "" }, "name"},
-		{"unknown event", func(es []events.Entry) { es[1].Event = "nope" }, "event"},
+		{"unknown event", func(es []events.Entry) { es[1].Event = "exec.nope" }, "event"}, // "nope" is an extension event
+		{"malformed extension event", func(es []events.Entry) { es[1].Event = "Nope" }, "event"},
 		{"bad payload", func(es []events.Entry) { es[1].Payload = []byte("{") }, "payload"},
 	}
 	for _, tt := range tests {

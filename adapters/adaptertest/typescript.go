@@ -85,6 +85,27 @@ var TypeScriptExtras = TypeScriptFixture{
 	},
 }
 
+// TypeScriptWorkflow is typescript-sdk/workflow.db: two runs of the
+// TypeScript SDK's workflow layer, whose own events (run_started,
+// step_start, step_complete, checkpoint, snapshot, workflow_complete,
+// step_failed, step_rolled_back, workflow_failed) are extension events here:
+// they count for nothing in the details (a step_complete is not an exec, a
+// checkpoint not a checkpoint_created).
+var TypeScriptWorkflow = TypeScriptFixture{
+	File: "typescript-sdk/workflow.db",
+	Details: []adapters.SandboxDetails{
+		{Name: "ts-workflow-failed", SandboxID: "d262cc564b7080ebdf9abc84d645497e", Status: adapters.StatusCompleted,
+			StartedAt: 1796437554007, CompletedAt: 1796437554797, ExecCount: 2, RunID: "4d6ad76b-082d-442e-aa23-8c567aaae659"},
+		{Name: "ts-workflow", SandboxID: "fd6e9bcdaaefe2306391d2d061b47fa4", Status: adapters.StatusCompleted,
+			StartedAt: 1796437552785, CompletedAt: 1796437553331, ExecCount: 3, RunID: "e9f4ec58-eca6-4eec-ba1d-cdfe840be03d"},
+	},
+	Checkpoints: map[events.Session][]adapters.CheckpointInfo{
+		{Name: "ts-workflow", SandboxID: "fd6e9bcdaaefe2306391d2d061b47fa4"}: {
+			{SnapshotID: "snap-8d3efb89fb6d54cb41876402c42affd0", Tag: "wf1", CreatedAt: 1796437553060},
+		},
+	},
+}
+
 // CheckTypeScriptFixture checks that s, opened on a copy of f.File (or
 // holding its rows), answers as f says: the listing and its filters, every
 // session's details, checkpoints and last checkpoint, and the environments.

@@ -108,7 +108,7 @@ func typeScriptDatabase(t *testing.T, f adaptertest.TypeScriptFixture) (string, 
 // with its details, checkpoints and environments, and payloads read as the
 // JSON they hold.
 func TestTypeScriptSDKLedgers(t *testing.T) {
-	for _, f := range []adaptertest.TypeScriptFixture{adaptertest.TypeScriptSession, adaptertest.TypeScriptExtras} {
+	for _, f := range []adaptertest.TypeScriptFixture{adaptertest.TypeScriptSession, adaptertest.TypeScriptExtras, adaptertest.TypeScriptWorkflow} {
 		t.Run(f.File, func(t *testing.T) {
 			dsn, conn := typeScriptDatabase(t, f)
 			s := open(t, dsn)

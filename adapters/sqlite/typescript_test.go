@@ -15,7 +15,7 @@ import (
 // TestTypeScriptSDKLedgers opens copies of the ledgers the real TypeScript SDK
 // wrote: every session lists with its details, checkpoints and environments.
 func TestTypeScriptSDKLedgers(t *testing.T) {
-	for _, f := range []adaptertest.TypeScriptFixture{adaptertest.TypeScriptSession, adaptertest.TypeScriptExtras} {
+	for _, f := range []adaptertest.TypeScriptFixture{adaptertest.TypeScriptSession, adaptertest.TypeScriptExtras, adaptertest.TypeScriptWorkflow} {
 		t.Run(f.File, func(t *testing.T) {
 			path := testenv.Fixture(t, f.File)
 			s := open(t, path)

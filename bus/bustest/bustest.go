@@ -73,6 +73,7 @@ func WithActors(es []events.Entry) []events.Entry {
 func Run(t *testing.T, open OpenFunc) {
 	t.Run("AppendReadOrder", func(t *testing.T) { testAppendReadOrder(t, open) })
 	t.Run("InvalidEntry", func(t *testing.T) { testInvalid(t, open) })
+	t.Run("ExtensionEvents", func(t *testing.T) { testExtensionEvents(t, open) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, open) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	t.Run("ClaimsInFlight", func(t *testing.T) { testClaims(t, open) })

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/apiclient"
@@ -48,8 +49,20 @@ var errSessionClosed = errors.New("session closed")
 func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	follow := fs.Bool("f", false, "follow: print new events as they happen (resumes with Last-Event-ID after a drop) until the session's sandbox.closed or Ctrl-C")
 	keep := fs.Bool("keep", false, "with -f: keep following after the session's sandbox.closed, until Ctrl-C")
+	var evs listFlag
+	fs.Var(&evs, "event", "only this event (repeatable or comma-separated), e.g. exec.started or an extension event such as step_complete")
 	return func(ctx context.Context, c *cli, args []string) error {
 		name, id := args[0], args[1]
+		only, err := eventFilter(evs)
+		if err != nil {
+			return err
+		}
+		show := func(e events.Entry) error {
+			if len(only) > 0 && !slices.ContainsFunc(only, e.Event.Is) {
+				return nil
+			}
+			return c.out.event(e, false)
+		}
 		c.out.stream = *follow
 		var last uint64
 		closed := false
@@ -60,7 +73,7 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 				return err
 			}
 			for _, e := range page.Events {
-				if err := c.out.event(e, false); err != nil {
+				if err := show(e); err != nil {
 					return err
 				}
 				last = e.Seq
@@ -81,11 +94,11 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		if last == 0 {
 			q.From = 1 // nothing projected yet: the session's whole history
 		}
-		err := c.client.Stream(ctx, q, func(e events.Entry) error {
+		err = c.client.Stream(ctx, q, func(e events.Entry) error {
 			if e.Name != name {
 				return nil // another session of the same sandbox id
 			}
-			if err := c.out.event(e, false); err != nil {
+			if err := show(e); err != nil {
 				return err
 			}
 			if err := c.out.flush(); err != nil {
@@ -103,20 +116,31 @@ func eventsCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	}
 }
 
+// eventFilter reads --event: known events (either vocabulary) or extension
+// events.
+func eventFilter(names []string) ([]events.Event, error) {
+	var out []events.Event
+	for _, n := range names {
+		ev := events.Event(n)
+		if err := events.CheckEvent(ev); err != nil { // a known event or an extension event
+			return nil, fmt.Errorf("--event: %w", err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
 func tailCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	var evs listFlag
-	fs.Var(&evs, "event", "only this event (repeatable or comma-separated), e.g. exec.started")
+	fs.Var(&evs, "event", "only this event (repeatable or comma-separated), e.g. exec.started or an extension event such as step_complete")
 	sandbox := fs.String("sandbox", "", "only this sandbox id")
 	from := fs.Uint64("from", 0, "start at this ledger sequence (1: the whole history) instead of the next new event")
 	return func(ctx context.Context, c *cli, _ []string) error {
 		c.out.stream = true
 		q := apiclient.StreamQuery{SandboxID: *sandbox, From: *from}
-		for _, e := range evs {
-			ev := events.Event(e)
-			if !ev.Known() {
-				return fmt.Errorf("--event: unknown event %q", e)
-			}
-			q.Events = append(q.Events, ev)
+		var err error
+		if q.Events, err = eventFilter(evs); err != nil {
+			return err
 		}
 		c.out.eventsHeader(true)
 		if err := c.out.flush(); err != nil {

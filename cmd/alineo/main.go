@@ -4,7 +4,7 @@
 //
 //	alineo sandboxes [--name N] [--status running|completed] [--run-id R] [--sandbox-id ID] [--limit N]
 //	alineo show NAME ID
-//	alineo events NAME ID [-f [--keep]]
+//	alineo events NAME ID [-f [--keep]] [--event NAME]
 //	alineo tail [--event E]... [--sandbox ID] [--from SEQ]
 //	alineo jobs [--limit N]
 //	alineo job submit FILE
@@ -71,7 +71,7 @@ type command struct {
 var commands = map[string]command{
 	"sandboxes": {"alineo sandboxes [flags]\n\nLists sessions, newest first.", 0, sandboxesCmd},
 	"show":      {"alineo show [flags] NAME ID\n\nShows one session's details.", 2, showCmd},
-	"events":    {"alineo events [flags] NAME ID\n\nPrints a session's events; -f follows them live (resuming after a drop) until the session's\nsandbox.closed, or with --keep until Ctrl-C.", 2, eventsCmd},
+	"events":    {"alineo events [flags] NAME ID\n\nPrints a session's events; -f follows them live (resuming after a drop) until the session's\nsandbox.closed, or with --keep until Ctrl-C. --event keeps only the events named (known\nevents in either vocabulary, or extension events such as step_complete).", 2, eventsCmd},
 	"tail":      {"alineo tail [flags]\n\nFollows the whole event stream live; resumes after a drop.", 0, tailCmd},
 	"jobs":      {"alineo jobs [flags]\n\nLists jobs, the most recently submitted first.", 0, jobsCmd},
 	"job":       {jobUsage, 2, jobCmd},

@@ -203,7 +203,7 @@ func actorCell(s string) string {
 
 // summary is an entry's one-line detail and the colour of its event name.
 func summary(e events.Entry) (string, string) {
-	switch e.Event {
+	switch e.Event.Canonical() { // either vocabulary
 	case events.ExecStarted:
 		var pl events.ExecStartedPayload
 		if e.Decode(&pl) == nil {
@@ -211,7 +211,7 @@ func summary(e events.Entry) (string, string) {
 		}
 	case events.ExecOutput:
 		var pl events.ExecOutputPayload
-		if e.Decode(&pl) == nil {
+		if _, output := events.OutputStream(e.Payload); output && e.Decode(&pl) == nil { // not a TypeScript exec_event of another type
 			if pl.Type == events.Stderr {
 				return "stderr " + oneLine(pl.Text), red
 			}
@@ -230,10 +230,14 @@ func summary(e events.Entry) (string, string) {
 	if strings.HasPrefix(string(e.Event), "sandbox.") {
 		c = yellow
 	}
+	payload := strings.Join(strings.Fields(string(e.Payload)), " ")
 	if e.Error != "" {
+		if !e.Event.Known() && payload != "" { // an extension event: its payload too
+			return trunc(payload, 80) + " error: " + oneLine(e.Error), red
+		}
 		return "error: " + oneLine(e.Error), red
 	}
-	return trunc(strings.Join(strings.Fields(string(e.Payload)), " "), 120), c
+	return trunc(payload, 120), c
 }
 
 func (p *printer) jobs(sts []jobs.Status) error {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # regenerate.sh writes session.db and extras.db again with the real TypeScript
-# SDK (generate.ts), then puts them here. What it needs:
+# SDK (generate.ts), then puts them here; `regenerate.sh workflow` writes
+# workflow.db instead, with its workflow layer (workflow.ts). What it needs:
 #   - bun (1.4.4 wrote the files in this folder);
 #   - the TypeScript SDK: a checkout of github.com/DrejT/alineo (575b132 wrote
 #     them: @alineo-labs/sandbox 0.2.0, @alineo-labs/sqlite 0.1.3; they are
 #     not on npm) with its workspace installed and the packages built, in
 #     ALINEO_TS_SDK. The packages export their dist/; this builds them:
 #       bun install   # 3 model-provider packages may fail to download: unused
-#       for p in core opensandbox sdks/typescript adapters/sqlite; do
+#       for p in core opensandbox sdks/typescript adapters/sqlite workflow; do
 #         (cd packages/$p && bun --bun x tsdown --config-loader native); done
 #     (bun run build wants tsdown's optional "unrun" config loader);
 #   - an OpenSandbox server at OPEN_SANDBOX_URL (default: this module's
@@ -19,6 +20,8 @@
 # came out entry for entry like the one here (ids and times aside); extras.db
 # differed only where timing decides (the order of two concurrent execs'
 # rows, how a PTY's output is chunked) and in its random names.
+# workflow.db was last written on 2026-12-05 (bun 1.4.4, 575b132,
+# FIXTURE_IMAGE=host, @alineo-labs/workflow 0.1.1).
 # The sandbox ids, run ids, snapshot ids, uuids and timestamps change with
 # every run: update the expectations that name them (adapters/adaptertest/
 # typescript.go and typescript_test.go at the module's root) and the facts in
@@ -53,8 +56,18 @@ fi
 # integration tests, which depends on @alineo-labs/sandbox and
 # @alineo-labs/sqlite: bun (isolated installs) links them into that
 # workspace's node_modules, not the root's.
+# (It also depends on @alineo-labs/workflow.)
 gen="$ALINEO_TS_SDK/tests/integration/alineo-go-fixtures"
 mkdir -p "$gen" "$work/out"
+if [ "${1:-}" = workflow ]; then
+  cp "$here/workflow.ts" "$gen/workflow.ts"
+  (cd "$gen" && bun workflow.ts "$work/out")
+  rm -rf "$gen"
+  if [ -s "$work/out/workflow.db-wal" ]; then sqlite3 "$work/out/workflow.db" 'PRAGMA wal_checkpoint(TRUNCATE);' >/dev/null; fi
+  install -m 0644 "$work/out/workflow.db" "$here/"
+  echo "wrote $here/workflow.db"
+  exit 0
+fi
 cp "$here/generate.ts" "$gen/generate.ts"
 (cd "$gen" && bun generate.ts "$work/out")
 rm -rf "$gen"
