@@ -14,7 +14,7 @@ import (
 
 // entryCols are read by scanEntry; Seq is the ledger sequence of a projected
 // row, else the row id.
-const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
+const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error, prev_hash, hash`
 
 // query runs a query on the reader pool.
 func (s *Store) query(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
@@ -33,11 +33,14 @@ func scanEntry(rows *sql.Rows) (events.Entry, error) {
 		payload []byte
 		errText sql.NullString
 		ev      string
+		prev    sql.NullString
+		hash    sql.NullString
 	)
-	if err := rows.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &e.StepIndex, &branch, &ev, &payload, &errText); err != nil {
+	if err := rows.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &e.StepIndex, &branch, &ev, &payload, &errText, &prev, &hash); err != nil {
 		return e, err
 	}
 	e.Seq, e.Event, e.Error = uint64(seq), events.Event(ev), errText.String
+	e.PrevHash, e.Hash = prev.String, hash.String
 	if branch.Valid {
 		b := int(branch.Int64)
 		e.Branch = &b

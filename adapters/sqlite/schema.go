@@ -37,6 +37,12 @@ CREATE TABLE IF NOT EXISTS alineo_environments (
 var additions = `
 CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
 CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
+CREATE TABLE IF NOT EXISTS alineo_chain_heads (
+  name        TEXT    NOT NULL,
+  sandbox_id  TEXT    NOT NULL,
+  hash        TEXT    NOT NULL,
+  PRIMARY KEY (name, sandbox_id)
+);
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer    TEXT    PRIMARY KEY,
   "offset"    INTEGER NOT NULL
@@ -87,6 +93,13 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 	}
 	if _, err := addColumn(ctx, tx, "alineo_events", "ledger_seq", "INTEGER"); err != nil {
 		return err
+	}
+	// The hash chain (docs/architecture.md §4.10): NULL on rows written
+	// before it, or by the TypeScript SDK.
+	for _, col := range []string{"prev_hash", "hash"} {
+		if _, err := addColumn(ctx, tx, "alineo_events", col, "TEXT"); err != nil {
+			return err
+		}
 	}
 	if _, err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
 		return err

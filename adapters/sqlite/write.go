@@ -17,10 +17,13 @@ import (
 
 // insertCols starts an INSERT of rows folded into the summary in the same
 // transaction: summarised is 1 on every row this store writes.
-const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, summarised) VALUES `
+const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, prev_hash, hash, summarised) VALUES `
 
-// values is one row's placeholders.
-const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
+// values is one row's placeholders, cols of them.
+const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
+
+// cols is the number of values args appends per row.
+const cols = 11
 
 const insertOne = insertCols + values
 
@@ -116,7 +119,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs}
+var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, selectHead, upsertHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -164,7 +167,7 @@ func (s *Store) execPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any
 
 // args appends the column values of e (ledger_seq is seq, NULL when 0).
 func args(dst []any, e events.Entry, seq uint64) []any {
-	var branch, payload, errText, ledgerSeq any
+	var branch, payload, errText, ledgerSeq, prev, hash any
 	if e.Branch != nil {
 		branch = int64(*e.Branch)
 	}
@@ -177,7 +180,10 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 	if seq != 0 {
 		ledgerSeq = int64(seq)
 	}
-	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq)
+	if e.Hash != "" {
+		prev, hash = e.PrevHash, e.Hash
+	}
+	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, prev, hash)
 }
 
 // write runs f in one immediate transaction on the writer connection.
@@ -270,16 +276,12 @@ func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) 
 
 // commitAppends is the group commit's Commit: it writes the entries of
 // every append of the batch in one immediate transaction (one fsync), in
-// order, with prepared multi-row INSERTs, and folds them into the details
-// summary there. One entry that the summary does not count is one statement,
-// atomic without an explicit transaction.
+// order, with prepared multi-row INSERTs, chains them (linkHeads) and folds
+// them into the details summary there.
 func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) error {
 	n := 0
 	for _, es := range appends {
 		n += len(es)
-	}
-	if n == 1 && !summary.Summarised(appends[0][0].Event) {
-		return s.execOne(ctx, insertOne, args(nil, appends[0][0], 0)...)
 	}
 	// The statements are prepared outside the transaction: the writer has
 	// one connection, which the transaction holds.
@@ -298,14 +300,21 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 		}
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		chain, err := s.linkHeads(ctx, tx, appends)
+		if err != nil {
+			return err
+		}
 		var d summary.Deltas
-		a := make([]any, 0, 9*min(n, chunk))
+		a := make([]any, 0, cols*min(n, chunk))
 		left := n
 		for _, es := range appends {
 			for _, e := range es {
+				if e, err = chain.Link(e); err != nil {
+					return err
+				}
 				a = args(a, e, 0)
 				d.Add(e)
-				if rows := len(a) / 9; rows == chunk || rows == left {
+				if rows := len(a) / cols; rows == chunk || rows == left {
 					if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
 						return err
 					}
@@ -314,8 +323,76 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 				}
 			}
 		}
+		if err := s.saveHeads(ctx, tx, &chain, appends); err != nil {
+			return err
+		}
 		return s.appendDetails(ctx, tx, &d)
 	})
+}
+
+// selectHead and upsertHead read and set a session's chain head: the hash of
+// its last chained entry, kept beside the entries in the same transaction.
+const (
+	selectHead = `SELECT hash FROM alineo_chain_heads WHERE name = ? AND sandbox_id = ?`
+	upsertHead = `INSERT INTO alineo_chain_heads (name, sandbox_id, hash) VALUES (?, ?, ?)
+		ON CONFLICT (name, sandbox_id) DO UPDATE SET hash = excluded.hash`
+)
+
+// linkHeads returns a chain seeded with the stored head of every session of
+// appends that has one; a session without one starts its chain at its first
+// entry's PrevHash (a fork names its parent's head there). Called inside the
+// immediate transaction, so no other writer moves a head until commit.
+func (s *Store) linkHeads(ctx context.Context, tx *sql.Tx, appends [][]events.Entry) (events.Chain, error) {
+	var chain events.Chain
+	var seen map[events.Session]bool
+	for _, es := range appends {
+		for _, e := range es {
+			k := e.Session()
+			if seen[k] {
+				continue
+			}
+			if seen == nil {
+				seen = make(map[events.Session]bool)
+			}
+			seen[k] = true
+			var h string
+			err := s.queryRowPrepared(ctx, tx, selectHead, k.Name, k.SandboxID).Scan(&h)
+			switch {
+			case err == nil:
+				chain.Seed(k, h)
+			case !errors.Is(err, sql.ErrNoRows):
+				return chain, err
+			}
+		}
+	}
+	return chain, nil
+}
+
+// saveHeads stores the head chain reached for each session of appends.
+func (s *Store) saveHeads(ctx context.Context, tx *sql.Tx, chain *events.Chain, appends [][]events.Entry) error {
+	var done events.Session
+	for _, es := range appends {
+		for _, e := range es {
+			k := e.Session()
+			if k == done {
+				continue
+			}
+			done = k
+			h, _ := chain.Head(k)
+			if _, err := s.execPrepared(ctx, tx, upsertHead, k.Name, k.SandboxID, h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// queryRowPrepared runs q in tx, with its prepared statement if it has one.
+func (s *Store) queryRowPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row {
+	if st, ok := s.stmts.Load(q); ok {
+		return tx.StmtContext(ctx, st.(*sql.Stmt)).QueryRowContext(ctx, a...)
+	}
+	return tx.QueryRowContext(ctx, q, a...)
 }
 
 // ApplyBatch implements adapters.ProjectionStore. It looks up which of the
@@ -349,7 +426,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 			return err
 		}
 		var d summary.Deltas
-		a := make([]any, 0, 9*min(chunk, len(fresh)))
+		a := make([]any, 0, cols*min(chunk, len(fresh)))
 		if len(fresh) >= chunk {
 			stmt, err := tx.PrepareContext(ctx, insertChunkProjected)
 			if err != nil {
@@ -379,6 +456,9 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 				return err
 			}
 		}
+		if err := s.applyHeads(ctx, tx, es); err != nil {
+			return err
+		}
 		if err := applyDetails(ctx, tx, &d); err != nil {
 			return err
 		}
@@ -386,6 +466,19 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 			ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`, consumer, int64(offset))
 		return err
 	})
+}
+
+// applyHeads moves the chain head of each session of projected entries es
+// to its last chained entry's hash, so that an append to the session after
+// them continues their chain.
+func (s *Store) applyHeads(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
+	heads := entries.Heads(es)
+	for _, e := range heads {
+		if _, err := tx.ExecContext(ctx, upsertHead, e.Name, e.SandboxID, e.Hash); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unstored returns the entries of es whose ledger sequence is not stored yet,
@@ -434,6 +527,9 @@ func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entr
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
 	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_chain_heads WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details WHERE name = ? AND sandbox_id = ?`, name, sandboxID)
