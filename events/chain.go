@@ -71,6 +71,9 @@ func (c *Chain) Seed(s Session, h string) {
 	c.heads[s] = h
 }
 
+// Forget drops s's head: s is new again (its entries were deleted).
+func (c *Chain) Forget(s Session) { delete(c.heads, s) }
+
 // Link chains e after its session's head: PrevHash is the head, or when
 // the session has none (it is new), e.PrevHash as given (a fork's first
 // entry names its parent's head); Hash is ChainHash(e, PrevHash). It

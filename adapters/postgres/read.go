@@ -16,7 +16,7 @@ import (
 
 // entryCols are read by scanEntry; Seq is the ledger sequence of a projected
 // row, else the row id.
-const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error`
+const entryCols = `COALESCE(ledger_seq, id), ts, name, sandbox_id, step_idx, branch, event, payload, error, prev_hash, hash`
 
 func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
 	var (
@@ -27,8 +27,10 @@ func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
 		ev      string
 		payload []byte
 		errText *string
+		prev    *string
+		hash    *string
 	)
-	if err := row.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &step, &branch, &ev, &payload, &errText); err != nil {
+	if err := row.Scan(&seq, &e.Ts, &e.Name, &e.SandboxID, &step, &branch, &ev, &payload, &errText, &prev, &hash); err != nil {
 		return e, err
 	}
 	e.Seq, e.StepIndex, e.Event = uint64(seq), int(step), events.Event(ev)
@@ -43,6 +45,9 @@ func scanEntry(row pgx.CollectableRow) (events.Entry, error) {
 	}
 	if errText != nil {
 		e.Error = *errText
+	}
+	if hash != nil && prev != nil {
+		e.PrevHash, e.Hash = *prev, *hash
 	}
 	return e, nil
 }
