@@ -8,5 +8,5 @@
 // Anchors, the sessions' heads copied elsewhere, catch a rewrite of a whole
 // chain, which the chain alone cannot.
 //
-// Of this module it imports events only.
+// Of this module it imports events only; it reads the bus with nats.go's client, not package bus.
 package audit

@@ -45,6 +45,14 @@ func appendEntry(buf []byte, e events.Entry) []byte {
 		buf = append(buf, `,"error":`...)
 		buf = appendString(buf, e.Error)
 	}
+	if e.PrevHash != "" {
+		buf = append(buf, `,"prevHash":`...)
+		buf = appendString(buf, e.PrevHash)
+	}
+	if e.Hash != "" {
+		buf = append(buf, `,"hash":`...)
+		buf = appendString(buf, e.Hash)
+	}
 	return append(buf, '}')
 }
 
@@ -266,6 +274,14 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 			e.Event = eventName(b)
 		case "error":
 			if e.Error, ok = d.str(); !ok {
+				return false
+			}
+		case "prevHash":
+			if e.PrevHash, ok = d.str(); !ok {
+				return false
+			}
+		case "hash":
+			if e.Hash, ok = d.str(); !ok {
 				return false
 			}
 		case "payload":

@@ -17,7 +17,8 @@ import (
 const ledgerUsage = `alineo ledger [flags] verify | anchor
 
 verify checks every session's hash chain (or one: --sandbox, or a time
-range: --since/--until) in the ledger at --sqlite PATH or --postgres URL,
+range: --since/--until) in the ledger at --sqlite PATH, --postgres URL or
+--nats URL (the bus's stream),
 and exits 0 when every chain holds, 1 naming each broken session and its
 first entry that breaks. Sessions written by the TypeScript SDK are
 unchained, not broken. --anchors FILE also checks the heads anchored earlier.
@@ -25,11 +26,12 @@ anchor prints every chained session's head, one JSON object a line (append
 it to a file kept away from the database: that is the anchor).`
 
 // errLedgerFlags is returned for ledger flags that do not name one ledger.
-var errLedgerFlags = errors.New("want exactly one of --sqlite PATH and --postgres URL")
+var errLedgerFlags = errors.New("want exactly one of --sqlite PATH, --postgres URL and --nats URL")
 
 func ledgerCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	sqlitePath := fs.String("sqlite", "", "SQLite ledger file")
 	pgURL := fs.String("postgres", "", "Postgres ledger URL")
+	natsURL := fs.String("nats", "", "NATS server of the bus ledger (stream ALINEO_LEDGER)")
 	sandbox := fs.String("sandbox", "", "only this sandbox id")
 	since := fs.String("since", "", "only entries at or after this time (RFC 3339)")
 	until := fs.String("until", "", "only entries at or before this time (RFC 3339)")
@@ -49,7 +51,7 @@ func ledgerCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			}
 			*b.dst = t.UnixMilli()
 		}
-		src, closeSrc, err := openLedger(*sqlitePath, *pgURL)
+		src, closeSrc, err := openLedger(*sqlitePath, *pgURL, *natsURL)
 		if err != nil {
 			return err
 		}
@@ -68,9 +70,20 @@ func ledgerCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 	}
 }
 
-func openLedger(path, url string) (audit.Scanner, func(), error) {
+func openLedger(path, url, natsURL string) (audit.Scanner, func(), error) {
+	n := 0
+	for _, s := range []string{path, url, natsURL} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, nil, errLedgerFlags
+	}
 	switch {
-	case path != "" && url == "":
+	case natsURL != "":
+		return audit.Connect(natsURL)
+	case path != "":
 		if _, err := os.Stat(path); err != nil {
 			return nil, nil, fmt.Errorf("--sqlite: %w", err)
 		}
@@ -79,14 +92,13 @@ func openLedger(path, url string) (audit.Scanner, func(), error) {
 			return nil, nil, err
 		}
 		return s, func() { s.Close() }, nil
-	case url != "" && path == "":
+	default:
 		s, err := postgres.Open(url, postgres.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
 		return s, func() { s.Close() }, nil
 	}
-	return nil, nil, errLedgerFlags
 }
 
 func verifyLedger(ctx context.Context, w io.Writer, src audit.Scanner, f audit.Filter, anchorsFile string) error {

@@ -9,7 +9,7 @@
 //	alineo jobs [--limit N]
 //	alineo job submit FILE
 //	alineo job status JOB_ID
-//	alineo ledger verify|anchor (--sqlite PATH | --postgres URL) [--sandbox ID] [--since T] [--until T] [--anchors FILE]
+//	alineo ledger verify|anchor (--sqlite PATH | --postgres URL | --nats URL) [--sandbox ID] [--since T] [--until T] [--anchors FILE]
 //
 // Every command takes --url (ALINEO_API_URL, default http://127.0.0.1:8090),
 // --token (ALINEO_API_TOKEN) and -o table|json|jsonl. Tables are aligned;
@@ -52,7 +52,7 @@ commands:
   jobs                  list jobs, the most recently submitted first
   job submit FILE       submit a job spec (JSON) and print its id
   job status JOB_ID     print a job's status
-  ledger verify         check the ledger's hash chains (--sqlite PATH | --postgres URL, --anchors FILE)
+  ledger verify         check the ledger's hash chains (--sqlite PATH | --postgres URL | --nats URL)
   ledger anchor         print every session's chain head, to keep elsewhere
   help                  print this help
 
