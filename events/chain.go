@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"maps"
 	"strings"
 	"sync"
 )
@@ -70,6 +71,10 @@ func (c *Chain) Seed(s Session, h string) {
 	}
 	c.heads[s] = h
 }
+
+// Clone returns a copy of c, to link a batch that may fail: the batch is
+// linked on the copy, which replaces c once the batch is stored.
+func (c *Chain) Clone() Chain { return Chain{heads: maps.Clone(c.heads)} }
 
 // Forget drops s's head: s is new again (its entries were deleted).
 func (c *Chain) Forget(s Session) { delete(c.heads, s) }

@@ -110,14 +110,12 @@ func (s *Store) append(ctx context.Context, es ...events.Entry) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	// Link them all first: all or nothing.
+	// Link them all first, on a chain of their sessions alone: all or nothing.
 	linked := make([]events.Entry, len(es))
 	var next events.Chain
 	for _, e := range es {
 		if h, ok := s.chain.Head(e.Session()); ok {
-			if _, seeded := next.Head(e.Session()); !seeded {
-				next.Seed(e.Session(), h)
-			}
+			next.Seed(e.Session(), h)
 		}
 	}
 	for i, e := range es {

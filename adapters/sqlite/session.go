@@ -22,7 +22,7 @@ import (
 // Each column the driver hands over costs about as much as a row's step, so
 // step_idx, branch, event and error come in one: kind (see kindCol). The
 // payload is read as a BLOB: its bytes, without a string in between.
-var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB)`
+var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB), prev_hash, hash`
 
 // sessionEvents are the event names kindCol packs, by their index there: the
 // exec events first (most rows, and a CASE compares in order), then every
@@ -102,6 +102,10 @@ func (r *sessionReader) entry() (events.Entry, error) {
 		e.Payload = events.UnwrapPayload(r.copy(p))
 	default:
 		return e, fmt.Errorf("payload of type %T", p)
+	}
+	if h, ok := r.row[5].(string); ok { // NULL on rows written without the chain
+		e.PrevHash, _ = r.row[4].(string)
+		e.Hash = h
 	}
 	return e, nil
 }
@@ -477,7 +481,7 @@ func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, back
 		return out, err
 	}
 	defer rows.Close()
-	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 4), events: map[string]events.Event{}}
+	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 6), events: map[string]events.Event{}}
 	for i := 1; ; i++ {
 		if grant == 0 {
 			if grant = c.take(); grant == 0 {
