@@ -109,7 +109,7 @@ func ids(t *testing.T, l ledgerUnderTest, sandboxID string) []int64 {
 	return out
 }
 
-func exec(t *testing.T, l ledgerUnderTest, q string, a ...any) {
+func run(t *testing.T, l ledgerUnderTest, q string, a ...any) {
 	t.Helper()
 	if _, err := l.db.Exec(l.ph(q), a...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -124,28 +124,28 @@ var tampers = []struct {
 	want int // index in at of the first entry that must be reported
 }{
 	{"edit payload", func(t *testing.T, l ledgerUnderTest, at []int64) {
-		exec(t, l, `UPDATE alineo_events SET payload = ? WHERE id = ?`, `{"seq":1,"type":"stdout","text":"forged\n"}`, at[2])
+		run(t, l, `UPDATE alineo_events SET payload = ? WHERE id = ?`, `{"seq":1,"type":"stdout","text":"forged\n"}`, at[2])
 	}, 2},
 	{"edit ts", func(t *testing.T, l ledgerUnderTest, at []int64) {
-		exec(t, l, `UPDATE alineo_events SET ts = ts + 1 WHERE id = ?`, at[4])
+		run(t, l, `UPDATE alineo_events SET ts = ts + 1 WHERE id = ?`, at[4])
 	}, 4},
 	{"delete", func(t *testing.T, l ledgerUnderTest, at []int64) {
-		exec(t, l, `DELETE FROM alineo_events WHERE id = ?`, at[3])
+		run(t, l, `DELETE FROM alineo_events WHERE id = ?`, at[3])
 	}, 4},
 	{"insert unhashed", func(t *testing.T, l ledgerUnderTest, at []int64) {
 		// Moved past the insert: every row from at[3] on gets an id above the others.
-		exec(t, l, `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, payload, ts)
+		run(t, l, `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, payload, ts)
 			SELECT sandbox_id, name, step_idx, event, payload, ts FROM alineo_events WHERE id = ?`, at[2])
 	}, -1},
 	{"insert copy", func(t *testing.T, l ledgerUnderTest, at []int64) {
-		exec(t, l, `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, payload, ts, prev_hash, hash)
+		run(t, l, `INSERT INTO alineo_events (sandbox_id, name, step_idx, event, payload, ts, prev_hash, hash)
 			SELECT sandbox_id, name, step_idx, event, payload, ts, prev_hash, hash FROM alineo_events WHERE id = ?`, at[2])
 	}, -1},
 	{"reorder", func(t *testing.T, l ledgerUnderTest, at []int64) {
 		// Swap rows 3 and 4 (their ids, hence their order).
-		exec(t, l, `UPDATE alineo_events SET id = -1 WHERE id = ?`, at[3])
-		exec(t, l, `UPDATE alineo_events SET id = ? WHERE id = ?`, at[3], at[4])
-		exec(t, l, `UPDATE alineo_events SET id = ? WHERE id = -1`, at[4])
+		run(t, l, `UPDATE alineo_events SET id = -1 WHERE id = ?`, at[3])
+		run(t, l, `UPDATE alineo_events SET id = ? WHERE id = ?`, at[3], at[4])
+		run(t, l, `UPDATE alineo_events SET id = ? WHERE id = -1`, at[4])
 	}, 3},
 }
 
