@@ -60,6 +60,11 @@ type Session struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
+// FirstChained is the position in the session (from 1) of its chain's
+// first entry: 1 unless the session began unchained (a TypeScript session
+// resumed here).
+func (s Session) FirstChained() int { return s.Unchained + 1 }
+
 // String describes s in one line.
 func (s Session) String() string {
 	switch s.State {

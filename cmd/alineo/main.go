@@ -14,7 +14,9 @@
 // Every command takes --url (ALINEO_API_URL, default http://127.0.0.1:8090),
 // --token (ALINEO_API_TOKEN) and -o table|json|jsonl. Tables are aligned;
 // colour is used only on a terminal (and never with NO_COLOR set). It
-// imports package api (its client) and the standard library only.
+// imports package api's client; ledger verify and anchor read the ledger
+// itself, through package audit and the SQLite and Postgres stores (nats.go's
+// client for --nats; never the NATS server).
 package main
 
 import (
