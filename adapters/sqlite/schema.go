@@ -37,12 +37,6 @@ CREATE TABLE IF NOT EXISTS alineo_environments (
 var additions = `
 CREATE UNIQUE INDEX IF NOT EXISTS alineo_events_ledger_seq ON alineo_events(ledger_seq);
 CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
-CREATE TABLE IF NOT EXISTS alineo_chain_heads (
-  name        TEXT    NOT NULL,
-  sandbox_id  TEXT    NOT NULL,
-  hash        TEXT    NOT NULL,
-  PRIMARY KEY (name, sandbox_id)
-);
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer    TEXT    PRIMARY KEY,
   "offset"    INTEGER NOT NULL

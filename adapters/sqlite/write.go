@@ -119,7 +119,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, selectHead, upsertHead}
+var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -276,7 +276,7 @@ func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) 
 
 // commitAppends is the group commit's Commit: it writes the entries of
 // every append of the batch in one immediate transaction (one fsync), in
-// order, with prepared multi-row INSERTs, chains them (linkHeads) and folds
+// order, with prepared multi-row INSERTs, chains them (heads.seed) and folds
 // them into the details summary there.
 func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) error {
 	n := 0
@@ -299,12 +299,17 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 			return err
 		}
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		chain, err := s.linkHeads(ctx, tx, appends)
+	var moved headsMoved
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if s.unchained {
+			return s.insertUnchained(ctx, tx, appends, n)
+		}
+		chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends)
 		if err != nil {
 			return err
 		}
 		var d summary.Deltas
+		var last sql.Result
 		a := make([]any, 0, cols*min(n, chunk))
 		left := n
 		for _, es := range appends {
@@ -314,8 +319,9 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 				}
 				a = args(a, e, 0)
 				d.Add(e)
+				moved.lastHash = e.Hash
 				if rows := len(a) / cols; rows == chunk || rows == left {
-					if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+					if last, err = s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
 						return err
 					}
 					left -= rows
@@ -323,72 +329,43 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 				}
 			}
 		}
-		if err := s.saveHeads(ctx, tx, &chain, appends); err != nil {
+		if moved.lastID, err = last.LastInsertId(); err != nil {
 			return err
 		}
+		moved.chain, moved.appends = &chain, appends
 		return s.appendDetails(ctx, tx, &d)
 	})
+	if s.unchained {
+		return err
+	}
+	s.heads.moved(moved, err == nil)
+	return err
 }
 
-// selectHead and upsertHead read and set a session's chain head: the hash of
-// its last chained entry, kept beside the entries in the same transaction.
-const (
-	selectHead = `SELECT hash FROM alineo_chain_heads WHERE name = ? AND sandbox_id = ?`
-	upsertHead = `INSERT INTO alineo_chain_heads (name, sandbox_id, hash) VALUES (?, ?, ?)
-		ON CONFLICT (name, sandbox_id) DO UPDATE SET hash = excluded.hash`
-)
-
-// linkHeads returns a chain seeded with the stored head of every session of
-// appends that has one; a session without one starts its chain at its first
-// entry's PrevHash (a fork names its parent's head there). Called inside the
-// immediate transaction, so no other writer moves a head until commit.
-func (s *Store) linkHeads(ctx context.Context, tx *sql.Tx, appends [][]events.Entry) (events.Chain, error) {
-	var chain events.Chain
-	var seen map[events.Session]bool
+// insertUnchained is commitAppends' transaction without the chain, for the
+// benchmark that measures the chain's cost.
+func (s *Store) insertUnchained(ctx context.Context, tx *sql.Tx, appends [][]events.Entry, n int) error {
+	var d summary.Deltas
+	a := make([]any, 0, cols*min(n, chunk))
+	left := n
 	for _, es := range appends {
 		for _, e := range es {
-			k := e.Session()
-			if seen[k] {
-				continue
-			}
-			if seen == nil {
-				seen = make(map[events.Session]bool)
-			}
-			seen[k] = true
-			var h string
-			err := s.queryRowPrepared(ctx, tx, selectHead, k.Name, k.SandboxID).Scan(&h)
-			switch {
-			case err == nil:
-				chain.Seed(k, h)
-			case !errors.Is(err, sql.ErrNoRows):
-				return chain, err
+			a = args(a, e, 0)
+			d.Add(e)
+			if rows := len(a) / cols; rows == chunk || rows == left {
+				if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+					return err
+				}
+				left -= rows
+				a = a[:0]
 			}
 		}
 	}
-	return chain, nil
+	return s.appendDetails(ctx, tx, &d)
 }
 
-// saveHeads stores the head chain reached for each session of appends.
-func (s *Store) saveHeads(ctx context.Context, tx *sql.Tx, chain *events.Chain, appends [][]events.Entry) error {
-	var done events.Session
-	for _, es := range appends {
-		for _, e := range es {
-			k := e.Session()
-			if k == done {
-				continue
-			}
-			done = k
-			h, _ := chain.Head(k)
-			if _, err := s.execPrepared(ctx, tx, upsertHead, k.Name, k.SandboxID, h); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// queryRowPrepared runs q in tx, with its prepared statement if it has one.
-func (s *Store) queryRowPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row {
+// stmtQueryRow runs q in tx, with its prepared statement if it has one.
+func (s *Store) stmtQueryRow(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row {
 	if st, ok := s.stmts.Load(q); ok {
 		return tx.StmtContext(ctx, st.(*sql.Stmt)).QueryRowContext(ctx, a...)
 	}
@@ -420,6 +397,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 	if err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
+	defer s.heads.invalidate() // projected rows move heads too
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
 		fresh, err := unstored(ctx, tx, es)
 		if err != nil {
@@ -456,9 +434,6 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 				return err
 			}
 		}
-		if err := s.applyHeads(ctx, tx, es); err != nil {
-			return err
-		}
 		if err := applyDetails(ctx, tx, &d); err != nil {
 			return err
 		}
@@ -466,19 +441,6 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 			ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`, consumer, int64(offset))
 		return err
 	})
-}
-
-// applyHeads moves the chain head of each session of projected entries es
-// to its last chained entry's hash, so that an append to the session after
-// them continues their chain.
-func (s *Store) applyHeads(ctx context.Context, tx *sql.Tx, es []events.Entry) error {
-	heads := entries.Heads(es)
-	for _, e := range heads {
-		if _, err := tx.ExecContext(ctx, upsertHead, e.Name, e.SandboxID, e.Hash); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // unstored returns the entries of es whose ledger sequence is not stored yet,
@@ -525,11 +487,9 @@ func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entr
 
 // DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	defer s.heads.invalidate()
 	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_chain_heads WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM alineo_sandbox_details WHERE name = ? AND sandbox_id = ?`, name, sandboxID)
