@@ -71,6 +71,10 @@ type Ledger struct {
 
 	subjectPrefix string // "<SubjectPrefix>."
 
+	// unchained makes appends skip the hash chain: set by this package's
+	// benchmarks only (export_test.go), to measure what the chain costs.
+	unchained bool
+
 	lastSeq atomic.Uint64 // highest acknowledged ledger sequence
 
 	// mu guards writers and serialises closing with the creation of writers.
@@ -799,9 +803,11 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, p pendingMsg) err
 func (l *Ledger) msgLocked(w *writer, p pendingMsg) (m *nats.Msg, undo func(), err error) {
 	k := p.e.Session()
 	head, had := w.chain.Head(k)
-	e, err := w.chain.Link(p.e)
-	if err != nil {
-		return nil, nil, err
+	e := p.e
+	if !l.unchained {
+		if e, err = w.chain.Link(p.e); err != nil {
+			return nil, nil, err
+		}
 	}
 	undo = func() {
 		if had {
