@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"slices"
@@ -26,22 +27,45 @@ const maxCanonicalDepth = 1000
 // (RFC 8785 §3.2.2.3), -0 as 0. It is what a chain hash covers (ChainHash), so
 // that a payload keeps its hash through a store that reformats JSON.
 func AppendCanonicalJSON(dst, js []byte) ([]byte, error) {
-	p := canon{b: js}
-	p.ws()
-	out, err := p.value(dst, 0)
+	var p canon
+	return p.appendCanonical(dst, js)
+}
+
+// appendCanonical is AppendCanonicalJSON reusing p's buffers.
+func (p *canon) appendCanonical(dst, js []byte) ([]byte, error) {
+	v, err := p.canonical(js)
 	if err != nil {
 		return dst, err
 	}
-	p.ws()
-	if p.i != len(p.b) {
-		return dst, errNotJSON
-	}
-	return out, nil
+	return append(dst, v...), nil
 }
 
+// canonical returns the canonical form of js in p's buffer (valid until
+// p's next use).
+func (p *canon) canonical(js []byte) ([]byte, error) {
+	p.b, p.i = js, 0
+	p.ms, p.vals = p.ms[:0], p.vals[:0]
+	p.ws()
+	if err := p.value(0); err != nil {
+		return nil, err
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return nil, errNotJSON
+	}
+	p.b = nil
+	return p.vals, nil
+}
+
+// canon writes the canonical form onto vals, a stack: each value is
+// appended at its top; an object pushes its members' keys and values
+// there, then writes itself above them and moves that down over them.
 type canon struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	ms   []member // the members of the objects being read, a stack
+	vals []byte
+	tmp  []byte // the last escaped string, decoded
 }
 
 func (p *canon) ws() {
@@ -55,143 +79,158 @@ func (p *canon) ws() {
 	}
 }
 
-func (p *canon) value(dst []byte, depth int) ([]byte, error) {
+func (p *canon) value(depth int) error {
 	if p.i >= len(p.b) || depth > maxCanonicalDepth {
-		return dst, errNotJSON
+		return errNotJSON
 	}
 	switch c := p.b[p.i]; {
 	case c == '{':
-		return p.object(dst, depth)
+		return p.object(depth)
 	case c == '[':
-		return p.array(dst, depth)
+		return p.array(depth)
 	case c == '"':
-		s, err := p.str(nil)
+		s, err := p.str()
 		if err != nil {
-			return dst, err
+			return err
 		}
-		return appendCanonicalString(dst, s), nil
+		p.vals = appendCanonicalString(p.vals, s)
+		return nil
 	case c == 't':
-		return p.literal(dst, "true")
+		return p.literal("true")
 	case c == 'f':
-		return p.literal(dst, "false")
+		return p.literal("false")
 	case c == 'n':
-		return p.literal(dst, "null")
+		return p.literal("null")
 	case c == '-' || '0' <= c && c <= '9':
-		return p.number(dst)
+		return p.number()
 	}
-	return dst, errNotJSON
+	return errNotJSON
 }
 
-func (p *canon) literal(dst []byte, lit string) ([]byte, error) {
+func (p *canon) literal(lit string) error {
 	if !strings.HasPrefix(string(p.b[p.i:]), lit) {
-		return dst, errNotJSON
+		return errNotJSON
 	}
 	p.i += len(lit)
-	return append(dst, lit...), nil
+	p.vals = append(p.vals, lit...)
+	return nil
 }
 
+// member is one member of an object: its key and its canonical value,
+// vals[kOff:kEnd] and vals[kEnd:vEnd] (the key's bytes pushed first).
 type member struct {
-	key string
-	val []byte
+	kOff, kEnd, vEnd int
 }
 
-func (p *canon) object(dst []byte, depth int) ([]byte, error) {
+func (p *canon) object(depth int) error {
 	p.i++ // {
 	p.ws()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
-		return append(dst, "{}"...), nil
+		p.vals = append(p.vals, "{}"...)
+		return nil
 	}
-	var ms []member
+	msBase, base := len(p.ms), len(p.vals)
 	for {
 		p.ws()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return dst, errNotJSON
+			return errNotJSON
 		}
-		k, err := p.str(nil)
+		k, err := p.str()
 		if err != nil {
-			return dst, err
+			return err
 		}
+		m := member{kOff: len(p.vals)}
+		p.vals = append(p.vals, k...)
+		m.kEnd = len(p.vals)
 		p.ws()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 		p.i++
 		p.ws()
-		v, err := p.value(nil, depth+1)
-		if err != nil {
-			return dst, err
+		if err := p.value(depth + 1); err != nil {
+			return err
 		}
-		ms = append(ms, member{string(k), v})
+		m.vEnd = len(p.vals)
+		p.ms = append(p.ms, m)
 		p.ws()
 		if p.i >= len(p.b) {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 		if p.b[p.i] == ',' {
 			p.i++
 			continue
 		}
 		if p.b[p.i] != '}' {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 		p.i++
 		break
 	}
+	ms := p.ms[msBase:]
+	key := func(m member) []byte { return p.vals[m.kOff:m.kEnd] }
 	// Stable: of repeated keys, the last one stays last.
-	slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.key, b.key) })
-	dst = append(dst, '{')
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(key(a), key(b)) })
+	top := len(p.vals)
+	out := append(p.vals, '{')
 	first := true
 	for i, m := range ms {
-		if i+1 < len(ms) && ms[i+1].key == m.key {
+		if i+1 < len(ms) && bytes.Equal(key(ms[i+1]), key(m)) {
 			continue // a later value of the same key wins
 		}
 		if !first {
-			dst = append(dst, ',')
+			out = append(out, ',')
 		}
 		first = false
-		dst = appendCanonicalString(dst, []byte(m.key))
-		dst = append(dst, ':')
-		dst = append(dst, m.val...)
+		out = appendCanonicalString(out, out[m.kOff:m.kEnd])
+		out = append(out, ':')
+		out = append(out, out[m.kEnd:m.vEnd]...)
 	}
-	return append(dst, '}'), nil
+	out = append(out, '}')
+	n := copy(out[base:], out[top:]) // down over the members
+	p.vals, p.ms = out[:base+n], p.ms[:msBase]
+	return nil
 }
 
-func (p *canon) array(dst []byte, depth int) ([]byte, error) {
+func (p *canon) array(depth int) error {
 	p.i++ // [
 	p.ws()
-	dst = append(dst, '[')
+	p.vals = append(p.vals, '[')
 	if p.i < len(p.b) && p.b[p.i] == ']' {
 		p.i++
-		return append(dst, ']'), nil
+		p.vals = append(p.vals, ']')
+		return nil
 	}
 	for n := 0; ; n++ {
 		if n > 0 {
-			dst = append(dst, ',')
+			p.vals = append(p.vals, ',')
 		}
 		p.ws()
-		var err error
-		if dst, err = p.value(dst, depth+1); err != nil {
-			return dst, err
+		if err := p.value(depth + 1); err != nil {
+			return err
 		}
 		p.ws()
 		if p.i >= len(p.b) {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 		if p.b[p.i] == ',' {
 			p.i++
 			continue
 		}
 		if p.b[p.i] != ']' {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 		p.i++
-		return append(dst, ']'), nil
+		p.vals = append(p.vals, ']')
+		return nil
 	}
 }
 
-// str decodes the JSON string at p.i into dst (its UTF-8 bytes, escapes
-// resolved). A string without escapes is returned as a slice of the input.
-func (p *canon) str(dst []byte) ([]byte, error) {
+// str decodes the JSON string at p.i: one without escapes is returned as a
+// slice of the input, one with escapes decoded into p.tmp (valid until the
+// next str).
+func (p *canon) str() ([]byte, error) {
 	p.i++ // "
 	start := p.i
 	for p.i < len(p.b) {
@@ -199,13 +238,15 @@ func (p *canon) str(dst []byte) ([]byte, error) {
 		if c == '"' {
 			s := p.b[start:p.i]
 			p.i++
-			if dst == nil {
-				return s, nil
-			}
-			return append(dst, s...), nil
+			return s, nil
 		}
 		if c == '\\' {
-			return p.strSlow(append(dst, p.b[start:p.i]...))
+			t, err := p.strSlow(append(p.tmp[:0], p.b[start:p.i]...))
+			if err != nil {
+				return nil, err
+			}
+			p.tmp = t
+			return t, nil
 		}
 		if c < 0x20 {
 			return nil, errNotJSON
@@ -300,7 +341,7 @@ func (p *canon) hex4() (rune, bool) {
 }
 
 // number checks the JSON number grammar at p.i and appends its canonical form.
-func (p *canon) number(dst []byte) ([]byte, error) {
+func (p *canon) number() error {
 	start := p.i
 	if p.b[p.i] == '-' {
 		p.i++
@@ -316,12 +357,12 @@ func (p *canon) number(dst []byte) ([]byte, error) {
 	if p.i < len(p.b) && p.b[p.i] == '0' {
 		p.i++
 	} else if digits() == 0 {
-		return dst, errNotJSON
+		return errNotJSON
 	}
 	if p.i < len(p.b) && p.b[p.i] == '.' {
 		p.i++
 		if digits() == 0 {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 	}
 	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
@@ -330,15 +371,17 @@ func (p *canon) number(dst []byte) ([]byte, error) {
 			p.i++
 		}
 		if digits() == 0 {
-			return dst, errNotJSON
+			return errNotJSON
 		}
 	}
 	lit := string(p.b[start:p.i])
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil || math.IsInf(f, 0) {
-		return append(dst, lit...), nil // out of float64's range: kept as written
+		p.vals = append(p.vals, lit...) // out of float64's range: kept as written
+		return nil
 	}
-	return appendES6Number(dst, f), nil
+	p.vals = appendES6Number(p.vals, f)
+	return nil
 }
 
 // appendES6Number appends f as ECMAScript's Number.prototype.toString does.

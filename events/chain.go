@@ -103,7 +103,7 @@ func (c *Chain) Link(e Entry) (Entry, error) {
 type chainer struct {
 	h   hash.Hash
 	buf []byte // the length-prefixed fields before the payload, and after it
-	js  []byte // the payload's canonical JSON
+	cn  canon  // the payload's canonical JSON
 	sum [sha256.Size]byte
 }
 
@@ -126,8 +126,7 @@ func (c *chainer) hash(e Entry, prev string) (string, error) {
 		b = append(b, 0)
 		c.h.Write(b)
 	} else {
-		js, err := AppendCanonicalJSON(c.js[:0], e.Payload)
-		c.js = js[:0]
+		js, err := c.cn.canonical(e.Payload)
 		if err != nil {
 			c.buf = b[:0]
 			return "", &ValidationError{Field: "payload", Reason: "is not valid JSON", Err: err}
@@ -136,8 +135,8 @@ func (c *chainer) hash(e Entry, prev string) (string, error) {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(js)))
 		c.h.Write(b)
 		c.h.Write(js)
-		if cap(c.js) > 1<<20 {
-			c.js = nil // do not keep a huge buffer in the pool
+		if cap(c.cn.vals) > 1<<20 {
+			c.cn = canon{} // do not keep a huge buffer in the pool
 		}
 	}
 	b = appendField(b[:0], e.Error)

@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/alineo-labs/alineo/events"
@@ -70,6 +71,14 @@ func FuzzAppendCanonicalJSON(f *testing.F) {
 		again, err := events.AppendCanonicalJSON(nil, got)
 		if err != nil || string(again) != string(got) {
 			t.Fatalf("canonical form %q is not a fixed point: %q, %v", got, again, err)
+		}
+		// The same value as encoding/json reads it (it too keeps a repeated
+		// key's last value and reads invalid UTF-8 as U+FFFD).
+		var in, out any
+		if json.Unmarshal(b, &in) == nil {
+			if err := json.Unmarshal(got, &out); err != nil || !reflect.DeepEqual(in, out) {
+				t.Fatalf("canonical form %q of %q reads as %#v, want %#v (%v)", got, b, out, in, err)
+			}
 		}
 	})
 }
