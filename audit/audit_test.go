@@ -31,6 +31,8 @@ type ledgerUnderTest struct {
 	db *sql.DB
 	// ph turns ? into the driver's placeholders.
 	ph func(string) string
+	// reopen opens another Store on the same database (another process).
+	reopen func(t *testing.T) store
 }
 
 func newSQLite(t *testing.T) ledgerUnderTest {
@@ -45,7 +47,14 @@ func newSQLite(t *testing.T) ledgerUnderTest {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return ledgerUnderTest{s: s, db: db, ph: func(q string) string { return q }}
+	return ledgerUnderTest{s: s, db: db, ph: func(q string) string { return q }, reopen: func(t *testing.T) store {
+		s, err := sqlite.Open(path, sqlite.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}}
 }
 
 func newPostgres(t *testing.T) ledgerUnderTest {
@@ -65,6 +74,13 @@ func newPostgres(t *testing.T) ledgerUnderTest {
 			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
 		}
 		return q
+	}, reopen: func(t *testing.T) store {
+		s, err := postgres.Open(dsn, postgres.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}}
 }
 
@@ -197,26 +213,34 @@ func testVerify(t *testing.T, open func(*testing.T) ledgerUnderTest) {
 	}
 }
 
-// TestResumeContinuesChain: a second Store on the same database (a resumed
-// writer in another process) continues the session's chain from its head.
+// TestResumeContinuesChain: another Store on the same database (a resumed
+// writer, another process) continues the session's chain from its head,
+// and the first Store, whose remembered head is stale now, continues after
+// it too.
 func TestResumeContinuesChain(t *testing.T) {
-	l := newSQLite(t)
-	session(t, l, "n", "S", 1000, 2)
-	var path string
-	if err := l.db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path); err != nil {
-		t.Fatal(err)
-	}
-	fresh, err := sqlite.Open(path, sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	if err := fresh.Append(t.Context(), events.New(5000, "n", "S", events.SandboxLevel, events.SandboxClosed, nil)); err != nil {
-		t.Fatal(err)
-	}
-	res, err := audit.Verify(t.Context(), l.s, audit.Filter{}, audit.Options{})
-	if err != nil || res.Sessions[0].State != audit.Chained || res.Sessions[0].Entries != 8 {
-		t.Fatalf("after resume: %+v, %v", res, err)
+	for name, open := range map[string]func(*testing.T) ledgerUnderTest{"sqlite": newSQLite, "postgres": newPostgres} {
+		t.Run(name, func(t *testing.T) {
+			l := open(t)
+			ctx := t.Context()
+			session(t, l, "n", "S", 1000, 2)
+			other := l.reopen(t)
+			if err := other.Append(ctx, events.New(5000, "n", "S", events.SandboxLevel, events.SandboxPaused, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.s.Append(ctx, events.New(6000, "n", "S", events.SandboxLevel, events.SandboxResumed, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.AppendBatch(ctx, []events.Entry{
+				events.New(7000, "n", "S", events.SandboxLevel, events.SandboxPaused, nil),
+				events.New(7001, "n", "S", events.SandboxLevel, events.SandboxClosed, nil),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := audit.Verify(ctx, l.s, audit.Filter{}, audit.Options{})
+			if err != nil || res.Sessions[0].State != audit.Chained || res.Sessions[0].Entries != 11 {
+				t.Fatalf("after resumes: %+v, %v; want 11 chained entries", res, err)
+			}
+		})
 	}
 }
 
