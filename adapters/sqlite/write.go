@@ -25,8 +25,6 @@ const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
 // cols is the number of values args appends per row.
 const cols = 11
 
-const insertOne = insertCols + values
-
 // chunk is the number of rows of one multi-row INSERT of a commit.
 const chunk = 100
 
@@ -119,7 +117,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
+var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -138,23 +136,6 @@ func (s *Store) prepareAppends(ctx context.Context) error {
 	}
 	s.appendsPrepared.Store(true)
 	return nil
-}
-
-// execOne runs q on its own, with its prepared statement if it has one.
-func (s *Store) execOne(ctx context.Context, q string, a ...any) error {
-	w, _, err := s.dbs(ctx)
-	if err != nil {
-		return err
-	}
-	if st, ok := s.stmts.Load(q); ok {
-		_, err = st.(*sql.Stmt).ExecContext(ctx, a...)
-	} else {
-		_, err = w.ExecContext(ctx, q, a...)
-	}
-	if err != nil && s.isClosed() {
-		return adapters.ErrClosed // closed meanwhile, with its statements
-	}
-	return err
 }
 
 // execPrepared runs q in tx, with its prepared statement if it has one.
