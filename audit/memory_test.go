@@ -36,12 +36,13 @@ func (g generated) ScanLedger(ctx context.Context, _ string, _, _ int64, fn func
 }
 
 // TestVerifyBoundedMemory verifies 300k entries of 1 KiB (300 MiB of
-// payloads) and samples the live heap along the way: it stays far below
-// what keeping the entries would take. Verify also reports progress.
+// payloads; 100k under the race detector or -short, still above the limit)
+// and samples the live heap along the way: it stays far below what keeping
+// the entries would take. Verify also reports progress.
 func TestVerifyBoundedMemory(t *testing.T) {
 	n := 300_000
-	if testing.Short() {
-		n = 50_000
+	if testing.Short() || raceEnabled {
+		n = 100_000
 	}
 	g := generated{n: n, sessions: 100, payload: strings.Repeat("x", 1024)}
 	var peak uint64
