@@ -12,6 +12,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/postgres"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/audit"
+	"github.com/alineo-labs/alineo/internal/usage"
 )
 
 const ledgerUsage = `alineo ledger [flags] verify | anchor
@@ -52,6 +53,9 @@ func ledgerCmd(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			*b.dst = t.UnixMilli()
 		}
 		src, closeSrc, err := openLedger(*sqlitePath, *pgURL, *natsURL)
+		if errors.Is(err, errLedgerFlags) {
+			return usage.Errorf(usage.Text(fs, "usage: "+ledgerUsage), "alineo ledger: %w", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -119,7 +123,7 @@ func verifyLedger(ctx context.Context, w io.Writer, src audit.Scanner, f audit.F
 		fmt.Fprintln(w, s)
 	}
 	if err == nil {
-		fmt.Fprintf(w, "%d entries, %d sessions: every chain holds\n", res.Entries, len(res.Sessions))
+		fmt.Fprintf(w, "%d entries, %d sessions: no chain is broken\n", res.Entries, len(res.Sessions))
 	}
 	return err
 }
