@@ -144,9 +144,12 @@ type spawnOptions struct {
 	resources  Resources
 	runID      string
 	payload    events.SandboxCreatedPayload // SandboxID is filled in
-	replay     *replayCache
-	shell      string
-	env        map[string]string // spawn: set in the sandbox; the handle keeps it for its forks
+	// prevHash is the parent's chain head a fork's sandbox.created names
+	// as its PrevHash ("" for none): the fork's chain continues its parent's.
+	prevHash string
+	replay   *replayCache
+	shell    string
+	env      map[string]string // spawn: set in the sandbox; the handle keeps it for its forks
 	// policy and credentialProxy restore a resumed session's network state.
 	policy          *NetworkPolicy
 	credentialProxy bool
@@ -225,7 +228,12 @@ func (c *Client) open(ctx context.Context, id string, o spawnOptions) (*Sandbox,
 	} else if p := o.policy; p != nil {
 		o.payload.EgressDefault = p.effectiveDefault()
 	}
-	if err := sb.ledger.write(ctx, events.SandboxCreated, events.SandboxLevel, o.payload); err != nil {
+	var created [1]<-chan error
+	err = sb.ledger.writeMany(ctx, nil, created[:], emission{ev: events.SandboxCreated, step: events.SandboxLevel, payload: o.payload, prevHash: o.prevHash})
+	if err == nil {
+		err = <-created[0]
+	}
+	if err != nil {
 		ex.Close()
 		return nil, &SandboxError{SandboxID: id, Op: "record sandbox.created", Err: err}
 	}

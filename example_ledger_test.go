@@ -28,9 +28,13 @@ import (
 type fileLedger struct {
 	path string
 
-	mu     sync.Mutex // guards everything below, and the file
-	f      *os.File
-	next   uint64 // Seq of the next entry
+	mu   sync.Mutex // guards everything below, and the file
+	f    *os.File
+	next uint64 // Seq of the next entry
+	// chain links each entry after its session's last (the hash chain
+	// every ledger keeps, docs/architecture.md §4.10); it is rebuilt from the
+	// file on open.
+	chain  events.Chain
 	closed bool
 }
 
@@ -45,6 +49,9 @@ func openFileLedger(path string) (*fileLedger, error) {
 	}
 	for _, e := range es {
 		l.next = max(l.next, e.Seq+1)
+		if e.Hash != "" {
+			l.chain.Seed(e.Session(), e.Hash)
+		}
 	}
 	if l.f, err = os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
 		return nil, err
@@ -101,8 +108,13 @@ func (l *fileLedger) AppendBatch(ctx context.Context, es []events.Entry) error {
 		return err
 	}
 	var buf bytes.Buffer
+	chain := l.chain.Clone() // moved on only once the write succeeded
 	for i, e := range es {
 		e.Seq = l.next + uint64(i)
+		e, err := chain.Link(e)
+		if err != nil {
+			return fmt.Errorf("append entry %d: %w", i, err)
+		}
 		line, err := json.Marshal(e)
 		if err != nil {
 			return err
@@ -113,6 +125,7 @@ func (l *fileLedger) AppendBatch(ctx context.Context, es []events.Entry) error {
 		return fmt.Errorf("%w: %w", adapters.ErrUnavailable, err)
 	}
 	l.next += uint64(len(es))
+	l.chain = chain
 	return nil
 }
 

@@ -56,14 +56,24 @@ func (s *Sandbox) Fork(ctx context.Context, tag string, opts ...ForkOptions) (_ 
 	if err != nil {
 		return nil, err
 	}
+	// The fork's chain starts at its parent's head: the checkpoint just recorded.
+	cp, err := s.ledger.store.LastCheckpoint(ctx, s.name, s.id)
+	if err != nil {
+		return nil, &SandboxError{SandboxID: s.id, Op: "fork", Err: err}
+	}
+	var parentHead string
+	if cp != nil {
+		parentHead = cp.Hash
+	}
 	creds, err := s.forkCredentials(ctx) // the fork keeps the policy and credentials
 	if err != nil {
 		return nil, err
 	}
 	child, err := s.c.spawn(ctx, spawnOptions{
 		snapshotID: snap, name: defaultName("", "fork-"+s.name+"-"), resources: res, runID: runID,
-		payload: events.SandboxCreatedPayload{ForkedFrom: snap, RunID: runID, Resources: res.limits(), Image: s.image},
-		shell:   s.shell, env: env, policy: creds.policy(), credentialProxy: creds.proxy(),
+		payload:  events.SandboxCreatedPayload{ForkedFrom: snap, RunID: runID, Resources: res.limits(), Image: s.image},
+		prevHash: parentHead,
+		shell:    s.shell, env: env, policy: creds.policy(), credentialProxy: creds.proxy(),
 		actor: s.ledger.actor,
 	})
 	if err != nil {

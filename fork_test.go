@@ -23,6 +23,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/adaptertest"
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
+	"github.com/alineo-labs/alineo/audit"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"github.com/alineo-labs/alineo/testenv"
@@ -123,6 +124,21 @@ func TestForkOptions(t *testing.T) {
 		if got := createdJSON(t, store, f1); got["runId"] != parent.RunID() || got["forkedFrom"] == "" ||
 			got["resources"].(map[string]any)["memory"] != "512Mi" {
 			t.Fatalf("plain fork sandbox.created = %v", got)
+		}
+		// The fork's chain starts at its parent's head: the checkpoint.
+		pes, err := store.ReadAll(ctx, parent.Name(), parent.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fes, err := store.ReadAll(ctx, f1.Name(), f1.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, f := audit.Check(pes), audit.Check(fes); p.State != audit.Chained || f.State != audit.Chained || f.ForkedFrom == "" {
+			t.Fatalf("chains: parent %s, fork %s; want both chained, the fork from its parent", p, f)
+		}
+		if cp, err := store.LastCheckpoint(ctx, parent.Name(), parent.ID()); err != nil || cp.Hash != audit.Check(fes).ForkedFrom {
+			t.Fatalf("fork's chain starts at %s, want the parent's checkpoint %+v (%v)", audit.Check(fes).ForkedFrom, cp, err)
 		}
 
 		// Options: the run id, a resource, env over the parent's.

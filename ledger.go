@@ -91,6 +91,9 @@ type emission struct {
 	ev      events.Event
 	step    int
 	payload any
+	// prevHash is the PrevHash of a session's first entry: a fork's
+	// sandbox.created names its parent's head ("" for none).
+	prevHash string
 }
 
 // emitMany is emitChained for several events at once: they are queued together,
@@ -157,7 +160,7 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, done []<-chan error, e
 		} else {
 			e = events.New(ts, l.name, l.sandboxID, em.step, em.ev, em.payload)
 		}
-		e.Trace, e.Actor = tp, l.actor
+		e.Trace, e.Actor, e.PrevHash = tp, l.actor, em.prevHash
 		ch := make(chan error, 1)
 		done[i] = ch
 		l.queue = append(l.queue, pendingEntry{e: e, done: ch, chain: c})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/api/wire"
+	"github.com/alineo-labs/alineo/audit"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
 )
@@ -140,6 +141,8 @@ type sandboxPage struct {
 	Checkpoints []adapters.CheckpointInfo
 	Rel         relation
 	Parent      *adapters.SandboxDetails // the session Rel names, when it is known
+	// Chain is the session's hash chain state at page load (audit.Check).
+	Chain audit.Session
 }
 
 type execPage struct {
@@ -294,7 +297,7 @@ func (s *Server) dashboardSandbox(w http.ResponseWriter, r *http.Request) {
 		s.renderStoreError(w, r, err)
 		return
 	}
-	p := sandboxPage{Details: d, View: buildSession(es), Events: es, Checkpoints: cps}
+	p := sandboxPage{Details: d, View: buildSession(es), Events: es, Checkpoints: cps, Chain: audit.Check(es)}
 	if len(es) > maxRawEvents {
 		p.Events, p.MoreEvents = es[:maxRawEvents], len(es)-maxRawEvents
 	}

@@ -103,6 +103,10 @@ func TestDashboardPagesServe(t *testing.T) {
 			t.Errorf("GET %s has an inline script", path)
 		}
 	}
+	// The session came through the bus and the projection: chained.
+	if _, body, _ := get("/ui/sandboxes/web/sbweb"); !strings.Contains(body, `data-chain="chained"`) {
+		t.Errorf("sandbox page lacks the chain state chained:\n%s", body)
+	}
 	if _, body, _ := get("/ui/sandboxes/web/sbweb/execs/1"); !strings.Contains(body, "echo 1") || !strings.Contains(body, `id="stdout"`) {
 		t.Errorf("exec page lacks the command or stdout:\n%s", body)
 	}

@@ -1,11 +1,17 @@
 package api
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/audit"
 	"github.com/alineo-labs/alineo/events"
 )
 
@@ -106,6 +112,48 @@ func TestFormatDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{0: "0 ms", 999 * time.Millisecond: "999 ms", 1500 * time.Millisecond: "1.50 s", 65 * time.Second: "1m5s", -1: "—"} {
 		if got := formatDuration(d); got != want {
 			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestSandboxPageChainState: the sandbox page shows a session's chain
+// state: chained, unchained (the TypeScript SDK's), or broken at entry N.
+func TestSandboxPageChainState(t *testing.T) {
+	srv, err := New(Config{Store: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c events.Chain
+	var es []events.Entry
+	for i, ev := range []events.Event{events.SandboxCreated, events.SandboxPaused, events.SandboxResumed} {
+		e, err := c.Link(events.New(int64(1000+i), "n", "S", events.SandboxLevel, ev, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Seq = uint64(i + 1)
+		es = append(es, e)
+	}
+	unchained := make([]events.Entry, len(es))
+	for i, e := range es {
+		e.PrevHash, e.Hash = "", ""
+		unchained[i] = e
+	}
+	edited := slices.Clone(es)
+	edited[1].Ts++
+	d := &adapters.SandboxDetails{Name: "n", SandboxID: "S", Status: adapters.StatusRunning}
+	for _, tt := range []struct {
+		es   []events.Entry
+		want string
+	}{
+		{es, `data-chain="chained"`},
+		{unchained, `data-chain="unchained"`},
+		{edited, `broken at entry 2`},
+	} {
+		rec := httptest.NewRecorder()
+		p := sandboxPage{Details: d, View: buildSession(tt.es), Events: tt.es, Chain: audit.Check(tt.es)}
+		srv.render(rec, httptest.NewRequest("GET", "/ui/sandboxes/n/S", nil), http.StatusOK, "sandbox.html", page{Title: "n S", Data: p})
+		if !strings.Contains(rec.Body.String(), tt.want) {
+			t.Errorf("sandbox page lacks %s:\n%s", tt.want, rec.Body.String())
 		}
 	}
 }

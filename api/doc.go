@@ -101,6 +101,6 @@
 // and re-exported here. Package apitest runs a real Server for tests of
 // clients.
 //
-// Of this module it imports adapters, api/wire, bus, events and jobs only;
+// Of this module it imports adapters, api/wire, audit, bus, events and jobs only;
 // never a database driver, sandboxd or cmd.
 package api

@@ -354,3 +354,63 @@ func BenchmarkSubscribeLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkAppendChain measures what the hash chain costs the bus's
+// appends: the same mix of new sandboxes' entries through a chained and an
+// unchained Ledger in turn, chunk by chunk, each flushed. ratio = chained
+// time / unchained time over every round (target <= 1.05); the median of
+// the per-round ratios, which vary more, is reported beside it.
+func BenchmarkAppendChain(b *testing.B) {
+	ctx := context.Background()
+	bb := openEmbedded(b, bus.Config{})
+	var ls [2]*bus.Ledger
+	for i := range ls {
+		l, err := bus.NewLedger(bb, bus.LedgerConfig{MaxPending: 4096})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ls[i] = l
+	}
+	bus.Unchained(ls[1])
+	var ratios []float64
+	var durs [2]time.Duration
+	n := 0
+	for round := range b.N * appendRounds {
+		es := mix(20, 20)
+		var round2 [2][]events.Entry
+		for i := range round2 {
+			round2[i] = make([]events.Entry, len(es))
+			for j, e := range es {
+				e.SandboxID = fmt.Sprintf("%s-r%d-%d", e.SandboxID, round, i)
+				round2[i][j] = e
+			}
+		}
+		n += len(es)
+		var d [2]time.Duration
+		for c := 0; c < len(es); c += appendChunk {
+			end := min(c+appendChunk, len(es))
+			for j := range ls {
+				i := (j + c/appendChunk) % 2 // each goes first every other chunk
+				start := time.Now()
+				for _, e := range round2[i][c:end] {
+					if err := ls[i].Append(ctx, e); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := ls[i].Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				d[i] += time.Since(start)
+			}
+		}
+		durs[0], durs[1] = durs[0]+d[0], durs[1]+d[1]
+		ratios = append(ratios, d[0].Seconds()/d[1].Seconds())
+	}
+	b.ReportMetric(rate(n, durs[0]), "chained-ev/s")
+	b.ReportMetric(rate(n, durs[1]), "unchained-ev/s")
+	ratio := durs[0].Seconds() / durs[1].Seconds()
+	b.ReportMetric(ratio, "ratio")
+	b.ReportMetric(median(ratios), "median-round-ratio")
+	testenv.Target(b, "ratio", ratio, 1.05, true)
+}

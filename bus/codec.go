@@ -49,6 +49,14 @@ func appendEntry(buf []byte, e events.Entry) []byte {
 		buf = append(buf, `,"actor":`...)
 		buf = appendString(buf, e.Actor)
 	}
+	if e.PrevHash != "" {
+		buf = append(buf, `,"prevHash":`...)
+		buf = appendString(buf, e.PrevHash)
+	}
+	if e.Hash != "" {
+		buf = append(buf, `,"hash":`...)
+		buf = appendString(buf, e.Hash)
+	}
 	return append(buf, '}')
 }
 
@@ -276,6 +284,14 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 			// A session's entries mostly share one actor: reused, as the
 			// sandbox id is.
 			if e.Actor, ok = d.interned(in, actors); !ok {
+				return false
+			}
+		case "prevHash":
+			if e.PrevHash, ok = d.str(); !ok {
+				return false
+			}
+		case "hash":
+			if e.Hash, ok = d.str(); !ok {
 				return false
 			}
 		case "payload":

@@ -19,6 +19,7 @@ func codecSeeds() [][]byte {
 		{Ts: 6, Name: "n", SandboxID: "s", Event: events.SandboxResumed, Actor: "alice@host"},
 		{Ts: 7, Name: "n", SandboxID: "s", Event: events.SandboxClosed, Payload: json.RawMessage("null")},
 		{Seq: 9, Ts: 7, Name: "n", SandboxID: "s", Event: events.ExecStarted, Payload: json.RawMessage(` { "seq" : 1 , "cmd":"a\\u0041"} `)},
+		{Ts: 8, Name: "n", SandboxID: "s", Event: events.SandboxClosed, PrevHash: "sha256:00", Hash: "sha256:01"},
 	} {
 		b, _ := json.Marshal(e)
 		seeds = append(seeds, b, appendEntry(nil, e))
@@ -65,6 +66,7 @@ func FuzzAppendEntry(f *testing.F) {
 		e := events.Entry{Ts: ts, Name: name, SandboxID: id, StepIndex: step, Event: events.Event(ev), Error: errText, Actor: actor}
 		if branch {
 			e.Branch = &step
+			e.PrevHash, e.Hash = errText, name // any strings: the codec does not check them
 		}
 		if json.Valid([]byte(payload)) {
 			e.Payload = json.RawMessage(payload)
@@ -83,9 +85,11 @@ func FuzzAppendEntry(f *testing.F) {
 		}
 		if !utf8.ValidString(name + id + ev + errText + actor) {
 			e.Name, e.SandboxID, e.Event, e.Error, e.Actor = fix(e.Name), fix(e.SandboxID), events.Event(fix(string(e.Event))), fix(e.Error), fix(e.Actor)
+			e.PrevHash, e.Hash = fix(e.PrevHash), fix(e.Hash)
 		}
 		if got.Ts != e.Ts || got.Name != e.Name || got.SandboxID != e.SandboxID || got.StepIndex != e.StepIndex ||
 			got.Event != e.Event || got.Error != e.Error || got.Actor != e.Actor || string(got.Payload) != string(e.Payload) ||
+			got.PrevHash != e.PrevHash || got.Hash != e.Hash ||
 			(got.Branch == nil) != (e.Branch == nil) || (got.Branch != nil && *got.Branch != *e.Branch) {
 			t.Fatalf("round trip of %+v through %q = %+v", e, b, got)
 		}

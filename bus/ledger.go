@@ -71,6 +71,10 @@ type Ledger struct {
 
 	subjectPrefix string // "<SubjectPrefix>."
 
+	// unchained makes appends skip the hash chain: set by this package's
+	// benchmarks only (export_test.go), to measure what the chain costs.
+	unchained bool
+
 	lastSeq atomic.Uint64 // highest acknowledged ledger sequence
 
 	// mu guards writers and serialises closing with the creation of writers.
@@ -107,6 +111,13 @@ type writer struct {
 	name                      string
 	hdrName                   []string
 
+	// chain holds the heads of the sandbox's sessions as this writer
+	// publishes them: entries are linked (events.Chain) when sent, in
+	// stream order. It starts empty on a fresh claim (no fence before: no
+	// entry) and is read from the stream after a reclaim or a Takeover
+	// (loadHeads). Guarded by mu.
+	chain events.Chain
+
 	// claim is the fence publish in flight, nil when none; queue holds, in
 	// order, the appends made while it is (they count in inflight). Guarded by mu.
 	claim *claim
@@ -129,12 +140,11 @@ type claim struct {
 	err   error
 }
 
-// pendingMsg is one entry to publish: its subject, session name, encoded
-// body and the W3C trace context it was written under ("" for none).
+// pendingMsg is one entry to publish: its subject and the entry, linked
+// into its session's chain and encoded when sent (msgLocked).
 type pendingMsg struct {
-	subj, name string
-	data       []byte
-	trace      string
+	subj string
+	e    events.Entry
 }
 
 func (w *writer) failure() error {
@@ -365,7 +375,8 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 		return nil
 	}
 	epoch, err := l.publishFence(ctx, w.id, 0)
-	if errors.Is(err, ErrFenced) {
+	reclaimed := errors.Is(err, ErrFenced)
+	if reclaimed {
 		epoch, err = l.reclaim(ctx, w.id, err)
 	}
 	if err != nil {
@@ -373,6 +384,12 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 		return err
 	}
 	w.setEpoch(l, epoch)
+	if reclaimed {
+		if err := l.loadHeads(ctx, w); err != nil {
+			w.epoch.Store(0) // claim again (our own fence) next time
+			return err
+		}
+	}
 	return nil
 }
 
@@ -447,11 +464,17 @@ func (l *Ledger) finishClaimLocked(w *writer) {
 	queue := w.queue
 	w.queue = nil
 	epoch, err := c.epoch, c.err
-	if errors.Is(err, ErrFenced) {
+	reclaimed := errors.Is(err, ErrFenced)
+	if reclaimed {
 		epoch, err = l.reclaim(l.bg, w.id, err)
 	}
 	if err == nil {
 		w.setEpoch(l, epoch)
+		if reclaimed {
+			err = l.loadHeads(l.bg, w)
+		}
+	}
+	if err == nil {
 		for i, p := range queue {
 			if err = l.sendLocked(l.bg, w, p); err != nil {
 				queue = queue[i+1:]
@@ -580,10 +603,15 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 		}
 		epoch, err := l.publishFence(ctx, sandboxID, prev)
 		if err == nil {
+			// The new writer continues the chains from the fenced heads.
+			lerr := l.loadHeads(ctx, w)
 			w.smu.Lock()
 			w.setEpoch(l, epoch)
-			w.err = nil
+			w.err = lerr
 			w.smu.Unlock()
+			if lerr != nil {
+				return 0, lerr
+			}
 			return epoch, nil
 		}
 		if !errors.Is(err, ErrFenced) || attempt >= 5 {
@@ -647,18 +675,30 @@ func (l *Ledger) AppendValidated(ctx context.Context, v validated.Entries) error
 
 // append publishes e, which passed events.Validate.
 func (l *Ledger) append(ctx context.Context, e events.Entry) error {
-	e.Seq = 0
-	data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
-	subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
+	p, err := l.pending(e)
 	if err != nil {
-		return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
+		return err
 	}
 	w, err := l.lockWriter(e.SandboxID)
 	if err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
-	return l.publishLocked(ctx, w, pendingMsg{subj, e.Name, data, e.Trace})
+	return l.publishLocked(ctx, w, p)
+}
+
+// pending checks what msgLocked cannot fail on later: the subject, and the
+// PrevHash a fork's first entry names.
+func (l *Ledger) pending(e events.Entry) (pendingMsg, error) {
+	e.Seq, e.Hash = 0, ""
+	subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
+	if err != nil {
+		return pendingMsg{}, fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
+	}
+	if !events.ValidHash(e.PrevHash) {
+		return pendingMsg{}, &events.ValidationError{Field: "prevHash", Reason: "is not a chain hash", Err: events.ErrInvalidHash}
+	}
+	return pendingMsg{subj: subj, e: e}, nil
 }
 
 // AppendBatch validates every entry, publishes them in order and waits until
@@ -679,13 +719,11 @@ func (l *Ledger) AppendBatch(ctx context.Context, es []events.Entry) error {
 func (l *Ledger) appendBatch(ctx context.Context, es []events.Entry) error {
 	msgs := make([]pendingMsg, 0, len(es))
 	for _, e := range es {
-		e.Seq = 0
-		data := appendEntry(make([]byte, 0, 128+len(e.Payload)+len(e.Name)+len(e.Error)), e)
-		subj, err := events.Subject(l.b.cfg.SubjectPrefix, e.SandboxID, e.Event)
+		p, err := l.pending(e)
 		if err != nil {
-			return fmt.Errorf("%w: %w", adapters.ErrInvalidEntry, err)
+			return err
 		}
-		msgs = append(msgs, pendingMsg{subj, e.Name, data, e.Trace})
+		msgs = append(msgs, p)
 	}
 	var touched []string
 	for i, m := range msgs {
@@ -721,7 +759,15 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, p pendingMsg) err
 		if err := l.claim(ctx, w); err != nil {
 			return err
 		}
-		return l.publishSync(ctx, w, l.msgLocked(w, p))
+		m, undo, err := l.msgLocked(w, p)
+		if err != nil {
+			return err
+		}
+		if err := l.publishSync(ctx, w, m); err != nil {
+			undo()
+			return err
+		}
+		return nil
 	}
 	if w.claim != nil {
 		l.finishClaimLocked(w) // if resolved meanwhile
@@ -751,29 +797,54 @@ func (l *Ledger) publishLocked(ctx context.Context, w *writer, p pendingMsg) err
 	return l.sendLocked(ctx, w, p)
 }
 
-// msgLocked builds the message of one entry under w's epoch. Called with w.mu held.
-func (l *Ledger) msgLocked(w *writer, p pendingMsg) *nats.Msg {
-	if p.name != w.name || w.hdrName == nil {
-		w.name, w.hdrName = p.name, []string{url.PathEscape(p.name)}
+// msgLocked links p's entry into its session's chain and builds its
+// message under w's epoch; undo puts the chain back, for a message that is
+// not published. Called with w.mu held.
+func (l *Ledger) msgLocked(w *writer, p pendingMsg) (m *nats.Msg, undo func(), err error) {
+	k := p.e.Session()
+	head, had := w.chain.Head(k)
+	e := p.e
+	if !l.unchained {
+		if e, err = w.chain.Link(p.e); err != nil {
+			return nil, nil, err
+		}
+	}
+	undo = func() {
+		if had {
+			w.chain.Seed(k, head)
+		} else {
+			w.chain.Forget(k)
+		}
+	}
+	data := appendEntry(make([]byte, 0, 256+len(e.Payload)+len(e.Name)+len(e.Error)), e)
+	if e.Name != w.name || w.hdrName == nil {
+		w.name, w.hdrName = e.Name, []string{url.PathEscape(e.Name)}
 	}
 	w.counter++
 	// Headers set directly: publish options would allocate per message.
-	m := &nats.Msg{Subject: p.subj, Data: p.data, Header: nats.Header{
+	m = &nats.Msg{Subject: p.subj, Data: data, Header: nats.Header{
 		HeaderName:                 w.hdrName,
 		jetstream.MsgIDHeader:      {w.epochStr + strconv.FormatUint(w.counter, 10)},
 		natsExpectedSubjSeq:        w.hdrFenceSeq,
 		natsExpectedSubjSeqSubject: w.hdrFenceSubj,
 	}}
-	if p.trace != "" {
-		m.Header[HeaderTraceParent] = []string{p.trace}
+	if e.Trace != "" {
+		m.Header[HeaderTraceParent] = []string{e.Trace}
 	}
-	return m
+	return m, undo, nil
 }
 
 // sendLocked publishes one entry of w into the async window, already counted
 // in w.inflight; on failure it uncounts it. Called with w.mu held, w claimed.
 func (l *Ledger) sendLocked(ctx context.Context, w *writer, p pendingMsg) error {
-	m := l.msgLocked(w, p)
+	m, undo, err := l.msgLocked(w, p)
+	if err != nil {
+		w.smu.Lock()
+		w.inflight.Add(-1)
+		w.notifyLocked()
+		w.smu.Unlock()
+		return err
+	}
 	for {
 		_, err := l.js.PublishMsgAsync(m)
 		if err == nil {
@@ -783,6 +854,7 @@ func (l *Ledger) sendLocked(ctx context.Context, w *writer, p pendingMsg) error 
 			continue // the window is full: wait for acks, bounded by ctx
 		}
 		w.counter--
+		undo()
 		w.smu.Lock()
 		w.inflight.Add(-1)
 		w.notifyLocked()
@@ -792,6 +864,27 @@ func (l *Ledger) sendLocked(ctx context.Context, w *writer, p pendingMsg) error 
 		}
 		return fmt.Errorf("%w: publish %s: %w", adapters.ErrUnavailable, p.subj, err)
 	}
+}
+
+// loadHeads reads the heads of sandboxID's sessions from the stream into
+// w.chain: after a reclaim or a Takeover, the entries before this epoch
+// are someone else's (or this Ledger's before Release). Called with w.mu held.
+func (l *Ledger) loadHeads(ctx context.Context, w *writer) error {
+	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, w.id)
+	if err != nil {
+		return err
+	}
+	res, err := l.b.read(ctx, filter, "")
+	if err != nil {
+		return fmt.Errorf("read chain heads of %s: %w", w.id, err)
+	}
+	w.chain = events.Chain{}
+	for _, e := range res.entries {
+		if e.Hash != "" {
+			w.chain.Seed(e.Session(), e.Hash)
+		}
+	}
+	return nil
 }
 
 // publishSync publishes m and waits for its acknowledgement; used on

@@ -15,6 +15,10 @@ var ErrInvalidActor = errors.New("invalid actor")
 // ErrInvalidSubject is returned when a subject is not a ledger subject.
 var ErrInvalidSubject = errors.New("invalid ledger subject")
 
+// ErrInvalidHash is wrapped by the error of a chain hash that is not "" or
+// "sha256:" and 64 lowercase hex digits.
+var ErrInvalidHash = errors.New("invalid chain hash")
+
 // ValidationError says which field of an Entry is wrong and why.
 // It unwraps to ErrInvalidEntry and, where there is one, to the underlying cause.
 type ValidationError struct {

@@ -81,6 +81,14 @@ type Entry struct {
 	// message's headers; the SQL stores do not keep it, and it is not part of
 	// the entry's JSON.
 	Trace string `json:"-"`
+	// PrevHash is the Hash of the entry before this one in its session's
+	// hash chain ("" for a chain's first entry, unless a fork's first entry,
+	// which names its parent's head), and Hash is ChainHash(e, PrevHash):
+	// "sha256:" and 64 hex digits. Both are "" on an entry that is not
+	// chained (written by the TypeScript SDK, or not stored yet): the stores
+	// set them as they append (see docs/architecture.md §4.10).
+	PrevHash string `json:"prevHash,omitempty"`
+	Hash     string `json:"hash,omitempty"`
 }
 
 // Session is the key of one sandbox session's ledger.

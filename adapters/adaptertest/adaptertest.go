@@ -2,11 +2,13 @@ package adaptertest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,7 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"RoundTrip", testRoundTrip},
 		{"SameMillisecondKeepsAppendOrder", testSameMillisecond},
 		{"ReadOrderIsTsThenSeq", testTsOrder},
+		{"HashChain", testHashChain},
 		{"Payloads", testPayloads},
 		{"BinaryOutput", testBinaryOutput},
 		{"BranchAndError", testBranchAndError},
@@ -255,6 +258,41 @@ func testSameMillisecond(t *testing.T, s adapters.Ledger) {
 	}
 	mustAppend(t, s, want...)
 	sameEntries(t, mustRead(t, s, "job", "sbx-1"), want)
+}
+
+// testHashChain: every entry is chained after the one appended before it in
+// its session (append order, whatever the ts), alone or in a batch; a
+// session's first entry keeps the PrevHash it names (a fork's parent head).
+func testHashChain(t *testing.T, s adapters.Ledger) {
+	in := []events.Entry{
+		entry(T0+20, "job", "sbx-1", events.SandboxLevel, events.SandboxCreated),
+		entry(T0+10, "job", "sbx-1", 1, events.ExecStarted), // out of ts order
+	}
+	mustAppend(t, s, in...)
+	if err := s.AppendBatch(t.Context(), []events.Entry{
+		entry(T0+30, "job", "sbx-1", 1, events.ExecOutput),
+		entry(T0+30, "job", "sbx-2", events.SandboxLevel, events.SandboxCreated),
+		entry(T0+31, "job", "sbx-1", 1, events.ExecCompleted),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := mustRead(t, s, "job", "sbx-1")
+	slices.SortFunc(got, func(a, b events.Entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	prev := ""
+	for i, e := range got {
+		h, err := events.ChainHash(e, prev)
+		if err != nil || e.PrevHash != prev || e.Hash != h {
+			t.Fatalf("entry %d (%s): prevHash %q, hash %q; want %q, %q (%v)", i, e.Event, e.PrevHash, e.Hash, prev, h, err)
+		}
+		prev = e.Hash
+	}
+	// A fork's first entry names its parent's head.
+	fork := entry(T0+40, "fork", "sbx-3", events.SandboxLevel, events.SandboxCreated)
+	fork.PrevHash = prev
+	mustAppend(t, s, fork)
+	if got := mustRead(t, s, "fork", "sbx-3"); len(got) != 1 || got[0].PrevHash != prev || got[0].Hash == "" {
+		t.Fatalf("fork's first entry = %+v; want PrevHash %s", got, prev)
+	}
 }
 
 func testTsOrder(t *testing.T, s adapters.Ledger) {

@@ -37,6 +37,8 @@ type Store struct {
 	details    map[events.Session]*sessionSummary
 	envs       map[string]adapters.EnvironmentRecord
 	offsets    map[string]uint64
+	// chain holds each session's chain head.
+	chain events.Chain
 }
 
 // row is one stored entry: id orders it, and e.Seq is what a read returns
@@ -108,8 +110,23 @@ func (s *Store) append(ctx context.Context, es ...events.Entry) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
+	// Link them all first, on a chain of their sessions alone: all or nothing.
+	linked := make([]events.Entry, len(es))
+	var next events.Chain
 	for _, e := range es {
+		if h, ok := s.chain.Head(e.Session()); ok {
+			next.Seed(e.Session(), h)
+		}
+	}
+	for i, e := range es {
+		var err error
+		if linked[i], err = next.Link(e); err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+	}
+	for _, e := range linked {
 		s.insert(e, 0)
+		s.chain.Seed(e.Session(), e.Hash)
 	}
 	return nil
 }
@@ -143,6 +160,9 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 		}
 		s.ledgerSeqs[e.Seq] = e.Session()
 		s.insert(e, e.Seq)
+		if e.Hash != "" {
+			s.chain.Seed(e.Session(), e.Hash)
+		}
 	}
 	s.offsets[consumer] = offset
 	return nil
@@ -365,6 +385,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error
 	}
 	delete(s.sessions, k)
 	delete(s.details, k)
+	s.chain.Forget(k)
 	return nil
 }
 

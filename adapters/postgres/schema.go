@@ -44,6 +44,14 @@ ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS summarised BOOLEAN;
 CREATE INDEX IF NOT EXISTS alineo_events_unsummarised ON alineo_events(id) WHERE ` + summary.Pending + `;
 ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS actor TEXT;
 ALTER TABLE alineo_environments ADD COLUMN IF NOT EXISTS fingerprint TEXT;
+ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS prev_hash TEXT;
+ALTER TABLE alineo_events ADD COLUMN IF NOT EXISTS hash TEXT;
+CREATE TABLE IF NOT EXISTS alineo_chain_heads (
+  name       TEXT COLLATE "C" NOT NULL,
+  sandbox_id TEXT COLLATE "C" NOT NULL,
+  hash       TEXT NOT NULL,
+  PRIMARY KEY (name, sandbox_id)
+);
 CREATE TABLE IF NOT EXISTS alineo_projection_offsets (
   consumer TEXT   PRIMARY KEY,
   "offset" BIGINT NOT NULL

@@ -78,6 +78,9 @@ type Store struct {
 
 	cu catchUpState
 
+	// heads remembers the chain heads this store committed (chain.go).
+	heads headCache
+
 	// gc commits appends: concurrent ones share one transaction, in one
 	// round trip.
 	gc *groupcommit.Committer[[]events.Entry]

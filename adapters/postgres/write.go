@@ -21,17 +21,17 @@ import (
 // columns of alineo_events that a write sets, in the order of row. summarised
 // is true on every row this store writes: it folds the row into the summary in
 // the same transaction.
-var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq", "actor", "summarised"}
+var columns = []string{"sandbox_id", "name", "step_idx", "branch", "event", "payload", "error", "ts", "ledger_seq", "actor", "prev_hash", "hash", "summarised"}
 
-const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, true)`
+const insertOne = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, prev_hash, hash, summarised)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, true)`
 
 // insertArrays inserts rows in order (their ids, hence their Seq, follow it)
 // from one array per column (columnArrays).
-const insertArrays = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised)
-SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, actor, true
-FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[])
-  WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, n)
+const insertArrays = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, prev_hash, hash, summarised)
+SELECT sandbox_id, name, step_idx, branch, event, payload::jsonb, error, ts, ledger_seq, actor, prev_hash, hash, true
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[])
+  WITH ORDINALITY AS r(sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, prev_hash, hash, n)
 ORDER BY n`
 
 // insertProjected is insertArrays skipping entries whose ledger sequence is
@@ -58,7 +58,7 @@ ON CONFLICT (consumer) DO UPDATE SET "offset" = excluded."offset"`
 // actor NULL when "". The payload goes as raw JSON text into the JSONB
 // column; nil stays SQL NULL.
 func row(e events.Entry, seq uint64) []any {
-	var branch, payload, errText, ledgerSeq, actor any
+	var branch, payload, errText, ledgerSeq, actor, prev, hash any
 	if e.Branch != nil {
 		branch = int32(*e.Branch)
 	}
@@ -74,7 +74,10 @@ func row(e events.Entry, seq uint64) []any {
 	if e.Actor != "" {
 		actor = e.Actor
 	}
-	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, true}
+	if e.Hash != "" {
+		prev, hash = e.PrevHash, e.Hash
+	}
+	return []any{e.SandboxID, e.Name, int32(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, prev, hash, true}
 }
 
 // Append implements adapters.Ledger: it validates e.
@@ -162,39 +165,66 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	if err != nil {
 		return err
 	}
-	es := appends[0]
+	in := appends[0]
 	if len(appends) > 1 {
-		es = slices.Concat(appends...)
+		in = slices.Concat(appends...)
 	}
 	var d summary.Deltas
-	for _, e := range es {
+	for _, e := range in {
 		d.Add(e)
 	}
+	es := make([]events.Entry, len(in))
+	moves, err := s.heads.link(es, in)
+	if err != nil {
+		return err
+	}
+	err = commitLinked(ctx, p, es, &d, moves)
+	if err == nil {
+		s.heads.commit(moves)
+		return nil
+	}
+	s.heads.forget(moves)
+	if !headMoved(err) {
+		return err
+	}
+	// Another writer moved a head since this store last saw it: link again
+	// under the heads' row locks.
+	if moves, err = commitLocked(ctx, p, es, in, &d); err != nil {
+		return err
+	}
+	s.heads.commit(moves)
+	return nil
+}
+
+// batcher is a pool, or a transaction (in which Begin makes a savepoint).
+type batcher interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// commitLinked writes the chained entries es, moves the chain heads and
+// folds d into the details, in one transaction.
+func commitLinked(ctx context.Context, p batcher, es []events.Entry, d *summary.Deltas, moves []headMove) error {
 	if len(es) > copyAbove {
 		return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 			src := pgx.CopyFromSlice(len(es), func(i int) ([]any, error) { return row(es[i], 0), nil })
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, src); err != nil {
 				return err
 			}
-			if d.Len() == 0 {
-				return nil
-			}
 			b := &pgx.Batch{}
-			queueDetails(b, &d)
+			queueHeads(b, moves)
+			queueDetails(b, d)
 			return tx.SendBatch(ctx, b).Close()
 		})
 	}
-	if len(es) == 1 && d.Len() == 0 {
-		_, err = p.Exec(ctx, insertOne, row(es[0], 0)[:10]...)
-		return err
-	}
 	b := &pgx.Batch{}
 	if len(es) == 1 {
-		b.Queue(insertOne, row(es[0], 0)[:10]...)
+		b.Queue(insertOne, row(es[0], 0)[:12]...)
 	} else {
 		b.Queue(insertArrays, columnArrays(es)...)
 	}
-	queueDetails(b, &d)
+	queueHeads(b, moves)
+	queueDetails(b, d)
 	return p.SendBatch(ctx, b).Close()
 }
 
@@ -243,7 +273,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 					return err
 				}
 			}
-			return finishApply(ctx, tx, &d, consumer, offset)
+			return finishApply(ctx, tx, es, &d, consumer, offset)
 		})
 		if !errors.As(err, &pe) || pe.Code != "23505" { // not a unique_violation
 			return s.translate(ctx, "apply batch", err)
@@ -263,7 +293,7 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 				}
 			}
 		}
-		return finishApply(ctx, tx, &d, consumer, offset)
+		return finishApply(ctx, tx, es, &d, consumer, offset)
 	})
 	return s.translate(ctx, "apply batch", err)
 }
@@ -281,8 +311,9 @@ func ascending(es []events.Entry) bool {
 
 // finishApply folds d into the details and sets consumer's offset, in one
 // round trip.
-func finishApply(ctx context.Context, tx pgx.Tx, d *summary.Deltas, consumer string, offset uint64) error {
+func finishApply(ctx context.Context, tx pgx.Tx, es []events.Entry, d *summary.Deltas, consumer string, offset uint64) error {
 	b := &pgx.Batch{}
+	queueProjectedHeads(b, es)
 	queueDetails(b, d)
 	b.Queue(upsertOffset, consumer, int64(offset))
 	return tx.SendBatch(ctx, b).Close()
@@ -315,6 +346,7 @@ func columnArrays(es []events.Entry) []any {
 		branches               = make([]*int32, len(es))
 		payloads, errs, actors = make([]*string, len(es)), make([]*string, len(es)), make([]*string, len(es))
 		tss, seqs              = make([]int64, len(es)), make([]*int64, len(es))
+		prevs, hashes          = make([]*string, len(es)), make([]*string, len(es))
 	)
 	for i, e := range es {
 		sandboxIDs[i], names[i], evs[i] = e.SandboxID, e.Name, string(e.Event)
@@ -337,8 +369,11 @@ func columnArrays(es []events.Entry) []any {
 		if e.Actor != "" {
 			actors[i] = &e.Actor
 		}
+		if e.Hash != "" {
+			prevs[i], hashes[i] = &es[i].PrevHash, &es[i].Hash
+		}
 	}
-	return []any{sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs, actors}
+	return []any{sandboxIDs, names, steps, branches, evs, payloads, errs, tss, seqs, actors, prevs, hashes}
 }
 
 // DeleteSandbox implements adapters.Ledger.
@@ -350,6 +385,8 @@ func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM alineo_events WHERE name = $1 AND sandbox_id = $2`, name, sandboxID)
 	b.Queue(`DELETE FROM alineo_sandbox_details WHERE name = $1 AND sandbox_id = $2`, name, sandboxID)
+	b.Queue(`DELETE FROM alineo_chain_heads WHERE name = $1 AND sandbox_id = $2`, name, sandboxID)
+	s.heads.forget([]headMove{{session: events.Session{Name: name, SandboxID: sandboxID}}})
 	return s.translate(ctx, "delete sandbox", p.SendBatch(ctx, b).Close())
 }
 

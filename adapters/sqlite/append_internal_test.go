@@ -14,7 +14,8 @@ import (
 // exec.started is its row and its two index entries (3 pages); the last
 // output and exec.completed, committed together, their row(s), index entries
 // and the session's exec count, which touches no details index (4 pages; the
-// full upsert rewrote the row in five indexes: 9). Counted as WAL frames, on
+// full upsert rewrote the row in five indexes: 9). The hash chain adds no
+// page: the heads are the rows' own hash column. Counted as WAL frames, on
 // a fresh file before the first checkpoint.
 func TestAppendPagesPerExec(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")

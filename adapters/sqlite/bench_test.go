@@ -461,3 +461,66 @@ func BenchmarkApplyBatch(b *testing.B) {
 	b.ReportMetric(ratios[len(ratios)/2], "ratio")
 	testenv.Target(b, "ratio", ratios[len(ratios)/2], 0.7, false)
 }
+
+// BenchmarkAppendChain measures what the hash chain costs an exec's appends
+// on SQLite FULL: exec.started alone, then a batch of its output and its
+// exec.completed, the SDK's commits, into a chained store and an unchained
+// one in turn (same machine load). ratio = chained time / unchained time
+// (target <= 1.05); the median of the rounds.
+func BenchmarkAppendChain(b *testing.B) {
+	ctx := context.Background()
+	const execs = 200
+	line := strings.Repeat("npm WARN deprecated inflight@1.0.6: leaks memory ", 25)[:1000]
+	var ratios []float64
+	var chainDur, plainDur time.Duration
+	for range b.N {
+		for range 3 {
+			stores := [2]*Store{}
+			for i := range stores {
+				s, err := Open(filepath.Join(b.TempDir(), fmt.Sprintf("s%d.db", i)), Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.unchained = i == 1
+				if _, err := s.ReadAll(ctx, "x", "y"); err != nil {
+					b.Fatal(err)
+				}
+				stores[i] = s
+			}
+			var durs [2]time.Duration
+			for x := 1; x <= execs; x++ {
+				for j := range stores {
+					i := (j + x) % 2 // each goes first every other exec
+					s := stores[i]
+					start := time.Now()
+					id := fmt.Sprintf("sbx-%d", x%4)
+					if err := s.Append(ctx, events.New(int64(x), "bench", id, x, events.ExecStarted,
+						events.ExecStartedPayload{Seq: x, Kind: events.KindCommand, Cmd: "npm ci"})); err != nil {
+						b.Fatal(err)
+					}
+					batch := make([]events.Entry, 0, 5)
+					for c := range 4 {
+						batch = append(batch, events.New(int64(x), "bench", id, x, events.ExecOutput,
+							events.NewOutput(c+1, events.Stdout, []byte(line))))
+					}
+					batch = append(batch, events.New(int64(x), "bench", id, x, events.ExecCompleted, events.ExecCompletedPayload{Seq: x}))
+					if err := s.AppendBatch(ctx, batch); err != nil {
+						b.Fatal(err)
+					}
+					durs[i] += time.Since(start)
+				}
+			}
+			for _, s := range stores {
+				_ = s.Close()
+			}
+			chainDur, plainDur = chainDur+durs[0], plainDur+durs[1]
+			ratios = append(ratios, durs[0].Seconds()/durs[1].Seconds())
+		}
+	}
+	slices.Sort(ratios)
+	n := float64(len(ratios) * execs * 6)
+	b.ReportMetric(n/chainDur.Seconds(), "events/s")
+	b.ReportMetric(n/plainDur.Seconds(), "unchained-events/s")
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	testenv.Target(b, "ratio", ratios[len(ratios)/2], 1.05, true)
+}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/audit"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/testenv"
 )
 
 // BenchmarkReadAll reads one session of 150k entries (50k execs: started,
@@ -83,4 +86,59 @@ func rawRead(ctx context.Context, r *sql.DB) error {
 		}
 	}
 	return rows.Err()
+}
+
+// BenchmarkVerify measures audit.Verify over a SQLite ledger (the streaming
+// scan, the canonical JSON and SHA-256 of every entry, the chain check)
+// against a raw read of the same rows and columns in the same order.
+// ratio = verify entries/s / raw entries/s (target >= 0.7).
+func BenchmarkVerify(b *testing.B) {
+	ctx := context.Background()
+	const n = 200_000
+	s, err := Open(filepath.Join(b.TempDir(), "verify.db"), Config{Synchronous: "NORMAL"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	es := outputEntries(n)
+	for i := 0; i < n; i += 1000 {
+		if err := s.AppendBatch(ctx, es[i:i+1000]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_, r, err := s.dbs(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var verifyDur, rawDur time.Duration
+	var ratios []float64
+	for range b.N {
+		start := time.Now()
+		rows, err := r.QueryContext(ctx, `SELECT `+entryCols+` FROM alineo_events ORDER BY id`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := 0
+		for rows.Next() {
+			if _, err := scanRaw(rows); err != nil {
+				b.Fatal(err)
+			}
+			got++
+		}
+		rows.Close()
+		raw := time.Since(start)
+		start = time.Now()
+		res, err := audit.Verify(ctx, s, audit.Filter{}, audit.Options{})
+		if err != nil || res.Entries != n || got != n {
+			b.Fatalf("Verify = %d entries, %v; raw read %d; want %d", res.Entries, err, got, n)
+		}
+		v := time.Since(start)
+		verifyDur, rawDur = verifyDur+v, rawDur+raw
+		ratios = append(ratios, raw.Seconds()/v.Seconds())
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(b.N*n)/verifyDur.Seconds(), "verify-entries/s")
+	b.ReportMetric(float64(b.N*n)/rawDur.Seconds(), "raw-entries/s")
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	testenv.Target(b, "ratio", ratios[len(ratios)/2], 0.7, false)
 }

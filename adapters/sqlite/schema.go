@@ -93,6 +93,13 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (err error) {
 	if _, err := addColumn(ctx, tx, "alineo_events", "actor", "TEXT"); err != nil {
 		return err
 	}
+	// The hash chain (docs/architecture.md §4.10): NULL on rows written
+	// before it, or by the TypeScript SDK.
+	for _, col := range []string{"prev_hash", "hash"} {
+		if _, err := addColumn(ctx, tx, "alineo_events", col, "TEXT"); err != nil {
+			return err
+		}
+	}
 	if _, err := addColumn(ctx, tx, "alineo_environments", "fingerprint", "TEXT"); err != nil {
 		return err
 	}

@@ -22,9 +22,10 @@ import (
 // Each column the driver hands over costs about as much as a row's step, so
 // step_idx, branch, event and error come in one: kind (see kindCol). The
 // payload is read as a BLOB: its bytes, without a string in between. The
-// actor comes last, on its own: it is set on nearly every row we write, so
-// packing it into kind would send every row down the JSON path.
-var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB), actor`
+// actor comes after it, on its own: it is set on nearly every row we write,
+// so packing it into kind would send every row down the JSON path; then the
+// hash chain's two columns.
+var sessionCols = `COALESCE(ledger_seq, id), ts, ` + kindCol() + `, CAST(payload AS BLOB), actor, prev_hash, hash`
 
 // sessionEvents are the event names kindCol packs, by their index there: the
 // exec events first (most rows, and a CASE compares in order), then every
@@ -114,6 +115,10 @@ func (r *sessionReader) entry() (events.Entry, error) {
 		e.Actor = r.actor(string(a))
 	default:
 		return e, fmt.Errorf("actor of type %T", a)
+	}
+	if h, ok := r.row[6].(string); ok { // NULL on rows written without the chain
+		e.PrevHash, _ = r.row[5].(string)
+		e.Hash = h
 	}
 	return e, nil
 }
@@ -503,7 +508,7 @@ func readRows(ctx context.Context, q driver.QueryerContext, sp sessionSpan, back
 		return out, err
 	}
 	defer rows.Close()
-	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 5), events: map[string]events.Event{}}
+	rd := &sessionReader{name: sp.name, sandboxID: sp.id, row: make([]driver.Value, 7), events: map[string]events.Event{}}
 	for i := 1; ; i++ {
 		if grant == 0 {
 			if grant = c.take(); grant == 0 {

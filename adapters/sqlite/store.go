@@ -88,6 +88,11 @@ func (c Config) withDefaults() (Config, error) {
 type Store struct {
 	path string // absolute, or Memory
 	cfg  Config
+	// unchained makes appends skip the hash chain: set by this package's
+	// benchmarks only, to measure what the chain costs.
+	unchained bool
+	// heads remembers the chain heads this store committed (chain.go).
+	heads headCache
 	// initSem serialises first use: one goroutine migrates while the others
 	// wait (or give up when their ctx ends). A failed init is retried by the
 	// next call.

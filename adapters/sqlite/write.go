@@ -17,15 +17,13 @@ import (
 
 // insertCols starts an INSERT of rows folded into the summary in the same
 // transaction: summarised is 1 on every row this store writes.
-const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, summarised) VALUES `
+const insertCols = `INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, prev_hash, hash, summarised) VALUES `
 
-// rowArgs is the number of arguments of one row (args).
-const rowArgs = 10
+// values is one row's placeholders, cols of them.
+const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
 
-// values is one row's placeholders.
-const values = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
-
-const insertOne = insertCols + values
+// cols is the number of values args appends per row.
+const cols = 12
 
 // chunk is the number of rows of one multi-row INSERT of a commit.
 const chunk = 100
@@ -119,7 +117,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertOne, insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs}
+var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -140,23 +138,6 @@ func (s *Store) prepareAppends(ctx context.Context) error {
 	return nil
 }
 
-// execOne runs q on its own, with its prepared statement if it has one.
-func (s *Store) execOne(ctx context.Context, q string, a ...any) error {
-	w, _, err := s.dbs(ctx)
-	if err != nil {
-		return err
-	}
-	if st, ok := s.stmts.Load(q); ok {
-		_, err = st.(*sql.Stmt).ExecContext(ctx, a...)
-	} else {
-		_, err = w.ExecContext(ctx, q, a...)
-	}
-	if err != nil && s.isClosed() {
-		return adapters.ErrClosed // closed meanwhile, with its statements
-	}
-	return err
-}
-
 // execPrepared runs q in tx, with its prepared statement if it has one.
 func (s *Store) execPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any) (sql.Result, error) {
 	if st, ok := s.stmts.Load(q); ok {
@@ -168,7 +149,7 @@ func (s *Store) execPrepared(ctx context.Context, tx *sql.Tx, q string, a ...any
 // args appends the column values of e (ledger_seq is seq, NULL when 0; actor
 // NULL when "").
 func args(dst []any, e events.Entry, seq uint64) []any {
-	var branch, payload, errText, ledgerSeq, actor any
+	var branch, payload, errText, ledgerSeq, actor, prev, hash any
 	if e.Branch != nil {
 		branch = int64(*e.Branch)
 	}
@@ -184,7 +165,10 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 	if e.Actor != "" {
 		actor = e.Actor
 	}
-	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor)
+	if e.Hash != "" {
+		prev, hash = e.PrevHash, e.Hash
+	}
+	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, prev, hash)
 }
 
 // write runs f in one immediate transaction on the writer connection.
@@ -277,16 +261,12 @@ func (s *Store) commitShared(ctx context.Context, op string, es []events.Entry) 
 
 // commitAppends is the group commit's Commit: it writes the entries of
 // every append of the batch in one immediate transaction (one fsync), in
-// order, with prepared multi-row INSERTs, and folds them into the details
-// summary there. One entry that the summary does not count is one statement,
-// atomic without an explicit transaction.
+// order, with prepared multi-row INSERTs, chains them (heads.seed) and folds
+// them into the details summary there.
 func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) error {
 	n := 0
 	for _, es := range appends {
 		n += len(es)
-	}
-	if n == 1 && !summary.Summarised(appends[0][0].Event) {
-		return s.execOne(ctx, insertOne, args(nil, appends[0][0], 0)...)
 	}
 	// The statements are prepared outside the transaction: the writer has
 	// one connection, which the transaction holds.
@@ -304,16 +284,29 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 			return err
 		}
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var moved headsMoved
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if s.unchained {
+			return s.insertUnchained(ctx, tx, appends, n)
+		}
+		chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends)
+		if err != nil {
+			return err
+		}
 		var d summary.Deltas
-		a := make([]any, 0, rowArgs*min(n, chunk))
+		var last sql.Result
+		a := make([]any, 0, cols*min(n, chunk))
 		left := n
 		for _, es := range appends {
 			for _, e := range es {
+				if e, err = chain.Link(e); err != nil {
+					return err
+				}
 				a = args(a, e, 0)
 				d.Add(e)
-				if rows := len(a) / rowArgs; rows == chunk || rows == left {
-					if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+				moved.lastHash = e.Hash
+				if rows := len(a) / cols; rows == chunk || rows == left {
+					if last, err = s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
 						return err
 					}
 					left -= rows
@@ -321,8 +314,47 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 				}
 			}
 		}
+		if moved.lastID, err = last.LastInsertId(); err != nil {
+			return err
+		}
+		moved.chain, moved.appends = &chain, appends
 		return s.appendDetails(ctx, tx, &d)
 	})
+	if s.unchained {
+		return err
+	}
+	s.heads.moved(moved, err == nil)
+	return err
+}
+
+// insertUnchained is commitAppends' transaction without the chain, for the
+// benchmark that measures the chain's cost.
+func (s *Store) insertUnchained(ctx context.Context, tx *sql.Tx, appends [][]events.Entry, n int) error {
+	var d summary.Deltas
+	a := make([]any, 0, cols*min(n, chunk))
+	left := n
+	for _, es := range appends {
+		for _, e := range es {
+			a = args(a, e, 0)
+			d.Add(e)
+			if rows := len(a) / cols; rows == chunk || rows == left {
+				if _, err := s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+					return err
+				}
+				left -= rows
+				a = a[:0]
+			}
+		}
+	}
+	return s.appendDetails(ctx, tx, &d)
+}
+
+// stmtQueryRow runs q in tx, with its prepared statement if it has one.
+func (s *Store) stmtQueryRow(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row {
+	if st, ok := s.stmts.Load(q); ok {
+		return tx.StmtContext(ctx, st.(*sql.Stmt)).QueryRowContext(ctx, a...)
+	}
+	return tx.QueryRowContext(ctx, q, a...)
 }
 
 // ApplyBatch implements adapters.ProjectionStore. It looks up which of the
@@ -350,13 +382,14 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 	if err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
+	defer s.heads.invalidate() // projected rows move heads too
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
 		fresh, err := unstored(ctx, tx, es)
 		if err != nil {
 			return err
 		}
 		var d summary.Deltas
-		a := make([]any, 0, rowArgs*min(chunk, len(fresh)))
+		a := make([]any, 0, cols*min(chunk, len(fresh)))
 		if len(fresh) >= chunk {
 			stmt, err := tx.PrepareContext(ctx, insertChunkProjected)
 			if err != nil {
@@ -439,6 +472,7 @@ func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entr
 
 // DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
+	defer s.heads.invalidate()
 	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
 			return err

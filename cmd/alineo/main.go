@@ -9,11 +9,14 @@
 //	alineo jobs [--limit N]
 //	alineo job submit FILE
 //	alineo job status JOB_ID
+//	alineo ledger verify|anchor (--sqlite PATH | --postgres URL | --nats URL) [--sandbox ID] [--since T] [--until T] [--anchors FILE]
 //
 // Every command takes --url (ALINEO_API_URL, default http://127.0.0.1:8090),
 // --token (ALINEO_API_TOKEN) and -o table|json|jsonl. Tables are aligned;
 // colour is used only on a terminal (and never with NO_COLOR set). It
-// imports package api (its client) and the standard library only.
+// imports package api's client; ledger verify and anchor read the ledger
+// itself, through package audit and the SQLite and Postgres stores (nats.go's
+// client for --nats; never the NATS server).
 package main
 
 import (
@@ -51,6 +54,8 @@ commands:
   jobs                  list jobs, the most recently submitted first
   job submit FILE       submit a job spec (JSON) and print its id
   job status JOB_ID     print a job's status
+  ledger verify         check the ledger's hash chains (--sqlite PATH | --postgres URL | --nats URL)
+  ledger anchor         print every session's chain head, to keep elsewhere
   help                  print this help
 
 Every command takes --url (env ALINEO_API_URL, default http://127.0.0.1:8090),
@@ -75,6 +80,7 @@ var commands = map[string]command{
 	"tail":      {"alineo tail [flags]\n\nFollows the whole event stream live; resumes after a drop.", 0, tailCmd},
 	"jobs":      {"alineo jobs [flags]\n\nLists jobs, the most recently submitted first.", 0, jobsCmd},
 	"job":       {jobUsage, 2, jobCmd},
+	"ledger":    {ledgerUsage, 1, ledgerCmd},
 }
 
 const jobUsage = "alineo job [flags] submit FILE | status JOB_ID\n\nSubmits a job spec (JSON) or prints a job's status."

@@ -2,6 +2,7 @@ package entries
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
@@ -55,7 +56,10 @@ func Checkpoints(es []events.Entry) ([]adapters.CheckpointInfo, error) {
 }
 
 // Encode returns es as the vocabulary v stores them (events.Vocabulary.Encode):
-// es itself for events.Dotted, else a new slice.
+// es itself for events.Dotted, else a new slice whose entries have no
+// PrevHash or Hash: a chain hash covers the entry as written, which another
+// vocabulary changes (a projection into a store of the TypeScript vocabulary
+// keeps no chain; an append is chained by the store after Encode).
 func Encode(v events.Vocabulary, es []events.Entry) ([]events.Entry, error) {
 	if v == events.Dotted {
 		return es, nil
@@ -66,6 +70,25 @@ func Encode(v events.Vocabulary, es []events.Entry) ([]events.Entry, error) {
 		if out[i], err = v.Encode(e); err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
+		out[i].PrevHash, out[i].Hash = "", ""
 	}
 	return out, nil
+}
+
+// Heads returns, for each session of es with chained entries, its last
+// chained entry, in the order of first appearance.
+func Heads(es []events.Entry) []events.Entry {
+	var out []events.Entry
+	for _, e := range es {
+		if e.Hash == "" {
+			continue
+		}
+		i := slices.IndexFunc(out, func(h events.Entry) bool { return h.Name == e.Name && h.SandboxID == e.SandboxID })
+		if i < 0 {
+			out = append(out, e)
+		} else {
+			out[i] = e
+		}
+	}
+	return out
 }

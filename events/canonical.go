@@ -1,0 +1,453 @@
+package events
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// errNotJSON is the cause of a payload that AppendCanonicalJSON cannot parse.
+var errNotJSON = errors.New("not valid JSON")
+
+// maxCanonicalDepth bounds the nesting AppendCanonicalJSON follows.
+const maxCanonicalDepth = 1000
+
+// AppendCanonicalJSON appends the canonical form of the JSON value js to dst:
+// no whitespace; object members sorted by the UTF-8 bytes of their keys, a
+// repeated key keeping its last value (as Postgres JSONB does); strings with
+// only '"', '\\' and control characters escaped (\b \f \n \r \t, others as
+// \u00xx in lowercase hex), everything else as UTF-8, invalid UTF-8 and lone
+// surrogates as U+FFFD; numbers as the shortest decimal that reads back to
+// the same float64, in the notation of ECMAScript's Number.prototype.toString
+// (RFC 8785 §3.2.2.3), -0 as 0. It is what a chain hash covers (ChainHash), so
+// that a payload keeps its hash through a store that reformats JSON.
+func AppendCanonicalJSON(dst, js []byte) ([]byte, error) {
+	var p canon
+	return p.appendCanonical(dst, js)
+}
+
+// appendCanonical is AppendCanonicalJSON reusing p's buffers.
+func (p *canon) appendCanonical(dst, js []byte) ([]byte, error) {
+	v, err := p.canonical(js)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, v...), nil
+}
+
+// canonical returns the canonical form of js in p's buffer (valid until
+// p's next use).
+func (p *canon) canonical(js []byte) ([]byte, error) {
+	p.b, p.i = js, 0
+	p.ms, p.vals = p.ms[:0], p.vals[:0]
+	p.ws()
+	if err := p.value(0); err != nil {
+		return nil, err
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return nil, errNotJSON
+	}
+	p.b = nil
+	return p.vals, nil
+}
+
+// canon writes the canonical form onto vals, a stack: each value is
+// appended at its top; an object pushes its members' keys and values
+// there, then writes itself above them and moves that down over them.
+type canon struct {
+	b    []byte
+	i    int
+	ms   []member // the members of the objects being read, a stack
+	vals []byte
+	tmp  []byte // the last escaped string, decoded
+}
+
+func (p *canon) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *canon) value(depth int) error {
+	if p.i >= len(p.b) || depth > maxCanonicalDepth {
+		return errNotJSON
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return err
+		}
+		p.vals = appendCanonicalString(p.vals, s)
+		return nil
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		return p.number()
+	}
+	return errNotJSON
+}
+
+func (p *canon) literal(lit string) error {
+	if !strings.HasPrefix(string(p.b[p.i:]), lit) {
+		return errNotJSON
+	}
+	p.i += len(lit)
+	p.vals = append(p.vals, lit...)
+	return nil
+}
+
+// member is one member of an object: its key and its canonical value,
+// vals[kOff:kEnd] and vals[kEnd:vEnd] (the key's bytes pushed first).
+type member struct {
+	kOff, kEnd, vEnd int
+}
+
+func (p *canon) object(depth int) error {
+	p.i++ // {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		p.vals = append(p.vals, "{}"...)
+		return nil
+	}
+	msBase, base := len(p.ms), len(p.vals)
+	for {
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return errNotJSON
+		}
+		k, err := p.str()
+		if err != nil {
+			return err
+		}
+		m := member{kOff: len(p.vals)}
+		p.vals = append(p.vals, k...)
+		m.kEnd = len(p.vals)
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return errNotJSON
+		}
+		p.i++
+		p.ws()
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+		m.vEnd = len(p.vals)
+		p.ms = append(p.ms, m)
+		p.ws()
+		if p.i >= len(p.b) {
+			return errNotJSON
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.b[p.i] != '}' {
+			return errNotJSON
+		}
+		p.i++
+		break
+	}
+	ms := p.ms[msBase:]
+	key := func(m member) []byte { return p.vals[m.kOff:m.kEnd] }
+	// Stable: of repeated keys, the last one stays last.
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(key(a), key(b)) })
+	top := len(p.vals)
+	out := append(p.vals, '{')
+	first := true
+	for i, m := range ms {
+		if i+1 < len(ms) && bytes.Equal(key(ms[i+1]), key(m)) {
+			continue // a later value of the same key wins
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = appendCanonicalString(out, out[m.kOff:m.kEnd])
+		out = append(out, ':')
+		out = append(out, out[m.kEnd:m.vEnd]...)
+	}
+	out = append(out, '}')
+	n := copy(out[base:], out[top:]) // down over the members
+	p.vals, p.ms = out[:base+n], p.ms[:msBase]
+	return nil
+}
+
+func (p *canon) array(depth int) error {
+	p.i++ // [
+	p.ws()
+	p.vals = append(p.vals, '[')
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		p.vals = append(p.vals, ']')
+		return nil
+	}
+	for n := 0; ; n++ {
+		if n > 0 {
+			p.vals = append(p.vals, ',')
+		}
+		p.ws()
+		if err := p.value(depth + 1); err != nil {
+			return err
+		}
+		p.ws()
+		if p.i >= len(p.b) {
+			return errNotJSON
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.b[p.i] != ']' {
+			return errNotJSON
+		}
+		p.i++
+		p.vals = append(p.vals, ']')
+		return nil
+	}
+}
+
+// str decodes the JSON string at p.i: one without escapes is returned as a
+// slice of the input, one with escapes decoded into p.tmp (valid until the
+// next str).
+func (p *canon) str() ([]byte, error) {
+	p.i++ // "
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		if c == '"' {
+			s := p.b[start:p.i]
+			p.i++
+			return s, nil
+		}
+		if c == '\\' {
+			t, err := p.strSlow(append(p.tmp[:0], p.b[start:p.i]...))
+			if err != nil {
+				return nil, err
+			}
+			p.tmp = t
+			return t, nil
+		}
+		if c < 0x20 {
+			return nil, errNotJSON
+		}
+		p.i++
+	}
+	return nil, errNotJSON
+}
+
+// strSlow continues str from an escape.
+func (p *canon) strSlow(dst []byte) ([]byte, error) {
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return dst, nil
+		case c < 0x20:
+			return nil, errNotJSON
+		case c != '\\':
+			dst = append(dst, c)
+			p.i++
+			continue
+		}
+		if p.i+1 >= len(p.b) {
+			return nil, errNotJSON
+		}
+		e := p.b[p.i+1]
+		p.i += 2
+		switch e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := p.hex4()
+			if !ok {
+				return nil, errNotJSON
+			}
+			if utf16.IsSurrogate(r) {
+				r2 := utf8.RuneError
+				if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
+					save := p.i
+					p.i += 2
+					if lo, ok := p.hex4(); ok {
+						if d := utf16.DecodeRune(r, lo); d != utf8.RuneError {
+							r2 = d
+						} else {
+							p.i = save // not a pair: the next escape stands alone
+						}
+					} else {
+						return nil, errNotJSON
+					}
+				}
+				r = r2
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return nil, errNotJSON
+		}
+	}
+	return nil, errNotJSON
+}
+
+func (p *canon) hex4() (rune, bool) {
+	if p.i+4 > len(p.b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.b[p.i : p.i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.i += 4
+	return r, true
+}
+
+// number checks the JSON number grammar at p.i and appends its canonical form.
+func (p *canon) number() error {
+	start := p.i
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	digits := func() int {
+		n := 0
+		for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+			p.i++
+			n++
+		}
+		return n
+	}
+	if p.i < len(p.b) && p.b[p.i] == '0' {
+		p.i++
+	} else if digits() == 0 {
+		return errNotJSON
+	}
+	if p.i < len(p.b) && p.b[p.i] == '.' {
+		p.i++
+		if digits() == 0 {
+			return errNotJSON
+		}
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
+			p.i++
+		}
+		if digits() == 0 {
+			return errNotJSON
+		}
+	}
+	lit := string(p.b[start:p.i])
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil || math.IsInf(f, 0) {
+		p.vals = append(p.vals, lit...) // out of float64's range: kept as written
+		return nil
+	}
+	p.vals = appendES6Number(p.vals, f)
+	return nil
+}
+
+// appendES6Number appends f as ECMAScript's Number.prototype.toString does.
+func appendES6Number(dst []byte, f float64) []byte {
+	if f == 0 {
+		return append(dst, '0')
+	}
+	if a := math.Abs(f); a >= 1e21 || a < 1e-6 {
+		s := strconv.AppendFloat(nil, f, 'e', -1, 64) // d.ddde±XX
+		mant, exp, _ := strings.Cut(string(s), "e")
+		dst = append(dst, mant...)
+		dst = append(dst, 'e')
+		if exp[0] == '+' {
+			dst = append(dst, '+')
+		} else {
+			dst = append(dst, '-')
+		}
+		exp = strings.TrimLeft(exp[1:], "0")
+		return append(dst, exp...)
+	}
+	return strconv.AppendFloat(dst, f, 'f', -1, 64)
+}
+
+// appendCanonicalString appends s (UTF-8, maybe invalid) as a canonical JSON string.
+func appendCanonicalString(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, "\uFFFD"...)
+				i++
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			const hexd = "0123456789abcdef"
+			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
