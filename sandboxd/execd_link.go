@@ -11,7 +11,7 @@ import (
 // A variable so that a test can swap it before the init hook runs.
 var execdFactory runtime.ExecdFactory = func(cfg runtime.ExecdConfig) (http.Handler, func() error, error) {
 	srv, err := execd.New(execd.Config{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: cfg.Logger, OOMScoreAdj: cfg.OOMScoreAdj,
-		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID})
+		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID, CommandDone: cfg.CommandDone})
 	if err != nil {
 		return nil, nil, err
 	}

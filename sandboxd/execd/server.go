@@ -60,6 +60,10 @@ type Config struct {
 	// UID and GID, when UID is set, are the credentials of commands that give
 	// no uid (an image's User); GID nil means UID's primary group.
 	UID, GID *uint32
+	// CommandDone, when set, is told how long each POST /command and POST
+	// /code took, from the request to the end of its answer (the command's
+	// stream), whatever path reached it (/proxy/44772/... included).
+	CommandDone func(time.Duration)
 }
 
 // Server is the execd HTTP API. It is safe for concurrent use. After Close every request is
@@ -163,6 +167,19 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// timed reports to Config.CommandDone how long f took.
+func (s *Server) timed(f func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	if s.cfg.CommandDone == nil {
+		return f
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		t0 := time.Now()
+		err := f(w, r)
+		s.cfg.CommandDone(time.Since(t0))
+		return err
+	}
+}
+
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	h := func(pattern string, f func(http.ResponseWriter, *http.Request) error) {
@@ -170,7 +187,7 @@ func (s *Server) routes() {
 	}
 	h("GET /ping", func(w http.ResponseWriter, r *http.Request) error { return nil })
 
-	h("POST /command", s.handleRunCommand)
+	h("POST /command", s.timed(s.handleRunCommand))
 	h("DELETE /command", s.handleInterruptCommand)
 	h("GET /command/{a}/{b}", s.handleCommandGet) // status/{id} and {id}/logs share a shape
 
@@ -178,7 +195,7 @@ func (s *Server) routes() {
 	h("POST /session/{id}/run", s.handleRunInSession)
 	h("DELETE /session/{id}", s.handleDeleteSession)
 
-	h("POST /code", s.handleRunCode)
+	h("POST /code", s.timed(s.handleRunCode))
 	h("DELETE /code", s.handleInterruptCode)
 	h("POST /code/context", s.handleCreateContext)
 	h("GET /code/contexts", s.handleListContexts)

@@ -103,6 +103,9 @@ type ExecdConfig struct {
 	// and User).
 	Cwd      string
 	UID, GID *uint32
+	// CommandDone is told how long each command request took (execd's
+	// Config.CommandDone); the init forwards it to the server.
+	CommandDone func(time.Duration)
 }
 
 // ExecdFactory builds the execd handler a sandbox serves, inside the
@@ -481,13 +484,13 @@ func runExecdChild(execdFactory ExecdFactory) int {
 		return 1
 	}
 	h, closeFn, err := execdFactory(ExecdConfig{Token: cfg.Token, Root: cfg.Root, Env: cfg.Env, Logger: logger, OOMScoreAdj: cfg.OOMScoreAdj,
-		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID})
+		Cwd: cfg.Cwd, UID: cfg.UID, GID: cfg.GID, CommandDone: reportDuration(stats)})
 	if err != nil {
 		logger.Error("sandboxd execd: start", "err", err)
 		return 1
 	}
 	defer closeFn()
-	srv := &http.Server{Handler: timeCommands(h, stats), ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("sandboxd execd: serve", "err", err)
 		return 1
@@ -495,26 +498,16 @@ func runExecdChild(execdFactory ExecdFactory) int {
 	return 0
 }
 
-// timeCommands serves h, and writes to stats the seconds of every command
-// request (POST /command or /code: from its start to the end of its
-// answer, the command's stream), a line each, for the init to forward.
-func timeCommands(h http.Handler, stats io.Writer) http.Handler {
+// reportDuration writes each command's seconds to stats, a line each, for
+// the init to forward.
+func reportDuration(stats io.Writer) func(time.Duration) {
 	var mu sync.Mutex // one line per write
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// execd's own routes come bare or under its proxy to its own port
-		// (execd.Port), the shape of its endpoint.
-		path := strings.TrimPrefix(r.URL.Path, "/proxy/44772")
-		if r.Method != http.MethodPost || (path != "/command" && path != "/code") {
-			h.ServeHTTP(w, r)
-			return
-		}
-		t0 := time.Now()
-		h.ServeHTTP(w, r)
-		line := strconv.FormatFloat(time.Since(t0).Seconds(), 'g', -1, 64) + "\n"
+	return func(d time.Duration) {
+		line := strconv.FormatFloat(d.Seconds(), 'g', -1, 64) + "\n"
 		mu.Lock()
 		_, _ = io.WriteString(stats, line)
 		mu.Unlock()
-	})
+	}
 }
 
 // installCA adds pemBytes to the trust store of the sandbox's root (its upper
