@@ -117,20 +117,21 @@ func create(t testing.TB, base string, req map[string]any) string {
 	return out.ID
 }
 
-func getSandbox(t testing.TB, base, id string) sandboxd.Sandbox {
+// getSandbox reads sandbox id; hdr are headers to send (the API key).
+func getSandbox(t testing.TB, base, id string, hdr ...string) sandboxd.Sandbox {
 	t.Helper()
-	r := call(t, "GET", base+"/v1/sandboxes/"+id, nil)
+	r := call(t, "GET", base+"/v1/sandboxes/"+id, nil, hdr...)
 	wantStatus(t, r, http.StatusOK)
 	var sb sandboxd.Sandbox
 	r.decode(t, &sb)
 	return sb
 }
 
-func waitState(t testing.TB, base, id string, want sandboxd.State) sandboxd.Sandbox {
+func waitState(t testing.TB, base, id string, want sandboxd.State, hdr ...string) sandboxd.Sandbox {
 	t.Helper()
 	var sb sandboxd.Sandbox
 	testenv.Eventually(t, 20*time.Second, func() error {
-		sb = getSandbox(t, base, id)
+		sb = getSandbox(t, base, id, hdr...)
 		if sb.Status.State != want {
 			return fmt.Errorf("state = %s (%s: %s), want %s", sb.Status.State, sb.Status.Reason, sb.Status.Message, want)
 		}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io/fs"
 	"net/url"
 	"os"
@@ -77,7 +76,7 @@ func officialServer(t *testing.T, apiKey string) string {
 	wantStatus(t, r, 202)
 	var created struct{ ID string }
 	r.decode(t, &created)
-	waitStateKey(t, base, created.ID, key)
+	waitState(t, base, created.ID, sandboxd.StateRunning, key...)
 	u, tok := execdEndpointKey(t, base, created.ID, key)
 	sh(t, u, tok, "echo pvc-marker-data > /data/marker.txt && mkdir -p /data/datasets/train && echo pvc-subpath-marker > /data/datasets/train/marker.txt")
 	wantStatus(t, call(t, "DELETE", base+"/v1/sandboxes/"+created.ID, nil, key...), 204)
@@ -86,22 +85,6 @@ func officialServer(t *testing.T, apiKey string) string {
 		t.Fatal(err)
 	}
 	return pu.Host
-}
-
-// waitStateKey waits for sandbox id to run, with the API key.
-func waitStateKey(t *testing.T, base, id string, key []string) {
-	t.Helper()
-	testenv.Eventually(t, 30*time.Second, func() error {
-		r := call(t, "GET", base+"/v1/sandboxes/"+id, nil, key...)
-		var sb sandboxd.Sandbox
-		if err := json.Unmarshal(r.Body, &sb); err != nil {
-			return err
-		}
-		if sb.Status.State != sandboxd.StateRunning {
-			return errors.New("state " + string(sb.Status.State))
-		}
-		return nil
-	})
 }
 
 // copyTree copies the regular files and directories below src to dst,
