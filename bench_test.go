@@ -109,8 +109,13 @@ func ratioOf(a, b time.Duration) time.Duration { return time.Duration(float64(a)
 func BenchmarkExecRoundTrip(b *testing.B) {
 	for _, st := range benchStores {
 		b.Run(st.name, func(b *testing.B) {
-			ctx, sb, raw := benchEnv(b, st.open(b))
-			rawP50, sdkP50, ratio := execRoundTrip(b, ctx, sb, raw)
+			store := st.open(b)
+			ctx, sb, raw := benchEnv(b, store)
+			var committed adapters.Ledger // the raw exec with the commits, in one flow
+			if st.name == "sqlite-full" {
+				committed = store
+			}
+			rawP50, sdkP50, ratio := execRoundTrip(b, ctx, sb, raw, committed)
 			if st.name != "sqlite-full" {
 				testenv.Target(b, "ratio", ratio, 1.05, true)
 				return
@@ -161,39 +166,62 @@ func commitP50s(b *testing.B, ctx context.Context, store adapters.Store, idle ti
 }
 
 // execRoundTrip runs the pairs and reports their metrics; it returns the raw
-// client's p50, the SDK's and the ratio.
-func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd) (rawP50, sdkP50 time.Duration, ratio float64) {
+// client's p50, the SDK's and the ratio. With committed, each round also
+// times the raw exec with the commits the guarantee needs made around it in
+// committed, in one flow (exec.started, the raw exec, exec.output with
+// exec.completed): committed-p50-ms, and vs-committed = SDK p50 / its p50,
+// which shows what the SDK's own path adds to the raw client and the
+// commits made in the same order as it makes them.
+func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd, committed adapters.Ledger) (rawP50, sdkP50 time.Duration, ratio float64) {
 	const rounds = 100
-	var sdk, base []time.Duration
+	var sdk, base, withCommits []time.Duration
+	runRaw := func() time.Duration {
+		start := time.Now()
+		s, err := raw.RunCommand(ctx, opensandbox.CommandRequest{Command: "echo hi"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+		return time.Since(start)
+	}
+	runSDK := func() time.Duration {
+		start := time.Now()
+		if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	step := 0
+	runCommitted := func() time.Duration {
+		step++
+		start := time.Now()
+		e := events.New(time.Now().UnixMilli(), "committed", "S", step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Cmd: "echo hi"})
+		if err := committed.Append(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+		runRaw()
+		ts := time.Now().UnixMilli()
+		if err := committed.AppendBatch(ctx, []events.Entry{
+			events.New(ts, "committed", "S", step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("hi\n"))),
+			events.New(ts, "committed", "S", step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step}),
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
 	for b.Loop() {
-		sdk, base = sdk[:0], base[:0]
+		sdk, base, withCommits = sdk[:0], base[:0], withCommits[:0]
 		for i := range rounds + 5 {
-			runRaw := func() time.Duration {
-				start := time.Now()
-				s, err := raw.RunCommand(ctx, opensandbox.CommandRequest{Command: "echo hi"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := s.Wait(); err != nil {
-					b.Fatal(err)
-				}
-				s.Close()
-				return time.Since(start)
-			}
-			runSDK := func() time.Duration {
-				start := time.Now()
-				if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
 			// The pairs start with either client in turn: a command sent as
 			// soon as the last one's stream ended finds execd still reaping
 			// that one (its process, its pipes) and starts some 60 µs later.
 			// The SDK's own work after the end (the record) gives execd that
 			// time, so in one fixed order (raw, SDK) the raw command always
 			// found execd idle and the SDK's never did.
-			var rawTook, sdkTook time.Duration
+			var rawTook, sdkTook, committedTook time.Duration
 			if i%2 == 0 {
 				rawTook = runRaw()
 				sdkTook = runSDK()
@@ -201,9 +229,13 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 				sdkTook = runSDK()
 				rawTook = runRaw()
 			}
+			if committed != nil {
+				committedTook = runCommitted()
+			}
 			if i >= 5 { // warm-up
 				base = append(base, rawTook)
 				sdk = append(sdk, sdkTook)
+				withCommits = append(withCommits, committedTook)
 			}
 		}
 	}
@@ -211,6 +243,10 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	b.ReportMetric(ms(percentile(base, 0.99)), "raw-p99-ms")
 	b.ReportMetric(ms(percentile(sdk, 0.5)), "sdk-p50-ms")
 	b.ReportMetric(ms(percentile(sdk, 0.99)), "sdk-p99-ms")
+	if committed != nil {
+		b.ReportMetric(ms(percentile(withCommits, 0.5)), "committed-p50-ms")
+		b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(withCommits, 0.5)), "vs-committed")
+	}
 	// The ratio is the median of the per-pair ratios: each pair ran back to
 	// back, under the same load, which this shared machine varies a lot.
 	ratios := make([]time.Duration, len(sdk))
