@@ -17,10 +17,19 @@ import (
 // the last row it wrote; one probe of the table's last row (the rowid
 // B-tree's rightmost leaf) tells whether anyone wrote since, in which case
 // it forgets them and reads each session's head from its rows again.
+//
+// The probe is skipped when nothing can have written since this store's
+// last commit: the writer connection's PRAGMA data_version (which changes
+// when another connection, of this process or another, commits to the
+// file) is the one seen then, on the same connection, and the writer ran no
+// other transaction meanwhile (writerStamp). The pragma reads no page: the
+// probe was most of what the chain added to a commit.
 
 const (
 	// lastRow is the table's last row.
 	lastRow = `SELECT id, COALESCE(hash, '') FROM alineo_events ORDER BY id DESC LIMIT 1`
+	// dataVersion changes when another connection committed to the file.
+	dataVersion = `PRAGMA data_version`
 	// sessionHead is a session's last row's hash ("" when it has none).
 	sessionHead = `SELECT COALESCE(hash, '') FROM alineo_events WHERE name = ? AND sandbox_id = ? ORDER BY id DESC LIMIT 1`
 )
@@ -37,6 +46,17 @@ type headCache struct {
 	lastID   int64
 	lastHash string
 	m        map[events.Session]string
+	// at is when the heads were last known current: the writer's stamp
+	// and data_version in the last commit.
+	at writerState
+}
+
+// writerState is what tells whether anything but this store's appends wrote
+// to the file: the writer connection (its ordinal), the writer's other
+// transactions (their count) and the connection's data_version.
+type writerState struct {
+	conn, others uint64
+	dataVersion  int64
 }
 
 // headsMoved is what a commit tells the cache.
@@ -45,27 +65,34 @@ type headsMoved struct {
 	appends  [][]events.Entry
 	lastID   int64
 	lastHash string
+	at       writerState
 }
 
 type queryRower func(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row
 
 // seed returns a chain holding the head of every session of appends that
-// has rows. Called inside the commit's immediate transaction.
-func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appends [][]events.Entry) (events.Chain, error) {
+// has rows, and the writer's state it saw (now, with data_version added).
+// Called inside the commit's immediate transaction.
+func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appends [][]events.Entry, now writerState) (events.Chain, writerState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var chain events.Chain
-	var id int64
-	var h string
-	err := query(ctx, tx, lastRow).Scan(&id, &h)
-	if errors.Is(err, sql.ErrNoRows) {
-		id, err = 0, nil
+	if err := query(ctx, tx, dataVersion).Scan(&now.dataVersion); err != nil {
+		return chain, now, err
 	}
-	if err != nil {
-		return chain, err
-	}
-	if id != c.lastID || h != c.lastHash || c.m == nil || len(c.m) > maxHeadsKept {
-		c.m = make(map[events.Session]string) // someone else wrote: read the heads again
+	if c.m == nil || c.lastID < 0 || now != c.at || len(c.m) > maxHeadsKept {
+		var id int64
+		var h string
+		err := query(ctx, tx, lastRow).Scan(&id, &h)
+		if errors.Is(err, sql.ErrNoRows) {
+			id, err = 0, nil
+		}
+		if err != nil {
+			return chain, now, err
+		}
+		if id != c.lastID || h != c.lastHash || c.m == nil || len(c.m) > maxHeadsKept {
+			c.m = make(map[events.Session]string) // someone else wrote: read the heads again
+		}
 	}
 	var seen map[events.Session]bool
 	for _, es := range appends {
@@ -82,6 +109,7 @@ func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appe
 				chain.Seed(k, h)
 				continue
 			}
+			var h string
 			err := query(ctx, tx, sessionHead, k.Name, k.SandboxID).Scan(&h)
 			switch {
 			case err == nil:
@@ -89,11 +117,11 @@ func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appe
 				// SDK's) starts its chain at "".
 				chain.Seed(k, h)
 			case !errors.Is(err, sql.ErrNoRows):
-				return chain, err
+				return chain, now, err
 			}
 		}
 	}
-	return chain, nil
+	return chain, now, nil
 }
 
 // moved records a commit's outcome: the heads it moved when it committed,
@@ -112,12 +140,5 @@ func (c *headCache) moved(m headsMoved, committed bool) {
 			}
 		}
 	}
-	c.lastID, c.lastHash = m.lastID, m.lastHash
-}
-
-// invalidate forgets every head: the next commit reads them again.
-func (c *headCache) invalidate() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lastID, c.m = -1, nil
+	c.lastID, c.lastHash, c.at = m.lastID, m.lastHash, m.at
 }

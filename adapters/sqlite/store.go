@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -93,6 +94,12 @@ type Store struct {
 	unchained bool
 	// heads remembers the chain heads this store committed (chain.go).
 	heads headCache
+	// writerConns counts the writer connections opened (a new one has a
+	// data_version of its own), otherWrites the writer's transactions other
+	// than appends (apply, delete, ...), each counted inside it: both tell
+	// a commit whether the heads it remembers may be trusted without a
+	// probe (headCache.seed).
+	writerConns, otherWrites atomic.Uint64
 	// initSem serialises first use: one goroutine migrates while the others
 	// wait (or give up when their ctx ends). A failed init is retried by the
 	// next call.
@@ -222,10 +229,11 @@ func (s *Store) open(ctx context.Context) (w, r *sql.DB, err error) {
 			return nil, nil, err
 		}
 	}
-	w, err = sql.Open("sqlite", s.dsn(true, syncPragma))
+	drv, err := sqliteDriver()
 	if err != nil {
 		return nil, nil, err
 	}
+	w = sql.OpenDB(countingConnector{dsn: s.dsn(true, syncPragma), drv: drv, opened: &s.writerConns})
 	// One connection, kept for the store's lifetime: that also keeps an
 	// in-memory database alive and the same for every call.
 	w.SetMaxOpenConns(1)
@@ -314,3 +322,31 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// sqliteDriver returns the "sqlite" driver registered by modernc.org/sqlite.
+var sqliteDriver = sync.OnceValues(func() (driver.Driver, error) {
+	db, err := sql.Open("sqlite", "")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return db.Driver(), nil
+})
+
+// countingConnector opens connections to dsn with drv, counting them in
+// opened.
+type countingConnector struct {
+	dsn    string
+	drv    driver.Driver
+	opened *atomic.Uint64
+}
+
+func (c countingConnector) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.drv.Open(c.dsn)
+	if err == nil {
+		c.opened.Add(1)
+	}
+	return conn, err
+}
+
+func (c countingConnector) Driver() driver.Driver { return c.drv }

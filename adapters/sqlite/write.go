@@ -117,7 +117,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
+var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, dataVersion, lastRow, sessionHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -171,9 +171,15 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, prev, hash)
 }
 
-// write runs f in one immediate transaction on the writer connection.
+// write runs f in one immediate transaction on the writer connection. It
+// counts the transaction in otherWrites, inside it: the next append's
+// commit, which runs after it on the one writer connection, does not trust
+// the heads it remembers (headCache.seed) whatever f wrote.
 func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
-	return s.translate(op, s.inTx(ctx, f))
+	return s.translate(op, s.inTx(ctx, func(tx *sql.Tx) error {
+		s.otherWrites.Add(1)
+		return f(tx)
+	}))
 }
 
 // inTx is write with the driver's error untranslated.
@@ -289,10 +295,14 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 		if s.unchained {
 			return s.insertUnchained(ctx, tx, appends, n)
 		}
-		chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends)
+		// Read here, inside the transaction: a write that bumps them ran
+		// before it, on the one writer connection.
+		now := writerState{conn: s.writerConns.Load(), others: s.otherWrites.Load()}
+		chain, at, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends, now)
 		if err != nil {
 			return err
 		}
+		moved.at = at
 		var d summary.Deltas
 		var last sql.Result
 		a := make([]any, 0, cols*min(n, chunk))
@@ -382,7 +392,6 @@ func (s *Store) apply(ctx context.Context, consumer string, es []events.Entry, o
 	if err != nil {
 		return fmt.Errorf("sqlite: apply batch: %w", err)
 	}
-	defer s.heads.invalidate() // projected rows move heads too
 	return s.write(ctx, "apply batch", func(tx *sql.Tx) error {
 		fresh, err := unstored(ctx, tx, es)
 		if err != nil {
@@ -472,7 +481,6 @@ func unstored(ctx context.Context, tx *sql.Tx, es []events.Entry) ([]events.Entr
 
 // DeleteSandbox implements adapters.Ledger.
 func (s *Store) DeleteSandbox(ctx context.Context, name, sandboxID string) error {
-	defer s.heads.invalidate()
 	return s.write(ctx, "delete sandbox", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM alineo_events WHERE name = ? AND sandbox_id = ?`, name, sandboxID); err != nil {
 			return err
