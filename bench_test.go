@@ -105,7 +105,12 @@ func ratioOf(a, b time.Duration) time.Duration { return time.Duration(float64(a)
 // is judged against its floor: the raw exec plus the two commits the
 // guarantee needs, each timed alone in the same run (floor-ms = raw p50 +
 // started-commit p50 + completed-commit p50); vs-floor = SDK p50 / floor
-// (target <= 1.05).
+// (target <= 1.05). Each round also times the raw exec with those two
+// commits made around it in one flow, as the SDK makes them
+// (committed-p50-ms): no SDK keeping the guarantee takes less, so
+// committed-p50 / floor is the best vs-floor this machine allows (the
+// target line's floor), and vs-committed = SDK p50 / committed p50 is what
+// the SDK's own path adds.
 func BenchmarkExecRoundTrip(b *testing.B) {
 	for _, st := range benchStores {
 		b.Run(st.name, func(b *testing.B) {
@@ -115,7 +120,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 			if st.name == "sqlite-full" {
 				committed = store
 			}
-			rawP50, sdkP50, ratio := execRoundTrip(b, ctx, sb, raw, committed)
+			rawP50, sdkP50, committedP50, ratio := execRoundTrip(b, ctx, sb, raw, committed)
 			if st.name != "sqlite-full" {
 				testenv.Target(b, "ratio", ratio, 1.05, true)
 				return
@@ -129,7 +134,11 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 			b.ReportMetric(ms(completed), "completed-commit-p50-ms")
 			b.ReportMetric(ms(floor), "floor-ms")
 			b.ReportMetric(float64(floor)/float64(rawP50), "floor-ratio")
-			testenv.Target(b, "vs-floor", float64(sdkP50)/float64(floor), 1.05, true)
+			// The best vs-floor any SDK keeping the guarantee can reach
+			// here: the raw exec with the two commits made in one flow,
+			// which the medians of its parts, added up, understate.
+			testenv.TargetFloor(b, "vs-floor", float64(sdkP50)/float64(floor), 1.05,
+				float64(committedP50)/float64(floor), true)
 		})
 	}
 }
@@ -172,7 +181,7 @@ func commitP50s(b *testing.B, ctx context.Context, store adapters.Store, idle ti
 // exec.completed): committed-p50-ms, and vs-committed = SDK p50 / its p50,
 // which shows what the SDK's own path adds to the raw client and the
 // commits made in the same order as it makes them.
-func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd, committed adapters.Ledger) (rawP50, sdkP50 time.Duration, ratio float64) {
+func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *opensandbox.Execd, committed adapters.Ledger) (rawP50, sdkP50, committedP50 time.Duration, ratio float64) {
 	const rounds = 100
 	var sdk, base, withCommits []time.Duration
 	runRaw := func() time.Duration {
@@ -244,8 +253,9 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	b.ReportMetric(ms(percentile(sdk, 0.5)), "sdk-p50-ms")
 	b.ReportMetric(ms(percentile(sdk, 0.99)), "sdk-p99-ms")
 	if committed != nil {
-		b.ReportMetric(ms(percentile(withCommits, 0.5)), "committed-p50-ms")
-		b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(withCommits, 0.5)), "vs-committed")
+		committedP50 = percentile(withCommits, 0.5)
+		b.ReportMetric(ms(committedP50), "committed-p50-ms")
+		b.ReportMetric(float64(percentile(sdk, 0.5))/float64(committedP50), "vs-committed")
 	}
 	// The ratio is the median of the per-pair ratios: each pair ran back to
 	// back, under the same load, which this shared machine varies a lot.
@@ -256,7 +266,7 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	ratio = float64(percentile(ratios, 0.5)) / 1e6
 	b.ReportMetric(ratio, "ratio")
 	b.ReportMetric(float64(percentile(sdk, 0.5))/float64(percentile(base, 0.5)), "p50-ratio")
-	return percentile(base, 0.5), percentile(sdk, 0.5), ratio
+	return percentile(base, 0.5), percentile(sdk, 0.5), committedP50, ratio
 }
 
 // BenchmarkOutputThroughput compares a command printing 200 MB (1000-byte
