@@ -70,7 +70,8 @@
 // hands them over through AppendValidated instead. DecodeValidMsg is the
 // projector's front: what it accepts is not validated again by the store.
 //
-// Of this module it imports adapters, events and internal/validated only, and
+// Of this module it imports adapters, events, internal/streammsg and
+// internal/validated only, and
 // nats.go and the nats-server library; never projections, the SDK or any
 // database driver.
 package bus

@@ -328,7 +328,7 @@ func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in
 func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) {
 	gctx, cancel := opCtx(ctx)
 	defer cancel()
-	m, err := b.stream.GetLastMsgForSubject(gctx, filter)
+	m, err := b.LastMsg(gctx, filter)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, false, nil
