@@ -54,8 +54,13 @@
 //
 // # Reads
 //
-// ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject with
-// an ordered consumer (after Sync, so a writer reads its own writes). When the
+// ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject
+// (after Sync, so a writer reads its own writes) with batched direct gets, or
+// with an ordered consumer where the stream does not allow them (a stream an
+// older release created, until Config.UpdateStreams) or the session is
+// interleaved with other sandboxes' messages (readDirect says how). Direct
+// gets may be answered by a stale replica: reads stop at the leader's last
+// sequence, and the fence reads ask the leader (LastMsg). When the
 // stream has lost messages to retention, the entries older than the first one
 // still in the stream come from LedgerConfig.Projection (the projected
 // tables); without one a truncated history is ErrHistoryTruncated. Subscribe delivers entries from any stream sequence, then
