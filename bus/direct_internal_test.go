@@ -59,6 +59,22 @@ func (c *apiCounter) n(prefix string) int {
 	return n
 }
 
+// wide returns how many direct gets asked for a batch without a subject
+// filter.
+func (c *apiCounter) wide() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for s, bodies := range c.subs {
+		for _, body := range bodies {
+			if strings.HasPrefix(s, "$JS.API.DIRECT.GET.") && strings.Contains(body, `"batch"`) && !strings.Contains(body, "next_by_subj") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func (c *apiCounter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -372,5 +388,71 @@ func TestReadDirectNoResponders(t *testing.T) {
 	}
 	if got, want := len(res.entries), 100; got != want {
 		t.Fatalf("read %d entries, want %d", got, want)
+	}
+}
+
+// TestReadDirectWide: after a dense batch, the next one is asked without
+// the subject filter; a wide batch holding a message of another sandbox (a
+// decodable entry of the same session name, or a fence) is dropped and
+// read again on the filter, so the read still returns exactly what the
+// ordered read returns.
+func TestReadDirectWide(t *testing.T) {
+	b := openInternal(t, Config{})
+	ctx := context.Background()
+	var msgs []*nats.Msg
+	step := 0
+	add := func(id string, n int) {
+		for range n {
+			step++
+			msgs = append(msgs, entryMsg(t, b, output("a", id, step)))
+		}
+	}
+	add("x", 3000)
+	add("y", 1) // same session name, another sandbox
+	add("x", 3000)
+	msgs = append(msgs, &nats.Msg{Subject: b.cfg.FencePrefix + ".z", Data: []byte(`{"writer":"w"}`)})
+	add("x", 3000)
+	publishRaw(t, b, msgs)
+	api := countAPI(t, b.nc, "$JS.API.DIRECT.GET.>")
+	filter, _ := events.SandboxSubject(b.cfg.SubjectPrefix, "x")
+	for _, name := range []string{"a", ""} {
+		api.reset()
+		got, err := b.read(ctx, filter, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api.settled(t, b.nc)
+		if api.wide() == 0 {
+			t.Errorf("read %q asked no batch without the filter", name)
+		}
+		var want readResult
+		if err := b.readOrdered(ctx, &want, filter, name, 1, uint64(len(msgs))); err != nil {
+			t.Fatal(err)
+		}
+		sameRead(t, got, want)
+		if len(got.entries) != 9000 {
+			t.Errorf("read %q: %d entries, want 9000", name, len(got.entries))
+		}
+	}
+	// A session whose messages are all dense is read wide after its first
+	// batch, and only then.
+	b2 := openInternal(t, Config{})
+	msgs = msgs[:0]
+	for i := range 20000 {
+		msgs = append(msgs, entryMsg(t, b2, output("a", "w", i+1)))
+	}
+	publishRaw(t, b2, msgs)
+	api = countAPI(t, b2.nc, "$JS.API.DIRECT.GET.>")
+	wfilter, _ := events.SandboxSubject(b2.cfg.SubjectPrefix, "w")
+	got, err := b2.read(ctx, wfilter, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.settled(t, b2.nc)
+	if got, want := api.wide(), api.n("$JS.API.DIRECT.GET.")-1; got != want {
+		t.Errorf("%d wide batches, want %d (all but the first)", got, want)
+	}
+	if len(got.entries) != 20000 || got.entries[19999].Seq != 20000 {
+		t.Errorf("read %d entries", len(got.entries))
 	}
 }

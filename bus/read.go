@@ -339,6 +339,28 @@ func (b *Bus) keep(res *readResult, data []byte, subject string, seq uint64, nam
 	}
 }
 
+// keepOf is keep for a message read without a subject filter: it keeps
+// the entry (if of the session named name) only if it decodes and belongs
+// to sandbox, that is was published on one of its subjects
+// (events.Subject of its sandbox and event), and reports whether it did;
+// what does not is not the caller's to warn about.
+func (b *Bus) keepOf(res *readResult, data []byte, sandbox string, seq uint64, name string, in *interner) bool {
+	res.entries = append(res.entries, events.Entry{})
+	e := &res.entries[len(res.entries)-1]
+	if err := decodeMsgInto(e, data, seq, in); err != nil || e.SandboxID != sandbox {
+		res.entries = res.entries[:len(res.entries)-1]
+		return false
+	}
+	if name != "" && e.Name != name {
+		res.entries = res.entries[:len(res.entries)-1]
+		return true
+	}
+	if e.Payload != nil {
+		e.Payload = res.own(e.Payload)
+	}
+	return true
+}
+
 // lastSeq asks the stream leader for the sequence of the last message on filter.
 func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) {
 	gctx, cancel := opCtx(ctx)
