@@ -133,14 +133,14 @@ func (r *directRead) run(ctx context.Context) error {
 				if end >= r.from && end-r.from+1 == n {
 					err = r.dense(end)
 				} else {
-					err = r.sparse(ctx, end)
+					err = r.sparse(ctx)
 				}
 			}
 		}
 		switch {
 		case errors.Is(err, errDone):
 			return nil
-		case errors.Is(err, errNoDirect), errors.Is(err, errInterleaved):
+		case errors.Is(err, errNoDirect), errors.Is(err, errOrdered):
 			// No replica serves direct gets (yet: a stream just updated
 			// to allow them), or a session interleaved with others.
 			return r.b.readOrdered(ctx, r.res, r.filter, r.name, r.seen+1, r.last)
@@ -150,8 +150,9 @@ func (r *directRead) run(ctx context.Context) error {
 	}
 }
 
-// errInterleaved ends a direct read that continues with an ordered consumer.
-var errInterleaved = errors.New("session interleaved with other subjects")
+// errOrdered ends a direct read whose rest is read with an ordered
+// consumer.
+var errOrdered = errors.New("read on with an ordered consumer")
 
 // ask asks for the batch from sequence from: without the filter when the
 // last batch was dense (wide) and the filter allows it.
@@ -165,7 +166,7 @@ func (r *directRead) ask(from uint64, size int, wide bool) error {
 // deleted or expired meanwhile. It asks the leader what is left.
 func (r *directRead) nothing(ctx context.Context) error {
 	if r.stuck++; r.stuck > directStuckRounds {
-		return errInterleaved // let the ordered consumer wait for the replica
+		return errOrdered // let the ordered consumer wait for the replica
 	}
 	if err := sleepCtx(ctx, time.Duration(r.stuck)*50*time.Millisecond); err != nil {
 		return err
@@ -222,7 +223,7 @@ func (r *directRead) dense(end uint64) error {
 // sparse handles a batch that holds fewer messages than the sequences it
 // spans: a wide one is dropped and asked again on the filter; one on the
 // filter is asked again with headers, for the messages' sequences.
-func (r *directRead) sparse(ctx context.Context, end uint64) error {
+func (r *directRead) sparse(ctx context.Context) error {
 	if r.wide {
 		r.narrow = true
 		return r.ask(r.from, r.size, false)
@@ -231,8 +232,11 @@ func (r *directRead) sparse(ctx context.Context, end uint64) error {
 		return err
 	}
 	end, _, err := r.d.receive(ctx)
-	if err != nil || len(r.d.msgs) == 0 {
-		return err // none: the next round asks the leader
+	if err != nil {
+		return err
+	}
+	if len(r.d.msgs) == 0 { // a replica that has not got them (yet)
+		return r.nothing(ctx)
 	}
 	for _, m := range r.d.msgs {
 		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
@@ -253,7 +257,7 @@ func (r *directRead) sparse(ctx context.Context, end uint64) error {
 	interleaved := uint64(len(r.d.msgs)) < (end-r.from+1)/2
 	r.seen, r.from = end, end+1
 	if interleaved {
-		return errInterleaved
+		return errOrdered
 	}
 	return r.ask(r.from, r.size, false)
 }

@@ -456,3 +456,86 @@ func TestReadDirectWide(t *testing.T) {
 		t.Errorf("read %d entries", len(got.entries))
 	}
 }
+
+// TestReadDirectStaleReplica plays the replicas of a stream "FAKE" whose
+// session has messages at sequences 1, 3 and 5 of 5: the first batch is
+// answered (sparse), its second asking, with headers, by a replica that has
+// nothing yet (404); the read asks the leader for its last sequence and
+// asks again, and then gets the messages with their sequences.
+func TestReadDirectStaleReplica(t *testing.T) {
+	nc, err := nats.Connect(testenv.NATSCore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b := &Bus{cfg: Config{Stream: "FAKE", SubjectPrefix: "l", Logger: slog.Default()}, nc: nc, direct: true}
+	var data [][]byte
+	for i := range 3 {
+		d, err := events.Marshal(output("a", "sbx", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, d)
+	}
+	status := func(code string, h nats.Header) *nats.Msg {
+		if h == nil {
+			h = nats.Header{}
+		}
+		h.Set(hdrStatus, code)
+		return &nats.Msg{Header: h}
+	}
+	var mu sync.Mutex
+	var asked []string
+	direct, err := nc.Subscribe("$JS.API.DIRECT.GET.FAKE", func(m *nats.Msg) {
+		mu.Lock()
+		asked = append(asked, string(m.Data))
+		n := len(asked)
+		mu.Unlock()
+		noHdr := strings.Contains(string(m.Data), "no_hdr")
+		switch {
+		case n == 2: // the second asking: a replica behind
+			_ = m.RespondMsg(status("404", nil))
+			return
+		case n > 4:
+			t.Errorf("request %d: %s", n, m.Data)
+			return
+		}
+		for i, d := range data {
+			r := &nats.Msg{Data: d}
+			if !noHdr {
+				r.Header = nats.Header{jetstream.SequenceHeader: {fmt.Sprint(2*i + 1)}, jetstream.SubjectHeader: {"l.sbx.exec.output"}}
+			}
+			_ = m.RespondMsg(r)
+		}
+		_ = m.RespondMsg(status("204", nats.Header{hdrLastSequence: {"5"}, hdrNumPending: {"3"}}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Unsubscribe()
+	leader, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.FAKE", func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","message":{"subject":"l.sbx.exec.output","seq":5,"time":"2026-01-01T00:00:00Z"}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := b.read(ctx, "l.sbx.>", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, e := range res.entries {
+		seqs = append(seqs, e.Seq)
+	}
+	if fmt.Sprint(seqs) != "[1 3 5]" || res.firstSeq != 1 {
+		t.Errorf("read sequences %v (first %d), want [1 3 5] (first 1)", seqs, res.firstSeq)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 4 {
+		t.Errorf("%d direct gets, want 4: %q", len(asked), asked)
+	}
+}
