@@ -76,7 +76,7 @@ func TestCredentialsNeverOnTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := b.Stream().GetMsg(ctx, seq)
+		m, err := b.Msg(ctx, seq)
 		if err != nil {
 			continue // deleted
 		}

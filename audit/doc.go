@@ -8,5 +8,6 @@
 // Anchors, the sessions' heads copied elsewhere, catch a rewrite of a whole
 // chain, which the chain alone cannot.
 //
-// Of this module it imports events only; it reads the bus with nats.go's client, not package bus.
+// Of this module it imports events and internal/streammsg only; it reads the
+// bus with nats.go's client, not package bus.
 package audit

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/streammsg"
 )
 
 // The names the bus uses by default (package bus, which this package does
@@ -50,7 +51,9 @@ func (s Stream) ScanLedger(ctx context.Context, sandboxID string, since, until i
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", name, err)
 	}
-	lastMsg, err := st.GetLastMsgForSubject(ctx, filter)
+	// The leader's last message: the stream allows direct gets, which
+	// GetLastMsgForSubject would send to any replica, possibly a stale one.
+	lastMsg, err := streammsg.Last(ctx, s.JS.Conn(), streammsg.APIPrefix(s.JS), name, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}

@@ -86,10 +86,11 @@ type Config struct {
 	MaxAge   time.Duration
 	MaxBytes int64
 	MaxMsgs  int64
-	// UpdateStreams applies Replicas and the limits above to streams that
-	// exist already: an operator's explicit change. Without it, a command
-	// that opens the bus (a read-only status or verify among them) never
-	// changes an existing stream's replicas or retention.
+	// UpdateStreams applies Replicas, the limits above and the ledger
+	// stream's direct gets (AllowDirect, which replays read with) to streams
+	// that exist already: an operator's explicit change. Without it, a
+	// command that opens the bus (a read-only status or verify among them)
+	// never changes an existing stream's replicas, retention or direct gets.
 	UpdateStreams bool
 	// DuplicateWindow is how long message ids are remembered. Default 2 min.
 	DuplicateWindow time.Duration
@@ -157,6 +158,9 @@ type Bus struct {
 	localURL string
 	js       jetstream.JetStream
 	stream   jetstream.Stream
+	// direct is the stream's AllowDirect as Open found or set it: reads
+	// use batched direct gets, else an ordered consumer.
+	direct bool
 }
 
 // Open connects to cfg.URL (or starts the embedded server when it is empty and
@@ -221,9 +225,14 @@ func (b *Bus) StreamConfig() jetstream.StreamConfig {
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
 		Duplicates:  c.DuplicateWindow,
-		// No direct gets: any replica answers those, possibly stale, and the
-		// fence and last-message reads must see the leader's state.
-		AllowDirect: false,
+		// Direct gets: replays read a session in batches of direct gets,
+		// much faster than an ordered consumer (read.go). Any replica
+		// answers them, possibly a stale one, so the reads that must see
+		// the leader's state (fences, a subject's last sequence) ask the
+		// leader's STREAM.MSG.GET explicitly (LastMsg, Msg), never through
+		// jetstream.Stream's GetMsg and GetLastMsgForSubject, which turn
+		// into direct gets once the stream allows them.
+		AllowDirect: true,
 		AllowMsgTTL: true,
 	}
 	if c.MaxAge > 0 && sc.Duplicates > c.MaxAge {
@@ -241,13 +250,20 @@ func (b *Bus) StreamConfig() jetstream.StreamConfig {
 func (b *Bus) ensureStream(ctx context.Context) error {
 	st, err := b.createStream(ctx, b.StreamConfig())
 	b.stream = st
+	if st != nil {
+		b.direct = st.CachedInfo().Config.AllowDirect
+	}
 	return err
 }
 
-// keepExisting copies into sc the replicas and retention limits of the
-// stream of that name if it exists, unless Config.UpdateStreams or it does
-// not exist yet: what Open creates or updates then changes nothing an
-// operator set.
+// keepExisting copies into sc the replicas, retention limits and
+// AllowDirect of the stream of that name if it exists, unless
+// Config.UpdateStreams or it does not exist yet: what Open creates or
+// updates then changes nothing an operator set. An existing stream without
+// direct gets keeps them off (processes of an older release may still read
+// its fences through jetstream's GetLastMsgForSubject, which would then ask
+// any replica) and is read with an ordered consumer; UpdateStreams turns
+// them on.
 func (b *Bus) keepExisting(ctx context.Context, sc *jetstream.StreamConfig) error {
 	if b.cfg.UpdateStreams {
 		return nil
@@ -263,6 +279,7 @@ func (b *Bus) keepExisting(ctx context.Context, sc *jetstream.StreamConfig) erro
 	}
 	old := st.CachedInfo().Config
 	sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.MaxMsgs, sc.Duplicates = old.Replicas, old.MaxAge, old.MaxBytes, old.MaxMsgs, old.Duplicates
+	sc.AllowDirect = old.AllowDirect
 	return nil
 }
 

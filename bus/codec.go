@@ -114,12 +114,13 @@ func decodeEntry(data []byte) (e events.Entry, ok bool) {
 }
 
 // interner reuses the strings of the previous entry: a replay decodes one
-// session, whose name and sandbox id repeat on every message. With names set
-// (a Decoder's), session names are looked up there too: a projection reads
-// many sessions' messages interleaved.
+// session, whose name and sandbox id repeat on every message, and whose
+// entries' PrevHash is the Hash of the entry before (the hash chain). With
+// names set (a Decoder's), session names are looked up there too: a
+// projection reads many sessions' messages interleaved.
 type interner struct {
-	name, id, actor string
-	names           map[string]string
+	name, id, actor, hash string
+	names                 map[string]string
 }
 
 // maxNames bounds an interner's names: past it the map starts again.
@@ -209,10 +210,10 @@ func decodeEntryWith(data []byte, in *interner) (e events.Entry, ok bool) {
 // decodeEntryInto is decodeEntryWith decoding into *e, which must be zero:
 // a replay decodes straight into its result's next slot, not into a copy.
 func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
-	var nameBuf, idBuf, actorBuf string
-	names, ids, actors := &nameBuf, &idBuf, &actorBuf
+	var nameBuf, idBuf, actorBuf, hashBuf string
+	names, ids, actors, hashes := &nameBuf, &idBuf, &actorBuf, &hashBuf
 	if in != nil {
-		names, ids, actors = &in.name, &in.id, &in.actor
+		names, ids, actors, hashes = &in.name, &in.id, &in.actor, &in.hash
 	}
 	d := decoder{b: data}
 	d.ws()
@@ -287,11 +288,12 @@ func decodeEntryInto(e *events.Entry, data []byte, in *interner) (ok bool) {
 				return false
 			}
 		case "prevHash":
-			if e.PrevHash, ok = d.str(); !ok {
+			// The previous entry's Hash, in a chained session read in order.
+			if e.PrevHash, ok = d.interned(in, hashes); !ok {
 				return false
 			}
 		case "hash":
-			if e.Hash, ok = d.str(); !ok {
+			if e.Hash, ok = d.interned(in, hashes); !ok {
 				return false
 			}
 		case "payload":

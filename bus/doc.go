@@ -54,8 +54,13 @@
 //
 // # Reads
 //
-// ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject with
-// an ordered consumer (after Sync, so a writer reads its own writes). When the
+// ReadAll, LastCheckpoint and ListCheckpoints read the sandbox's subject
+// (after Sync, so a writer reads its own writes) with batched direct gets, or
+// with an ordered consumer where the stream does not allow them (a stream an
+// older release created, until Config.UpdateStreams) or the session is
+// interleaved with other sandboxes' messages (readDirect says how). Direct
+// gets may be answered by a stale replica: reads stop at the leader's last
+// sequence, and the fence reads ask the leader (LastMsg). When the
 // stream has lost messages to retention, the entries older than the first one
 // still in the stream come from LedgerConfig.Projection (the projected
 // tables); without one a truncated history is ErrHistoryTruncated. Subscribe delivers entries from any stream sequence, then
@@ -70,7 +75,8 @@
 // hands them over through AppendValidated instead. DecodeValidMsg is the
 // projector's front: what it accepts is not validated again by the store.
 //
-// Of this module it imports adapters, events and internal/validated only, and
+// Of this module it imports adapters, events, internal/streammsg and
+// internal/validated only, and
 // nats.go and the nats-server library; never projections, the SDK or any
 // database driver.
 package bus

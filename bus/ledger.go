@@ -398,7 +398,7 @@ func (l *Ledger) claim(ctx context.Context, w *writer) error {
 // top of it; otherwise another writer holds the sandbox.
 func (l *Ledger) reclaim(ctx context.Context, sandboxID string, fenced error) (uint64, error) {
 	gctx, cancel := opCtx(ctx)
-	last, err := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(sandboxID))
+	last, err := l.b.LastMsg(gctx, l.fenceSubject(sandboxID))
 	cancel()
 	if err != nil || last.Header.Get(headerWriter) != l.cfg.WriterID {
 		return 0, fenced
@@ -592,7 +592,7 @@ func (l *Ledger) Takeover(ctx context.Context, sandboxID string) (uint64, error)
 	for attempt := 0; ; attempt++ {
 		var prev uint64
 		gctx, cancel := opCtx(ctx)
-		last, err := l.b.stream.GetLastMsgForSubject(gctx, l.fenceSubject(sandboxID))
+		last, err := l.b.LastMsg(gctx, l.fenceSubject(sandboxID))
 		cancel()
 		switch {
 		case err == nil:

@@ -118,19 +118,32 @@ func (r *readResult) own(p []byte) []byte {
 // read reads every message on filter, in stream order, up to the subject's
 // last message as the stream leader reports it when the read starts, keeping
 // the entries of the session named name ("" keeps all). Undecodable messages
-// are skipped (projectors park them).
-//
-// The ordered consumer may sit on a replica that is behind the leader, so its
-// own pending count cannot say when the read is complete; the leader's last
-// sequence can. When nothing arrives for a second or two (stallWatch) the
-// leader is asked again, so messages deleted or expired meanwhile do not hold
-// the read up.
+// are skipped (projectors park them). A stream that allows direct gets is
+// read in batches of them (readDirect), else with an ordered consumer.
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
 	last, found, err := b.lastSeq(ctx, filter)
 	if err != nil || !found {
 		return res, err
 	}
+	if b.direct {
+		err = b.readDirect(ctx, &res, filter, name, last)
+	} else {
+		err = b.readOrdered(ctx, &res, filter, name, 1, last)
+	}
+	return res, err
+}
+
+// readOrdered reads the messages on filter from stream sequence from on
+// with an ordered consumer, up to last (the leader's last sequence on filter),
+// into res.
+//
+// The ordered consumer may sit on a replica that is behind the leader, so its
+// own pending count cannot say when the read is complete; the leader's last
+// sequence can. When nothing arrives for a second or two (stallWatch) the
+// leader is asked again, so messages deleted or expired meanwhile do not hold
+// the read up.
+func (b *Bus) readOrdered(ctx context.Context, res *readResult, filter, name string, from, last uint64) error {
 	open := func(from uint64) (jetstream.Consumer, jetstream.MessagesContext, error) {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 		if from > 1 {
@@ -148,15 +161,15 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		}
 		return cons, msgs, nil
 	}
-	cons, msgs, err := open(1)
+	cons, msgs, err := open(from)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer func() { msgs.Stop() }()
 	hname := url.PathEscape(name)
-	var lastSeen uint64
+	lastSeen := from - 1
 	var in interner
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending < 1<<20 {
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending < 1<<20 && res.entries == nil {
 		res.entries = make([]events.Entry, 0, ci.NumPending)
 	}
 	stalls := 0
@@ -168,10 +181,10 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 			w = watchStalls(ctx, time.Second)
 			now, found, lerr := b.lastSeq(ctx, filter)
 			if lerr != nil {
-				return res, lerr
+				return lerr
 			}
 			if !found || now <= lastSeen {
-				return res, nil
+				return nil
 			}
 			last = now
 			if stalls++; stalls >= 3 {
@@ -179,7 +192,7 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 				// new consumer after the last one received.
 				msgs.Stop()
 				if _, msgs, err = open(lastSeen + 1); err != nil {
-					return res, err
+					return err
 				}
 				stalls = 0
 			}
@@ -189,23 +202,23 @@ func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error)
 		w.progress()
 		if err != nil {
 			if ctx.Err() != nil {
-				return res, ctx.Err()
+				return ctx.Err()
 			}
-			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
+			return fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		seq, err := msgSeq(m)
 		if err != nil {
-			return res, fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
+			return fmt.Errorf("%w: read %s: %w", adapters.ErrUnavailable, filter, err)
 		}
 		lastSeen = seq
 		if res.firstSeq == 0 {
 			res.firstSeq = seq
 		}
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
-			b.keep(&res, m, seq, name, &in)
+			b.keep(res, m.Data(), m.Subject(), seq, name, &in)
 		}
 		if seq >= last {
-			return res, nil
+			return nil
 		}
 	}
 }
@@ -306,14 +319,16 @@ func streamSeq(reply string) (uint64, bool) {
 	return seq, err == nil && seq > 0
 }
 
-// keep decodes m straight into the next slot of res.entries and keeps it
-// there if it belongs to the session named name ("" keeps all).
-func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in *interner) {
+// keep decodes the message data (at stream sequence seq, on subject, or
+// the filter it was read with when its subject is not known) straight into
+// the next slot of res.entries and keeps it there if it belongs to the
+// session named name ("" keeps all).
+func (b *Bus) keep(res *readResult, data []byte, subject string, seq uint64, name string, in *interner) {
 	res.entries = append(res.entries, events.Entry{})
 	e := &res.entries[len(res.entries)-1]
-	err := decodeMsgInto(e, m.Data(), seq, in)
+	err := decodeMsgInto(e, data, seq, in)
 	if err != nil {
-		b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", m.Subject(), "seq", seq, "err", err)
+		b.cfg.Logger.Warn("bus: skipping undecodable ledger message", "subject", subject, "seq", seq, "err", err)
 	}
 	if err != nil || name != "" && e.Name != name {
 		res.entries = res.entries[:len(res.entries)-1]
@@ -324,11 +339,33 @@ func (b *Bus) keep(res *readResult, m jetstream.Msg, seq uint64, name string, in
 	}
 }
 
+// keepOf is keep for a message read without a subject filter: it keeps
+// the entry (if of the session named name) only if it decodes and belongs
+// to sandbox, that is was published on one of its subjects
+// (events.Subject of its sandbox and event), and reports whether it did;
+// what does not is not the caller's to warn about.
+func (b *Bus) keepOf(res *readResult, data []byte, sandbox string, seq uint64, name string, in *interner) bool {
+	res.entries = append(res.entries, events.Entry{})
+	e := &res.entries[len(res.entries)-1]
+	if err := decodeMsgInto(e, data, seq, in); err != nil || e.SandboxID != sandbox {
+		res.entries = res.entries[:len(res.entries)-1]
+		return false
+	}
+	if name != "" && e.Name != name {
+		res.entries = res.entries[:len(res.entries)-1]
+		return true
+	}
+	if e.Payload != nil {
+		e.Payload = res.own(e.Payload)
+	}
+	return true
+}
+
 // lastSeq asks the stream leader for the sequence of the last message on filter.
 func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) {
 	gctx, cancel := opCtx(ctx)
 	defer cancel()
-	m, err := b.stream.GetLastMsgForSubject(gctx, filter)
+	m, err := b.LastMsg(gctx, filter)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, false, nil

@@ -182,7 +182,7 @@ func TestReliabilityProjectorKill(t *testing.T) {
 
 func lastLedgerSeq(t *testing.T, b *bus.Bus) uint64 {
 	t.Helper()
-	m, err := b.Stream().GetLastMsgForSubject(context.Background(), b.LedgerFilter())
+	m, err := b.LastMsg(context.Background(), b.LedgerFilter())
 	if err != nil {
 		t.Fatalf("last ledger message: %v", err)
 	}

@@ -36,6 +36,25 @@ func NATS(t testing.TB) string {
 	return s.ClientURL()
 }
 
+// NATSCore starts a fresh embedded NATS server without JetStream and returns
+// its client URL: for a test that plays JetStream's API itself (nothing else
+// answers $JS.API requests there). It is shut down by t.Cleanup.
+func NATSCore(t testing.TB) string {
+	t.Helper()
+	s, err := startServer(&server.Options{
+		ServerName: "alineo-test-core",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		SkipOrFail(t, "start embedded nats: "+err.Error())
+	}
+	t.Cleanup(s.Shutdown)
+	return s.ClientURL()
+}
+
 // Cluster is an embedded NATS cluster on loopback with JetStream on every
 // node, able to host R3 streams. Nodes can be stopped and restarted (same
 // ports, same store directory) for fault tests.

@@ -524,7 +524,7 @@ func testBarrier(t *testing.T, open OpenFunc) {
 	}
 	// After Sync, the last event is in the stream: read it straight from the
 	// stream, not through the ledger (whose reads sync first).
-	last, err := b.Stream().GetLastMsgForSubject(ctx, b.Config().SubjectPrefix+"."+id+".>")
+	last, err := b.LastMsg(ctx, b.Config().SubjectPrefix+"."+id+".>")
 	if err != nil {
 		t.Fatalf("last message: %v", err)
 	}
@@ -759,7 +759,7 @@ func trim(t *testing.T, b *bus.Bus, subject string) {
 	testenv.Eventually(t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		got, err := b.Stream().GetLastMsgForSubject(ctx, subject)
+		got, err := b.LastMsg(ctx, subject)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return nil
@@ -869,7 +869,7 @@ func testTraceHeader(t *testing.T, open OpenFunc) {
 		t.Fatalf("ReadAll = %d entries, %v", len(stored), err)
 	}
 	for i, e := range stored {
-		m, err := b.Stream().GetMsg(ctx, e.Seq)
+		m, err := b.Msg(ctx, e.Seq)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ func testExtensionEvents(t *testing.T, open OpenFunc) {
 	prefix := b.Config().SubjectPrefix
 	for _, ev := range []events.Event{"run_started", "ext.permission_requested", "agent.turn-1.checkpoint"} {
 		subject := prefix + "." + id + "." + string(ev)
-		m, err := b.Stream().GetLastMsgForSubject(ctx, subject)
+		m, err := b.LastMsg(ctx, subject)
 		if err != nil {
 			t.Fatalf("last message on %s: %v", subject, err)
 		}

@@ -399,7 +399,7 @@ func TestTakeoverWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	last, err := f.bus.Stream().GetLastMsgForSubject(context.Background(), f.bus.Config().FencePrefix+"."+first.SandboxID)
+	last, err := f.bus.LastMsg(context.Background(), f.bus.Config().FencePrefix+"."+first.SandboxID)
 	if err != nil {
 		t.Fatalf("fence of %s: %v", first.SandboxID, err)
 	}

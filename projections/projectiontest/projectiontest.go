@@ -162,7 +162,7 @@ func LastSeq(t testing.TB, b *bus.Bus, f projections.Filter) uint64 {
 	t.Helper()
 	var last uint64
 	for _, s := range f.Subjects(b.Config().SubjectPrefix) {
-		m, err := b.Stream().GetLastMsgForSubject(context.Background(), s)
+		m, err := b.LastMsg(context.Background(), s)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

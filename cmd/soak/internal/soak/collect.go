@@ -150,7 +150,7 @@ func (h *harness) observe(ctx context.Context) *Observation {
 func (h *harness) lastLedgerSeq(ctx context.Context) (uint64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := h.b.Stream().GetLastMsgForSubject(cctx, h.b.LedgerFilter())
+	m, err := h.b.LastMsg(cctx, h.b.LedgerFilter())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
