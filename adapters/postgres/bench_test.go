@@ -37,7 +37,7 @@ func outputEntries(n int) []events.Entry {
 }
 
 // migratedStore opens a store on a fresh database and migrates it.
-func migratedStore(b *testing.B) *Store {
+func migratedStore(b testing.TB) *Store {
 	b.Helper()
 	s, err := Open(testenv.Postgres(b), Config{})
 	if err != nil {
@@ -61,8 +61,7 @@ func rawCopy(ctx context.Context, s *Store, es []events.Entry, batch int) error 
 		part := es[i:min(i+batch, len(es))]
 		err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, pgx.CopyFromSlice(len(part), func(j int) ([]any, error) {
-				e := part[j]
-				return []any{e.SandboxID, e.Name, int32(e.StepIndex), nil, string(e.Event), []byte(e.Payload), nil, e.Ts, nil, true}, nil
+				return row(part[j], 0), nil // the store's columns, as it writes them
 			}))
 			return err
 		})
@@ -306,12 +305,7 @@ func rawProjected(ctx context.Context, s *Store, es []events.Entry) error {
 	}
 	return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"alineo_events"}, columns, pgx.CopyFromSlice(len(es), func(j int) ([]any, error) {
-			e := es[j]
-			var payload any
-			if e.Payload != nil {
-				payload = []byte(e.Payload)
-			}
-			return []any{e.SandboxID, e.Name, int32(e.StepIndex), nil, string(e.Event), payload, nil, e.Ts, int64(e.Seq), true}, nil
+			return row(es[j], es[j].Seq), nil
 		}))
 		return err
 	})

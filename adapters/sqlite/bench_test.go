@@ -37,7 +37,7 @@ func outputEntries(n int) []events.Entry {
 
 // migrated returns a new, migrated database file and a raw handle on it with
 // the store's own connection settings.
-func migrated(b *testing.B) (path string, raw *sql.DB) {
+func migrated(b testing.TB) (path string, raw *sql.DB) {
 	b.Helper()
 	path = filepath.Join(b.TempDir(), "raw.db")
 	s, err := Open(path, Config{})
@@ -70,16 +70,12 @@ func rawInsert(ctx context.Context, db *sql.DB, es []events.Entry, batch int) er
 		if err != nil {
 			return err
 		}
-		a := make([]any, 0, 9*chunk)
+		a := make([]any, 0, cols*chunk)
 		for part := es[:n]; len(part) > 0; {
 			k := min(chunk, len(part))
 			a = a[:0]
 			for _, e := range part[:k] {
-				var payload any
-				if e.Payload != nil {
-					payload = string(e.Payload)
-				}
-				a = append(a, e.SandboxID, e.Name, e.StepIndex, nil, string(e.Event), payload, nil, e.Ts, nil)
+				a = args(a, e, 0) // the store's columns, as it writes them
 			}
 			if k == chunk {
 				_, err = stmt.ExecContext(ctx, a...)
@@ -392,16 +388,12 @@ func rawProjected(ctx context.Context, db *sql.DB, es []events.Entry) error {
 		return err
 	}
 	defer stmt.Close()
-	a := make([]any, 0, 9*chunk)
+	a := make([]any, 0, cols*chunk)
 	for len(es) > 0 {
 		k := min(chunk, len(es))
 		a = a[:0]
 		for _, e := range es[:k] {
-			var payload any
-			if e.Payload != nil {
-				payload = string(e.Payload)
-			}
-			a = append(a, e.SandboxID, e.Name, int64(e.StepIndex), nil, string(e.Event), payload, nil, e.Ts, int64(e.Seq))
+			a = args(a, e, e.Seq)
 		}
 		if k == chunk {
 			_, err = stmt.ExecContext(ctx, a...)

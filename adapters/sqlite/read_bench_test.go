@@ -79,9 +79,9 @@ func rawRead(ctx context.Context, r *sql.DB) error {
 	defer rows.Close()
 	var seq, ts, step int64
 	var branch sql.NullInt64
-	var name, id, ev, payload, errText, actor sql.RawBytes
+	var name, id, ev, payload, errText, actor, prev, hash sql.RawBytes
 	for rows.Next() {
-		if err := rows.Scan(&seq, &ts, &name, &id, &step, &branch, &ev, &payload, &errText, &actor); err != nil {
+		if err := rows.Scan(&seq, &ts, &name, &id, &step, &branch, &ev, &payload, &errText, &actor, &prev, &hash); err != nil {
 			return err
 		}
 	}
