@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -16,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/bus"
+	"github.com/alineo-labs/alineo/bus/bustest"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -473,67 +471,8 @@ func benchBusLedger(b *testing.B, id string, want int) (l adapters.Ledger, direc
 		b.Fatal(err)
 	}
 	filter := bb.Config().SubjectPrefix + "." + id + ".>"
-	direct = func() time.Duration {
-		start := time.Now()
-		nc := bb.Conn()
-		inbox := nc.NewInbox()
-		sub, err := nc.SubscribeSync(inbox)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sub.Unsubscribe()
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		got, from := 0, uint64(1)
-		for got < want {
-			// The first batch on the session's subjects, the next ones (the
-			// session is all the stream holds after it) on any subject,
-			// sparing the server its subject matching, as the bus does.
-			req := fmt.Sprintf(`{"seq":%d,"batch":10000,"no_hdr":true}`, from)
-			if got == 0 {
-				req = fmt.Sprintf(`{"seq":%d,"next_by_subj":%q,"batch":10000,"no_hdr":true}`, from, filter)
-			}
-			if err := nc.PublishRequest("$JS.API.DIRECT.GET."+bb.Config().Stream, inbox, []byte(req)); err != nil {
-				b.Fatal(err)
-			}
-			for {
-				m, err := sub.NextMsgWithContext(rctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(m.Data) == 0 && m.Header.Get("Status") != "" {
-					last, err := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
-					if m.Header.Get("Status") != "204" || err != nil {
-						b.Fatalf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
-					}
-					from = last + 1
-					break
-				}
-				got++
-			}
-		}
-		return time.Since(start)
-	}
-	ordered = func() time.Duration {
-		start := time.Now()
-		cons, err := bb.JetStream().OrderedConsumer(ctx, bb.Config().Stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{filter},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer msgs.Stop()
-		for range want {
-			if _, err := msgs.Next(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return time.Since(start)
-	}
+	direct = func() time.Duration { return bustest.RawDirectRead(b, bb, filter, want) }
+	ordered = func() time.Duration { return bustest.RawOrderedRead(b, bb, filter, want) }
 	return l, direct, ordered
 }
 
