@@ -207,7 +207,8 @@ func (r *directRead) dense(end uint64) error {
 		} else if !r.b.keepOf(r.res, m.Data, r.sandbox, seq, r.name, &r.in) {
 			// Not the sandbox's: drop the batch (and the one in flight)
 			// and ask on the filter from its start.
-			r.res.entries, r.res.firstSeq = r.res.entries[:mark], firstSeq
+			r.res.truncate(mark)
+			r.res.firstSeq = firstSeq
 			r.narrow = true
 			r.from = batchFrom
 			return r.ask(r.from, r.size, false)
