@@ -22,7 +22,7 @@ import (
 // last commit: the writer connection's PRAGMA data_version (which changes
 // when another connection, of this process or another, commits to the
 // file) is the one seen then, on the same connection, and the writer ran no
-// other transaction meanwhile (writerStamp). The pragma reads no page: the
+// other transaction meanwhile (writerState). The pragma reads no page: the
 // probe was most of what the chain added to a commit.
 
 const (
