@@ -64,6 +64,7 @@
 // entries this module's SDK and projector validated already come through
 // AppendValidated and ApplyValidated and are not validated again.
 //
-// Of this module it imports adapters, adapters/internal/..., events and
-// internal/validated only, and pgx; never the bus or the SDK.
+// Of this module it imports adapters, adapters/internal/..., events,
+// internal/pgerr and internal/validated only, and pgx; never the bus or the
+// SDK.
 package postgres

@@ -26,6 +26,7 @@
 // becomes checkpoints.ErrDuplicateID, whichever store inserted it first; no
 // caller inspects a pgx error.
 //
-// Of this module it imports checkpoints only, and pgx and the standard
-// library; never sandboxd or the ledger adapters.
+// Of this module it imports checkpoints and internal/pgerr only (the
+// outage classification it shares with the ledger's Postgres store), and pgx
+// and the standard library; never sandboxd or the ledger adapters.
 package postgres
