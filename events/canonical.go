@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -271,73 +270,12 @@ func (p *canon) strSlow(dst []byte) ([]byte, error) {
 			p.i++
 			continue
 		}
-		if p.i+1 >= len(p.b) {
-			return nil, errNotJSON
-		}
-		e := p.b[p.i+1]
-		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			dst = append(dst, e)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return nil, errNotJSON
-			}
-			if utf16.IsSurrogate(r) {
-				r2 := utf8.RuneError
-				if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
-					save := p.i
-					p.i += 2
-					if lo, ok := p.hex4(); ok {
-						if d := utf16.DecodeRune(r, lo); d != utf8.RuneError {
-							r2 = d
-						} else {
-							p.i = save // not a pair: the next escape stands alone
-						}
-					} else {
-						return nil, errNotJSON
-					}
-				}
-				r = r2
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
+		var ok bool
+		if dst, p.i, ok = appendUnescaped(dst, p.b, p.i); !ok {
 			return nil, errNotJSON
 		}
 	}
 	return nil, errNotJSON
-}
-
-func (p *canon) hex4() (rune, bool) {
-	if p.i+4 > len(p.b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range p.b[p.i : p.i+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	p.i += 4
-	return r, true
 }
 
 // number checks the JSON number grammar at p.i and appends its canonical form.

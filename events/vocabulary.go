@@ -261,7 +261,7 @@ func unquote(q []byte) ([]byte, bool) {
 	}
 	in := q[1 : len(q)-1]
 	out := make([]byte, 0, len(in))
-	for i := 0; i < len(in); i++ {
+	for i := 0; i < len(in); {
 		c := in[i]
 		switch {
 		case c == '"' || c < 0x20:
@@ -274,52 +274,64 @@ func unquote(q []byte) ([]byte, bool) {
 			} else {
 				out = append(out, in[i:i+size]...)
 			}
-			i += size - 1
-			continue
+			i += size
 		case c != '\\':
 			out = append(out, c)
-			continue
-		}
-		i++
-		if i >= len(in) {
-			return nil, false
-		}
-		switch in[i] {
-		case '"', '\\', '/':
-			out = append(out, in[i])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := hex4(in[i+1:])
-			if !ok {
+			i++
+		default:
+			var ok bool
+			if out, i, ok = appendUnescaped(out, in, i); !ok {
 				return nil, false
 			}
-			i += 4
-			if utf16.IsSurrogate(r) {
-				r2, ok := rune(0), false
-				if i+2 < len(in) && in[i+1] == '\\' && in[i+2] == 'u' {
-					r2, ok = hex4(in[i+3:])
-				}
-				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-					r, i = dec, i+6
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			return nil, false
 		}
 	}
 	return out, true
+}
+
+// appendUnescaped appends the character of the escape sequence at in[i]
+// (a backslash) to dst, and returns the index after the sequence, or false
+// when in[i:] starts no valid escape. As in encoding/json, a surrogate that
+// is not the first of a valid pair becomes U+FFFD, and the escape after it,
+// if not its pair's second, stands alone.
+func appendUnescaped(dst, in []byte, i int) ([]byte, int, bool) {
+	if i+1 >= len(in) {
+		return nil, 0, false
+	}
+	switch e := in[i+1]; e {
+	case '"', '\\', '/':
+		return append(dst, e), i + 2, true
+	case 'b':
+		return append(dst, '\b'), i + 2, true
+	case 'f':
+		return append(dst, '\f'), i + 2, true
+	case 'n':
+		return append(dst, '\n'), i + 2, true
+	case 'r':
+		return append(dst, '\r'), i + 2, true
+	case 't':
+		return append(dst, '\t'), i + 2, true
+	case 'u':
+		r, ok := hex4(in[i+2:])
+		if !ok {
+			return nil, 0, false
+		}
+		i += 6
+		if utf16.IsSurrogate(r) {
+			lo, pair := rune(0), false
+			if i+1 < len(in) && in[i] == '\\' && in[i+1] == 'u' {
+				if lo, pair = hex4(in[i+2:]); !pair {
+					return nil, 0, false
+				}
+			}
+			if d := utf16.DecodeRune(r, lo); pair && d != utf8.RuneError {
+				r, i = d, i+6
+			} else {
+				r = utf8.RuneError
+			}
+		}
+		return utf8.AppendRune(dst, r), i, true
+	}
+	return nil, 0, false
 }
 
 // hex4 decodes the four hex digits at the start of b.
