@@ -114,25 +114,6 @@ func checkExtensionPayload(p []byte) string {
 	return ""
 }
 
-// validateExtension is Validate for an entry whose event is not Known.
-func validateExtension(e Entry) error {
-	switch {
-	case checkExtension(e.Event) != "":
-		return CheckEvent(e.Event)
-	case e.Ts <= 0:
-		return &ValidationError{Field: "ts", Reason: fmt.Sprintf("must be > 0, got %d", e.Ts)}
-	case e.StepIndex < SandboxLevel:
-		return &ValidationError{Field: "stepIndex", Reason: fmt.Sprintf("must be >= -1, got %d", e.StepIndex)}
-	}
-	if err := ValidateActor(e.Actor); err != nil {
-		return err
-	}
-	if r := checkExtensionPayload(e.Payload); r != "" {
-		return &ValidationError{Field: "payload", Reason: r}
-	}
-	return nil
-}
-
 // NewExtension builds the entry of the extension event ev, for a program that
 // appends to a ledger without a sandbox handle (adapters.Ledger.Append):
 //

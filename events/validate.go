@@ -16,6 +16,7 @@ import (
 // event's payload is at most MaxExtensionPayload bytes. It returns a
 // *ValidationError (wrapping ErrInvalidEntry) naming the first wrong field.
 func Validate(e Entry) error {
+	known := e.Event.Known()
 	switch {
 	case e.Name == "":
 		return &ValidationError{Field: "name", Reason: "is empty"}
@@ -23,8 +24,8 @@ func Validate(e Entry) error {
 		return &ValidationError{Field: "sandboxId", Reason: "is empty"}
 	case e.Event == "":
 		return &ValidationError{Field: "event", Reason: "is empty"}
-	case !e.Event.Known():
-		return validateExtension(e)
+	case !known && checkExtension(e.Event) != "":
+		return CheckEvent(e.Event)
 	case e.Ts <= 0:
 		return &ValidationError{Field: "ts", Reason: fmt.Sprintf("must be > 0, got %d", e.Ts)}
 	case e.StepIndex < SandboxLevel:
@@ -32,6 +33,12 @@ func Validate(e Entry) error {
 	}
 	if err := ValidateActor(e.Actor); err != nil {
 		return err
+	}
+	if !known { // an extension event
+		if r := checkExtensionPayload(e.Payload); r != "" {
+			return &ValidationError{Field: "payload", Reason: r}
+		}
+		return nil
 	}
 	if e.Payload == nil {
 		return nil
