@@ -2,13 +2,13 @@ package testenv
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // PromtoolInstall is the command that installs promtool where FindPromtool
@@ -21,22 +21,7 @@ func FindPromtool() (string, error) {
 	if p := os.Getenv("PROMTOOL"); p != "" {
 		return p, nil
 	}
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p, nil
-	}
-	cands := []string{"/usr/local/bin/promtool"}
-	if gp := os.Getenv("GOPATH"); gp != "" {
-		cands = append(cands, filepath.Join(gp, "bin", "promtool"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		cands = append(cands, filepath.Join(home, "go", "bin", "promtool"))
-	}
-	for _, c := range cands {
-		if st, err := os.Stat(c); err == nil && !st.IsDir() {
-			return c, nil
-		}
-	}
-	return "", errors.New("promtool not found")
+	return testutil.FindTool("promtool")
 }
 
 // PromtoolCheck runs `promtool check metrics` on exposition (a /metrics

@@ -83,22 +83,7 @@ func FindVersityGW() (string, error) {
 		}
 		return p, nil
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	cands := []string{"/usr/local/bin/versitygw"}
-	if gp := os.Getenv("GOPATH"); gp != "" {
-		cands = append(cands, filepath.Join(gp, "bin", "versitygw"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		cands = append(cands, filepath.Join(home, "go", "bin", "versitygw"))
-	}
-	for _, p := range cands {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("versitygw not found")
+	return testutil.FindTool("versitygw")
 }
 
 // StartS3 starts versitygw (bin) serving dir/root on a free loopback port

@@ -1,7 +1,8 @@
 // Package testutil holds the small helpers that tests and test harnesses of
 // this module used to copy: a buffer safe for concurrent writes, free
-// loopback ports, and the harness that starts a command's run function
-// (cmd/*'s run(ctx, args, getenv, stdout)) in a goroutine and stops it.
+// loopback ports, where make deps put a tool (FindTool), and the harness
+// that starts a command's run function (cmd/*'s run(ctx, args, getenv,
+// stdout)) in a goroutine and stops it.
 //
 // Of this module it imports nothing: testenv and the commands' tests import
 // it, so it must not import testenv or any package that does.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -86,4 +88,19 @@ func TestMatchQuotesOutput(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestFindTool(t *testing.T) {
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "alineo-fake-tool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	if got, err := testutil.FindTool("alineo-fake-tool"); err != nil || got != tool {
+		t.Errorf("FindTool on PATH = %q, %v; want %q", got, err, tool)
+	}
+	if got, err := testutil.FindTool("alineo-no-such-tool"); err == nil {
+		t.Errorf("FindTool of a missing tool = %q, want an error", got)
+	}
 }

@@ -2,16 +2,16 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // Host is one sandbox host of the multi-host soak: a network namespace
@@ -95,22 +95,11 @@ func findVersityGW(cfg Config) (string, error) {
 	if cfg.S3Bin != "" {
 		return cfg.S3Bin, nil
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
+	p, err := testutil.FindTool("versitygw")
+	if err != nil {
+		return "", fmt.Errorf("%w (make deps-soak-hosts installs it: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)", err)
 	}
-	cands := []string{"/usr/local/bin/versitygw"}
-	if gp := os.Getenv("GOPATH"); gp != "" {
-		cands = append(cands, filepath.Join(gp, "bin", "versitygw"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		cands = append(cands, filepath.Join(home, "go", "bin", "versitygw"))
-	}
-	for _, p := range cands {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("versitygw not found (make deps-soak-hosts installs it: GOBIN=/usr/local/bin go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
+	return p, nil
 }
 
 // startS3 starts versitygw in its namespace, serving Dir/s3 with the

@@ -1,0 +1,30 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// FindTool returns the path of the program name as make deps installs the
+// test servers and tools (go install, into /usr/local/bin or $GOPATH/bin):
+// on PATH, else in /usr/local/bin, $GOPATH/bin or ~/go/bin.
+func FindTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	cands := []string{filepath.Join("/usr/local/bin", name)}
+	if gp := os.Getenv("GOPATH"); gp != "" {
+		cands = append(cands, filepath.Join(gp, "bin", name))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		cands = append(cands, filepath.Join(home, "go", "bin", name))
+	}
+	for _, c := range cands {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found", name)
+}
