@@ -106,6 +106,9 @@ func BenchmarkExecFleet(b *testing.B) {
 type fleetSandbox struct {
 	sb  *alineo.Sandbox
 	raw *opensandbox.Execd
+	// floorStep is the last step the floor phases recorded for it; only
+	// its goroutine of the running phase uses it.
+	floorStep *int
 }
 
 // openFleet creates n sandboxes through client, a few at a time.
@@ -129,7 +132,7 @@ func openFleet(b *testing.B, ctx context.Context, client *alineo.Client, n int) 
 				errs <- err
 				return
 			}
-			fleet[i] = fleetSandbox{sb: sb, raw: raw}
+			fleet[i] = fleetSandbox{sb: sb, raw: raw, floorStep: new(int)}
 		})
 	}
 	wg.Wait()
@@ -205,7 +208,6 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		_, err = s.Wait()
 		return err
 	}
-	var floorSteps sync.Map // sandbox id -> *int: the floor phases' last step
 	execs := [phaseKinds]func(fleetSandbox) error{
 		rawPhase: raw,
 		sdkPhase: func(f fleetSandbox) error {
@@ -213,9 +215,8 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 			return err
 		},
 		floorPhase: func(f fleetSandbox) error {
-			v, _ := floorSteps.LoadOrStore(f.sb.ID(), new(int))
-			step := v.(*int)
-			*step++ // one goroutine per sandbox
+			step := f.floorStep
+			*step++
 			session := "floor-" + f.sb.ID()
 			started := events.New(time.Now().UnixMilli(), "fleet-floor", session, *step, events.ExecStarted,
 				events.ExecStartedPayload{Seq: *step, Kind: events.KindCommand, Cmd: "echo hi",
