@@ -215,23 +215,8 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 			return err
 		},
 		floorPhase: func(f fleetSandbox) error {
-			step := f.floorStep
-			*step++
-			session := "floor-" + f.sb.ID()
-			started := events.New(time.Now().UnixMilli(), "fleet-floor", session, *step, events.ExecStarted,
-				events.ExecStartedPayload{Seq: *step, Kind: events.KindCommand, Cmd: "echo hi",
-					Fingerprint: events.Fingerprint(events.KindCommand, "echo hi")})
-			if err := ledger.Append(ctx, started); err != nil {
-				return err
-			}
-			if err := raw(f); err != nil {
-				return err
-			}
-			ts := time.Now().UnixMilli()
-			return ledger.AppendBatch(ctx, []events.Entry{
-				events.New(ts, "fleet-floor", session, *step, events.ExecOutput, events.NewOutput(*step, events.Stdout, []byte("hi\n"))),
-				events.New(ts, "fleet-floor", session, *step, events.ExecCompleted, events.ExecCompletedPayload{Seq: *step}),
-			})
+			*f.floorStep++
+			return withCommitsAround(ctx, ledger, "fleet-floor", "floor-"+f.sb.ID(), *f.floorStep, func() error { return raw(f) })
 		},
 	}
 	var cpu, machine [phaseKinds]time.Duration // this process's CPU time and the machine's busy time, per kind

@@ -174,6 +174,26 @@ func commitP50s(b *testing.B, ctx context.Context, store adapters.Store, idle ti
 	return percentile(ss, 0.5), percentile(cs, 0.5)
 }
 
+// withCommitsAround runs exec, a raw `echo hi`, between the two commits the
+// guarantee needs, made in ledger as the SDK makes them: step's
+// exec.started before it, its output with exec.completed after it.
+func withCommitsAround(ctx context.Context, ledger adapters.Ledger, name, session string, step int, exec func() error) error {
+	started := events.New(time.Now().UnixMilli(), name, session, step, events.ExecStarted,
+		events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: "echo hi",
+			Fingerprint: events.Fingerprint(events.KindCommand, "echo hi")})
+	if err := ledger.Append(ctx, started); err != nil {
+		return err
+	}
+	if err := exec(); err != nil {
+		return err
+	}
+	ts := time.Now().UnixMilli()
+	return ledger.AppendBatch(ctx, []events.Entry{
+		events.New(ts, name, session, step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("hi\n"))),
+		events.New(ts, name, session, step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step}),
+	})
+}
+
 // execRoundTrip runs the pairs and reports their metrics; it returns the raw
 // client's p50, the SDK's and the ratio. With committed, each round also
 // times the raw exec with the commits the guarantee needs made around it in
@@ -207,16 +227,7 @@ func execRoundTrip(b *testing.B, ctx context.Context, sb *alineo.Sandbox, raw *o
 	runCommitted := func() time.Duration {
 		step++
 		start := time.Now()
-		e := events.New(time.Now().UnixMilli(), "committed", "S", step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Cmd: "echo hi"})
-		if err := committed.Append(ctx, e); err != nil {
-			b.Fatal(err)
-		}
-		runRaw()
-		ts := time.Now().UnixMilli()
-		if err := committed.AppendBatch(ctx, []events.Entry{
-			events.New(ts, "committed", "S", step, events.ExecOutput, events.NewOutput(step, events.Stdout, []byte("hi\n"))),
-			events.New(ts, "committed", "S", step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step}),
-		}); err != nil {
+		if err := withCommitsAround(ctx, committed, "committed", "S", step, func() error { runRaw(); return nil }); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
