@@ -465,12 +465,7 @@ type PartitionProgress struct {
 }
 
 func checkLag(o *Observation) (string, []string) {
-	var last uint64
-	for _, m := range o.Stream {
-		if m.Entry != nil {
-			last = m.Seq
-		}
-	}
+	last := lastEntrySeq(o.Stream)
 	switch {
 	case o.LagErr != "":
 		return "", []string{o.LagErr}
@@ -490,6 +485,18 @@ func checkLag(o *Observation) (string, []string) {
 		return fmt.Sprintf("lag 0, offset %d in each of %d partitions (%s)", o.Offset, len(o.Partitions), strings.Join(offsets, ", ")), problems
 	}
 	return fmt.Sprintf("lag 0, offset %d", o.Offset), nil
+}
+
+// lastEntrySeq is the stream sequence of the last ledger entry of ms (fences
+// and undecodable messages aside), 0 for none.
+func lastEntrySeq(ms []StreamMsg) uint64 {
+	var last uint64
+	for _, m := range ms {
+		if m.Entry != nil {
+			last = m.Seq
+		}
+	}
+	return last
 }
 
 func checkCrashes(o *Observation) (string, []string) {

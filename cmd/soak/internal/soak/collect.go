@@ -104,22 +104,30 @@ func (h *harness) observe(ctx context.Context) *Observation {
 	if h.f.Hosts != nil {
 		h.observeHosts(ctx, o)
 	}
-	var last uint64
-	if err := poll(ctx, "projector caught up", st, time.Second, func() (bool, error) {
-		seq, err := h.lastLedgerSeq(ctx)
-		if err != nil {
-			return false, err
+	// caughtUp waits for the projector to have projected the ledger up to
+	// the sequence target gives (asked again on each look).
+	caughtUp := func(what string, target func() (uint64, error)) {
+		if err := poll(ctx, what, st, time.Second, func() (bool, error) {
+			seq, err := target()
+			if err != nil {
+				return false, err
+			}
+			m, parts, err := h.f.projectorMetrics()
+			if err != nil {
+				return false, err
+			}
+			o.Lag, o.Offset, o.Partitions, o.LagErr = m.lag, m.offset, parts, ""
+			return m.lag == 0 && m.offset >= seq, fmt.Errorf("lag %v, offset %d, stream %d", m.lag, m.offset, seq)
+		}); err != nil {
+			o.LagErr = err.Error()
 		}
-		last = seq
-		m, parts, err := h.f.projectorMetrics()
-		if err != nil {
-			return false, err
-		}
-		o.Lag, o.Offset, o.Partitions = m.lag, m.offset, parts
-		return m.lag == 0 && m.offset >= seq, fmt.Errorf("lag %v, offset %d, stream %d", m.lag, m.offset, seq)
-	}); err != nil {
-		o.LagErr = err.Error()
 	}
+	var last uint64
+	caughtUp("projector caught up", func() (uint64, error) {
+		seq, err := h.lastLedgerSeq(ctx)
+		last = seq
+		return seq, err
+	})
 	h.logf("reading the stream back (last ledger entry %d)", last)
 	if err := poll(ctx, "read the stream", st, time.Second, func() (bool, error) {
 		ms, err := h.readStream(ctx)
@@ -127,6 +135,13 @@ func (h *harness) observe(ctx context.Context) *Observation {
 		return err == nil, err
 	}); err != nil {
 		h.logf("%v", err)
+	}
+	// Entries appended after that look (an executor back from a fault ends
+	// the sandboxes of its jobs that moved on) are in the stream read and
+	// must be projected too: the lag check compares the two.
+	if read := lastEntrySeq(o.Stream); read > last {
+		h.logf("the stream grew to %d while it was read: waiting for the projector again", read)
+		caughtUp("projector caught up with the stream read", func() (uint64, error) { return read, nil })
 	}
 	_ = poll(ctx, "auditors caught up", st, 500*time.Millisecond, func() (bool, error) {
 		for _, a := range h.auditors {
