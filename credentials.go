@@ -295,7 +295,8 @@ func (r *resumeCredentials) policy() *NetworkPolicy {
 
 func (r *resumeCredentials) proxy() bool { return r != nil && len(r.creds) > 0 }
 
-// prepareResume reads, in the session's entries es, its egress rules and live bindings (bound and
+// prepareResume reads, in the session's entries es (its exec entries may be left out:
+// sessionLog.others), its egress rules and live bindings (bound and
 // not revoked later) and resolves every value, before anything is created.
 // Errors: *SandboxError wrapping ErrNoCredentialResolver when a binding exists
 // and resolve is nil, or the resolver's error.

@@ -567,7 +567,7 @@ type pendingInteractive struct {
 }
 
 // notePending keeps, of the execs open (started, not completed) at the end of
-// a ledger prefix applyEntries took, the interactive ones, and forgets those
+// a ledger prefix apply took, the interactive ones, and forgets those
 // that completed in it.
 func (r *replayCache) notePending(open map[int]*recordedExec) {
 	for step, rec := range open {

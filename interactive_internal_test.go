@@ -28,7 +28,7 @@ func TestPendingInteractiveFromTypeScriptRows(t *testing.T) {
 		row(events.TSExecStart, 3, `{"cmd":"make","seq":3}`), // a plain exec left open: not pending
 	}
 	r := &replayCache{steps: map[int]*recordedExec{}}
-	r.applyEntries(es)
+	r.apply(logOf(es).execs)
 	if _, ok := r.takePending(1); ok {
 		t.Fatal("a completed exec is pending")
 	}
@@ -51,8 +51,8 @@ func TestPendingInteractiveFromTypeScriptRows(t *testing.T) {
 	}
 	// A later prefix that completes the step forgets it.
 	r2 := &replayCache{steps: map[int]*recordedExec{}}
-	r2.applyEntries(es[3:7])
-	r2.applyEntries([]events.Entry{row(events.ExecStarted, 2, `{"seq":2,"cmd":"bash","interactive":true}`), row(events.ExecCompleted, 2, `{"seq":2,"exitCode":0}`)})
+	r2.apply(logOf(es[3:7]).execs)
+	r2.apply(logOf([]events.Entry{row(events.ExecStarted, 2, `{"seq":2,"cmd":"bash","interactive":true}`), row(events.ExecCompleted, 2, `{"seq":2,"exitCode":0}`)}).execs)
 	if _, ok := r2.takePending(2); ok {
 		t.Fatal("an exec completed in a later session is still pending")
 	}

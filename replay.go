@@ -3,7 +3,9 @@ package alineo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"net/http"
 
@@ -112,19 +114,18 @@ func (r *replayCache) take(step int) (*recordedExec, bool) {
 	return rec, ok
 }
 
-// applyEntries adds to r every exec of es that completed (its exec.completed
-// is in es), replacing an earlier result of the same step. es is one session's
-// ledger prefix in (Ts, Seq) order; execs started but not completed in es are
-// left out. Payloads are not decoded here (see recordedExec). Either
-// vocabulary is read: exec_start, exec_event and exec_complete are
-// exec.started, exec.output and exec.completed.
-func (r *replayCache) applyEntries(es []events.Entry) {
+// apply adds to r every exec of rs that completed (its exec.completed is in
+// rs), replacing an earlier result of the same step. rs is the exec entries
+// of one session's ledger prefix, in (Ts, Seq) order (sessionLog); execs
+// started but not completed in rs are left out. Payloads are not decoded
+// here (see recordedExec).
+func (r *replayCache) apply(rs execRecords) {
 	if len(r.steps) == 0 {
-		// Sized once for the execs es completes: a long session's map
+		// Sized once for the execs rs completes: a long session's map
 		// otherwise grows (and rehashes) a dozen times.
 		n := 0
-		for i := range es {
-			if es[i].Event.Is(events.ExecCompleted) {
+		for x := range rs.all() {
+			if x.kind == execCompleted {
 				n++
 			}
 		}
@@ -139,24 +140,151 @@ func (r *replayCache) applyEntries(es []events.Entry) {
 		}
 		return rec
 	}
-	for _, e := range es {
-		if e.StepIndex < 1 {
-			continue
-		}
-		switch e.Event.Canonical() {
-		case events.ExecStarted:
-			open[e.StepIndex] = &recordedExec{step: e.StepIndex, started: e.Payload}
-		case events.ExecOutput:
-			rec := get(e.StepIndex)
-			rec.outputs = append(rec.outputs, e.Payload)
-		case events.ExecCompleted:
-			rec := get(e.StepIndex)
-			rec.completed = e.Payload
-			r.steps[e.StepIndex] = rec
-			delete(open, e.StepIndex)
+	for x := range rs.all() {
+		switch x.kind {
+		case execStarted:
+			open[x.step] = &recordedExec{step: x.step, started: x.payload}
+		case execOutput:
+			rec := get(x.step)
+			rec.outputs = append(rec.outputs, x.payload)
+		case execCompleted:
+			rec := get(x.step)
+			rec.completed = x.payload
+			r.steps[x.step] = rec
+			delete(open, x.step)
 		}
 	}
 	r.notePending(open)
+}
+
+// sessionLog is a session's ledger as Resume reads it: its exec entries,
+// the bulk of a long session, as the three fields a replay needs, and every
+// other entry whole, each in the ledger's (Ts, Seq) order. A 50k-exec
+// session is 150k entries: kept whole, their 200-odd bytes and ten
+// pointers each were most of what a resume allocated and the garbage
+// collector scanned, only to be dropped.
+type sessionLog struct {
+	execs  execRecords
+	others []events.Entry
+	at     []int // at[i] is execs.n when others[i] was read
+}
+
+// execRecords is a list of execRecord kept in chunks: a scan does not know
+// how many are coming, and a slice grown by doubling copied them all again
+// and again (a tenth of a 150k-entry read's CPU).
+type execRecords struct {
+	chunks [][]execRecord // each of execChunk records, the last one filling
+	n      int            // the records kept
+}
+
+// execChunk is the number of records in a chunk of execRecords.
+const execChunk = 4096
+
+func (x *execRecords) add(r execRecord) {
+	if x.n%execChunk == 0 {
+		x.chunks = append(x.chunks, make([]execRecord, 0, execChunk))
+	}
+	last := &x.chunks[len(x.chunks)-1]
+	*last = append(*last, r)
+	x.n++
+}
+
+// prefix returns the first n records.
+func (x execRecords) prefix(n int) execRecords {
+	k := (n + execChunk - 1) / execChunk
+	chunks := x.chunks[:k:k]
+	if k > 0 && n%execChunk != 0 {
+		chunks = append(chunks[:k-1:k-1], chunks[k-1][:n%execChunk])
+	}
+	return execRecords{chunks: chunks, n: n}
+}
+
+// all yields the records in order.
+func (x execRecords) all() iter.Seq[*execRecord] {
+	return func(yield func(*execRecord) bool) {
+		for _, c := range x.chunks {
+			for i := range c {
+				if !yield(&c[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// execRecord is one exec.started, exec.output or exec.completed entry of a
+// step (either vocabulary), as a replay needs it.
+type execRecord struct {
+	step    int
+	kind    execKind
+	payload json.RawMessage
+}
+
+// execKind is the event of an execRecord.
+type execKind uint8
+
+const (
+	execStarted execKind = iota + 1
+	execOutput
+	execCompleted
+)
+
+// add appends e to l, keeping of an exec entry only its execRecord. A
+// copy: e may be reused once add returns (adapters.Scanner).
+func (l *sessionLog) add(e *events.Entry) {
+	if e.StepIndex >= 1 {
+		var k execKind
+		switch e.Event.Canonical() {
+		case events.ExecStarted:
+			k = execStarted
+		case events.ExecOutput:
+			k = execOutput
+		case events.ExecCompleted:
+			k = execCompleted
+		}
+		if k != 0 {
+			l.execs.add(execRecord{step: e.StepIndex, kind: k, payload: e.Payload})
+			return
+		}
+	}
+	l.others = append(l.others, *e)
+	l.at = append(l.at, l.execs.n)
+}
+
+// before returns the exec entries read before others[i].
+func (l *sessionLog) before(i int) execRecords { return l.execs.prefix(l.at[i]) }
+
+// logOf returns the sessionLog of the session's entries es.
+func logOf(es []events.Entry) *sessionLog {
+	l := &sessionLog{}
+	for i := range es {
+		l.add(&es[i])
+	}
+	return l
+}
+
+// readSessionLog reads the session (name, sandboxID) from store: with
+// ScanAll when store is an adapters.Scanner (no slice of every entry is
+// built), else with ReadAll.
+func readSessionLog(ctx context.Context, store adapters.Ledger, name, sandboxID string) (*sessionLog, error) {
+	if s, ok := store.(adapters.Scanner); ok {
+		var l sessionLog
+		err := s.ScanAll(ctx, name, sandboxID, func(e *events.Entry) error {
+			l.add(e)
+			return nil
+		})
+		if !errors.Is(err, adapters.ErrRescan) {
+			if err != nil {
+				return nil, err
+			}
+			return &l, nil
+		}
+	}
+	es, err := store.ReadAll(ctx, name, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return logOf(es), nil
 }
 
 // checkpointIndex returns the index in es of the last sandbox.checkpoint_created
@@ -216,17 +344,17 @@ type resumePoint struct {
 // checkpoint, or when a session of the chain is missing or lacks the
 // checkpoint its successor was created from.
 func buildResumePoint(ctx context.Context, store adapters.Ledger, name, sandboxID, tag string) (*resumePoint, error) {
-	es, err := store.ReadAll(ctx, name, sandboxID)
+	l, err := readSessionLog(ctx, store, name, sandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("read session %s/%s: %w", name, sandboxID, err)
 	}
-	return resumePointOf(ctx, store, name, sandboxID, tag, es)
+	return resumePointOf(ctx, store, name, sandboxID, tag, l)
 }
 
-// resumePointOf is buildResumePoint for the session's entries es, read
-// already; store is read for the sessions it was resumed from.
-func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, tag string, es []events.Entry) (*resumePoint, error) {
-	idx, cp, err := checkpointIndex(es, tag)
+// resumePointOf is buildResumePoint for the session's log l, read already;
+// store is read for the sessions it was resumed from.
+func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, tag string, l *sessionLog) (*resumePoint, error) {
+	idx, cp, err := checkpointIndex(l.others, tag)
 	if err != nil {
 		return nil, fmt.Errorf("read session %s/%s: %w", name, sandboxID, err)
 	}
@@ -239,9 +367,9 @@ func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, 
 	}
 	rp := &resumePoint{checkpoint: cp, cache: &replayCache{steps: map[int]*recordedExec{}}}
 	// prefixes[0] is this session's, prefixes[len-1] the oldest one's.
-	prefixes := [][]events.Entry{es[:idx]}
+	prefixes := []execRecords{l.before(idx)}
 	seen := map[string]bool{sandboxID: true}
-	cur := es
+	cur := l.others
 	for {
 		p, ok, err := createdPayload(cur)
 		if err != nil {
@@ -266,12 +394,12 @@ func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, 
 				Message: fmt.Sprintf("resume chain of session %s loops or is longer than %d", quote(name), maxResumeChain)}
 		}
 		seen[p.ResumedFrom] = true
-		prev, err := store.ReadAll(ctx, name, p.ResumedFrom)
+		prev, err := readSessionLog(ctx, store, name, p.ResumedFrom)
 		if err != nil {
 			return nil, fmt.Errorf("read session %s/%s: %w", name, p.ResumedFrom, err)
 		}
 		cut := -1
-		for i, e := range prev {
+		for i, e := range prev.others {
 			if !e.Event.Is(events.CheckpointCreated) {
 				continue
 			}
@@ -287,11 +415,11 @@ func resumePointOf(ctx context.Context, store adapters.Ledger, name, sandboxID, 
 			return nil, &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID,
 				Message: fmt.Sprintf("resume chain broken: session %s/%s has no checkpoint %s", quote(name), p.ResumedFrom, p.SnapshotID)}
 		}
-		prefixes = append(prefixes, prev[:cut])
-		cur = prev
+		prefixes = append(prefixes, prev.before(cut))
+		cur = prev.others
 	}
 	for i := len(prefixes) - 1; i >= 0; i-- {
-		rp.cache.applyEntries(prefixes[i])
+		rp.cache.apply(prefixes[i])
 	}
 	if rp.runID == "" {
 		rp.runID = sandboxID // as SandboxDetails does for a session without one

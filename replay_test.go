@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -563,18 +564,18 @@ func BenchmarkResumeCache(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				start := time.Now()
-				name, es, err := c.resumedSession(ctx, "S", "job")
+				name, l, err := c.resumedSession(ctx, "S", "job")
 				if err != nil {
 					b.Fatal(err)
 				}
-				rp, err := resumePointOf(ctx, store, name, "S", "", es)
+				rp, err := resumePointOf(ctx, store, name, "S", "", l)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := c.prepareResume(ctx, "S", es, nil); err != nil {
+				if _, err := c.prepareResume(ctx, "S", l.others, nil); err != nil {
 					b.Fatal(err)
 				}
-				es = nil
+				l = nil
 				took += time.Since(start)
 				runtime.GC()
 				runtime.ReadMemStats(&after)
@@ -651,5 +652,140 @@ func TestReplayedCodeResults(t *testing.T) {
 	var se *SandboxError
 	if _, err := sb.ExecCode(ctx, "bad").Wait(); !errors.As(err, &se) {
 		t.Fatalf("undecodable error row: err = %v, want a *SandboxError", err)
+	}
+}
+
+// TestExecRecordsPrefix: a prefix of the chunked records yields the first n
+// records in order, at and around chunk boundaries.
+func TestExecRecordsPrefix(t *testing.T) {
+	var x execRecords
+	total := 2*execChunk + 5
+	for i := range total {
+		x.add(execRecord{step: i})
+	}
+	for _, n := range []int{0, 1, execChunk - 1, execChunk, execChunk + 1, 2 * execChunk, total} {
+		p := x.prefix(n)
+		got := 0
+		for r := range p.all() {
+			if r.step != got {
+				t.Fatalf("prefix(%d): record %d has step %d", n, got, r.step)
+			}
+			got++
+		}
+		if got != n || p.n != n {
+			t.Errorf("prefix(%d) yields %d records, n = %d", n, got, p.n)
+		}
+	}
+}
+
+// scanStore is a memory store that is an adapters.Scanner: its scan hands
+// ReadAll's entries one by one, reusing one entry as the bus does, or fails
+// with err after half of them.
+type scanStore struct {
+	*memory.Store
+	err   error
+	scans int
+}
+
+func (s *scanStore) ScanAll(ctx context.Context, name, id string, fn func(*events.Entry) error) error {
+	s.scans++
+	es, err := s.ReadAll(ctx, name, id)
+	if err != nil {
+		return err
+	}
+	var e events.Entry
+	for i := range es {
+		if s.err != nil && i == len(es)/2 {
+			return s.err
+		}
+		e = es[i]
+		if err := fn(&e); err != nil {
+			return err
+		}
+		e = events.Entry{}
+	}
+	return nil
+}
+
+// TestReadSessionLog: a session is read with ScanAll from a Scanner, with
+// ReadAll after a scan that fails with ErrRescan, and the log is the same
+// either way; any other error of the scan is Resume's.
+func TestReadSessionLog(t *testing.T) {
+	ctx := context.Background()
+	store := &scanStore{Store: memory.New()}
+	s := session{t: t, store: store, name: "job", id: "S", ts: 1}
+	s.add(events.SandboxLevel, events.SandboxCreated, json.RawMessage(`{"runId":"r"}`))
+	for step := 1; step <= 5; step++ {
+		s.add(step, events.ExecStarted, events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: "echo"})
+		s.add(step, events.ExecOutput, outputPayload(step, events.Stdout, []byte("hi\n")))
+		s.add(step, events.ExecCompleted, events.ExecCompletedPayload{Seq: step})
+		if step == 3 {
+			s.add(events.SandboxLevel, events.CheckpointCreated, json.RawMessage(`{"snapshotId":"snap-3"}`))
+		}
+	}
+	es, err := store.ReadAll(ctx, "job", "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := logOf(es)
+	if want.execs.n != 15 || len(want.others) != 2 || want.at[1] != 9 {
+		t.Fatalf("log of the entries: %d execs, %d others, at %v", want.execs.n, len(want.others), want.at)
+	}
+	same := func(got *sessionLog) {
+		t.Helper()
+		if got.execs.n != want.execs.n || !slices.Equal(got.at, want.at) || len(got.others) != len(want.others) {
+			t.Fatalf("log: %d execs, at %v; want %d, at %v", got.execs.n, got.at, want.execs.n, want.at)
+		}
+		var g, w []execRecord
+		for r := range got.execs.all() {
+			g = append(g, *r)
+		}
+		for r := range want.execs.all() {
+			w = append(w, *r)
+		}
+		for i := range w {
+			if g[i].step != w[i].step || g[i].kind != w[i].kind || !bytes.Equal(g[i].payload, w[i].payload) {
+				t.Fatalf("exec record %d = %+v, want %+v", i, g[i], w[i])
+			}
+		}
+		for i := range want.others {
+			if got.others[i].Seq != want.others[i].Seq || got.others[i].Event != want.others[i].Event {
+				t.Fatalf("other entry %d = %+v, want %+v", i, got.others[i], want.others[i])
+			}
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		err     error
+		wantErr error
+	}{
+		{"scan", nil, nil},
+		{"rescan", fmt.Errorf("%w: out of order", adapters.ErrRescan), nil},
+		{"unavailable", fmt.Errorf("%w: gone", adapters.ErrUnavailable), adapters.ErrUnavailable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store.err, store.scans = tt.err, 0
+			got, err := readSessionLog(ctx, store, "job", "S")
+			if store.scans != 1 {
+				t.Errorf("%d scans, want 1", store.scans)
+			}
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("readSessionLog = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			same(got)
+			rp, err := resumePointOf(ctx, store, "job", "S", "", got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rp.cache.Len() != 3 || rp.checkpoint.SnapshotID != "snap-3" {
+				t.Fatalf("resume point: %d cached, checkpoint %q; want 3, snap-3", rp.cache.Len(), rp.checkpoint.SnapshotID)
+			}
+		})
 	}
 }

@@ -71,18 +71,18 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 	if err := validTimeout(opts.Timeout); err != nil {
 		return nil, err
 	}
-	name, es, err := c.resumedSession(ctx, sandboxID, opts.Name)
+	name, l, err := c.resumedSession(ctx, sandboxID, opts.Name)
 	if err != nil {
 		return nil, err
 	}
 	// The session is read once: the replay cache and the network state come
 	// from the same entries.
-	rp, err := resumePointOf(ctx, c.store, name, sandboxID, opts.Tag, es)
+	rp, err := resumePointOf(ctx, c.store, name, sandboxID, opts.Tag, l)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := c.prepareResume(ctx, sandboxID, es, opts.ResolveCredential)
-	es = nil // the cache keeps what it needs of them
+	creds, err := c.prepareResume(ctx, sandboxID, l.others, opts.ResolveCredential)
+	l = nil // the cache keeps what it needs of it
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +104,10 @@ func (c *Client) Resume(ctx context.Context, sandboxID string, opts ResumeOption
 }
 
 // resumedSession finds the name of the session whose sandbox id is sandboxID
-// (name, when given) and reads its entries: the one read of the session's
+// (name, when given) and reads its log: the one read of the session's
 // ledger Resume makes. A named session is looked up in the ledger alone, the
 // authority on it (a read model kept asynchronously may not hold it yet).
-func (c *Client) resumedSession(ctx context.Context, sandboxID, name string) (string, []events.Entry, error) {
+func (c *Client) resumedSession(ctx context.Context, sandboxID, name string) (string, *sessionLog, error) {
 	if sandboxID == "" {
 		return "", nil, &OptionError{Field: "sandboxID", Reason: "is empty"}
 	}
@@ -117,16 +117,16 @@ func (c *Client) resumedSession(ctx context.Context, sandboxID, name string) (st
 			return "", nil, err
 		}
 	}
-	es, err := c.store.ReadAll(ctx, name, sandboxID)
+	l, err := readSessionLog(ctx, c.store, name, sandboxID)
 	if err != nil {
 		return "", nil, fmt.Errorf("alineo: read session %s/%s: %w", name, sandboxID, err)
 	}
-	if _, ok, err := createdPayload(es); err != nil {
+	if _, ok, err := createdPayload(l.others); err != nil {
 		return "", nil, fmt.Errorf("alineo: read session %s/%s: %w", name, sandboxID, err)
 	} else if !ok {
 		return "", nil, &ClientError{Status: http.StatusNotFound, SandboxID: sandboxID, Message: "session " + quote(name) + " not found"}
 	}
-	return name, es, nil
+	return name, l, nil
 }
 
 // sessionName finds, in the read model, the name of the one session whose

@@ -23,4 +23,7 @@ var (
 	// ErrUnavailable wraps errors from a backend that cannot be reached (a database
 	// that is down, a broken connection). The same store works again once it is back.
 	ErrUnavailable = errors.New("storage unavailable")
+	// ErrRescan is returned by Scanner.ScanAll when it could not hand a
+	// session's entries in ReadAll's order: read the session with ReadAll.
+	ErrRescan = errors.New("scan out of order: read again with ReadAll")
 )

@@ -39,6 +39,24 @@ type Ledger interface {
 	Close() error
 }
 
+// Scanner is a Ledger that can hand a session's entries to a function as it
+// reads them, without holding them all at once. Resume reads a session this
+// way when its ledger is one: a long session's entries are mostly its execs',
+// of which a replay keeps a few fields, and a slice of them all is what the
+// read would otherwise build, only to drop it.
+type Scanner interface {
+	// ScanAll calls fn with each entry ReadAll would return, in ReadAll's
+	// order. *e and its fields stay valid after the call (fn may keep e's
+	// payload), but e itself is reused: fn copies what it keeps. An error
+	// from fn ends the scan and is returned as it is.
+	//
+	// When ScanAll cannot hand the entries in that order (a writer's clock
+	// went back, or the ledger lost entries as they were read), it returns
+	// an error wrapping ErrRescan, possibly after handing some of them: the
+	// caller drops what it was handed and reads with ReadAll instead.
+	ScanAll(ctx context.Context, name, sandboxID string, fn func(e *events.Entry) error) error
+}
+
 // ReadModel is what is derived from the ledger and kept beside it: the
 // sessions' details, the listings over them, and the environment records
 // (which are not ledger events). It answers questions across sessions, which

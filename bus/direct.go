@@ -126,7 +126,7 @@ func (r *directRead) run(ctx context.Context) error {
 			case n == 0:
 				err = r.nothing(ctx)
 			case r.res.entries == nil && pending < 1<<20:
-				r.res.entries = make([]events.Entry, 0, max(n, pending))
+				r.res.entries = make([]events.Entry, 0, r.res.batchCap(max(n, pending), directBatchMax))
 				fallthrough
 			default:
 				r.stuck = 0
@@ -135,6 +135,12 @@ func (r *directRead) run(ctx context.Context) error {
 				} else {
 					err = r.sparse(ctx)
 				}
+			}
+		}
+		if err == nil || errors.Is(err, errDone) {
+			// A batch is whole once handled (a wide one may be dropped).
+			if ferr := r.res.flush(); ferr != nil {
+				return ferr
 			}
 		}
 		switch {

@@ -144,6 +144,37 @@ func sameRead(t *testing.T, got, want readResult) {
 	}
 }
 
+// scanned runs read on a scan's readResult and returns what the scan
+// handed on, with its first sequence: a scan holds at most a batch.
+func scanned(t *testing.T, read func(*readResult) error) readResult {
+	t.Helper()
+	var got readResult
+	most := 0
+	res := readResult{emit: func(e *events.Entry) error {
+		got.entries = append(got.entries, *e)
+		return nil
+	}}
+	hold := res.emit
+	res.emit = func(e *events.Entry) error {
+		most = max(most, len(res.entries))
+		return hold(e)
+	}
+	if err := read(&res); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if err := res.flush(); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if len(res.entries) != 0 {
+		t.Errorf("a flushed scan holds %d entries", len(res.entries))
+	}
+	if most > directBatchMax {
+		t.Errorf("a scan held %d entries at once, want at most a batch (%d)", most, directBatchMax)
+	}
+	got.firstSeq = res.firstSeq
+	return got
+}
+
 func openInternal(t *testing.T, cfg Config) *Bus {
 	t.Helper()
 	if cfg.URL == "" {
@@ -222,11 +253,15 @@ func TestReadDirectSameAsOrdered(t *testing.T) {
 		if wantN := map[string]int{"a": 11000, "b": 3000, "": 14000}[name]; len(got.entries) != wantN {
 			t.Errorf("read %q: %d entries, want %d", name, len(got.entries), wantN)
 		}
+		// A scan hands the same entries, batch by batch, by direct gets
+		// and by the ordered consumer.
+		sameRead(t, scanned(t, func(res *readResult) error { return b.readInto(ctx, res, filter, name) }), want)
+		sameRead(t, scanned(t, func(res *readResult) error { return b.readOrdered(ctx, res, filter, name, 1, last) }), want)
 	}
-	// Each direct read decodes it; the ordered read of session b skips it
-	// by its header.
-	if n := strings.Count(logs.String(), "skipping undecodable"); n != 5 {
-		t.Errorf("%d warnings of an undecodable message, want 5:\n%s", n, logs.String())
+	// Every read and scan decodes it, but the ordered ones of session b,
+	// which skip it by its header: 6 direct, 4 ordered.
+	if n := strings.Count(logs.String(), "skipping undecodable"); n != 10 {
+		t.Errorf("%d warnings of an undecodable message, want 10:\n%s", n, logs.String())
 	}
 
 	// Sandbox y's messages, interleaved with x's over many batches (two of
@@ -433,6 +468,9 @@ func TestReadDirectWide(t *testing.T) {
 		if len(got.entries) != 9000 {
 			t.Errorf("read %q: %d entries, want 9000", name, len(got.entries))
 		}
+		// A scan hands on a wide batch only once it is known to be the
+		// sandbox's: the one holding y's message is dropped, not handed.
+		sameRead(t, scanned(t, func(res *readResult) error { return b.readInto(ctx, res, filter, name) }), want)
 	}
 	// A session whose messages are all dense is read wide after its first
 	// batch, and only then.

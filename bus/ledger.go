@@ -874,16 +874,22 @@ func (l *Ledger) loadHeads(ctx context.Context, w *writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := l.b.read(ctx, filter, "")
+	// A scan: each session's head is the last hash seen, nothing else is kept.
+	var chain events.Chain
+	res := readResult{emit: func(e *events.Entry) error {
+		if e.Hash != "" {
+			chain.Seed(e.Session(), e.Hash)
+		}
+		return nil
+	}}
+	err = l.b.readInto(ctx, &res, filter, "")
+	if err == nil {
+		err = res.flush()
+	}
 	if err != nil {
 		return fmt.Errorf("read chain heads of %s: %w", w.id, err)
 	}
-	w.chain = events.Chain{}
-	for _, e := range res.entries {
-		if e.Hash != "" {
-			w.chain.Seed(e.Session(), e.Hash)
-		}
-	}
+	w.chain = chain
 	return nil
 }
 

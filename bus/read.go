@@ -94,6 +94,36 @@ type readResult struct {
 	entries  []events.Entry // the entries kept, in stream order
 	firstSeq uint64         // first stream sequence seen on the subject (any name), 0 if none
 	arena    []byte         // the slab kept payloads are copied into (own)
+	// emit, when set, is handed the entries as the read goes (flush),
+	// which then holds one batch of them at a time (a scan).
+	emit func(*events.Entry) error
+}
+
+// scanBatch is the most entries a scan holds before it hands them on.
+const scanBatch = 1024
+
+// batchCap returns the capacity to give entries for n more: n, or at most
+// a batch's worth in a scan.
+func (r *readResult) batchCap(n uint64, batch int) int {
+	if r.emit != nil {
+		return int(min(n, uint64(batch)))
+	}
+	return int(n)
+}
+
+// flush hands the entries read so far to r.emit, in stream order, and
+// drops them; it does nothing in a read that keeps them.
+func (r *readResult) flush() error {
+	if r.emit == nil {
+		return nil
+	}
+	for i := range r.entries {
+		if err := r.emit(&r.entries[i]); err != nil {
+			return err
+		}
+	}
+	r.truncate(0)
+	return nil
 }
 
 // slot returns a new last entry of r.entries, zero, for the next message
@@ -143,16 +173,21 @@ func (r *readResult) own(p []byte) []byte {
 // read in batches of them (readDirect), else with an ordered consumer.
 func (b *Bus) read(ctx context.Context, filter, name string) (readResult, error) {
 	var res readResult
+	err := b.readInto(ctx, &res, filter, name)
+	return res, err
+}
+
+// readInto is read into res, which may be a scan's (readResult.emit): its
+// last batch is left to flush.
+func (b *Bus) readInto(ctx context.Context, res *readResult, filter, name string) error {
 	last, found, err := b.lastSeq(ctx, filter)
 	if err != nil || !found {
-		return res, err
+		return err
 	}
 	if b.direct {
-		err = b.readDirect(ctx, &res, filter, name, last)
-	} else {
-		err = b.readOrdered(ctx, &res, filter, name, 1, last)
+		return b.readDirect(ctx, res, filter, name, last)
 	}
-	return res, err
+	return b.readOrdered(ctx, res, filter, name, 1, last)
 }
 
 // readOrdered reads the messages on filter from stream sequence from on
@@ -191,7 +226,7 @@ func (b *Bus) readOrdered(ctx context.Context, res *readResult, filter, name str
 	lastSeen := from - 1
 	var in interner
 	if ci := cons.CachedInfo(); ci != nil && ci.NumPending < 1<<20 && res.entries == nil {
-		res.entries = make([]events.Entry, 0, ci.NumPending)
+		res.entries = make([]events.Entry, 0, res.batchCap(ci.NumPending, scanBatch))
 	}
 	stalls := 0
 	w := watchStalls(ctx, time.Second)
@@ -237,6 +272,11 @@ func (b *Bus) readOrdered(ctx context.Context, res *readResult, filter, name str
 		}
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
 			b.keep(res, m.Data(), m.Subject(), seq, name, &in)
+		}
+		if len(res.entries) >= scanBatch {
+			if err := res.flush(); err != nil {
+				return err
+			}
 		}
 		if seq >= last {
 			return nil
@@ -401,34 +441,23 @@ func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) 
 // filter.
 func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string,
 	fromProj func(adapters.Ledger) ([]events.Entry, error)) ([]events.Entry, error) {
-	if l.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// Read your own writes: wait for this ledger's publishes of the sandbox.
-	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
+	if err := l.readyToRead(ctx, sandboxID); err != nil {
 		return nil, err
 	}
 	res, err := l.b.read(ctx, filter, name)
 	if err != nil {
 		return nil, err
 	}
-	ictx, cancel := opCtx(ctx)
-	si, err := l.b.stream.Info(ictx)
-	cancel()
+	first, lost, err := l.b.lostMessages(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: stream info: %w", adapters.ErrUnavailable, err)
+		return nil, err
 	}
 	es := res.entries
-	if si.State.FirstSeq > 1 || si.State.NumDeleted > 0 {
-		// The stream lost messages (retention removes the oldest; writer fences
-		// outlive them, so the loss can be a hole rather than a new FirstSeq);
-		// the head of this session's history may be among them.
+	if lost {
+		// The head of this session's history may be among the messages lost.
 		if l.cfg.Projection == nil {
 			if len(es) > 0 && !es[0].Event.Is(events.SandboxCreated) {
-				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, si.State.FirstSeq)
+				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, first)
 			}
 		} else {
 			old, err := fromProj(l.cfg.Projection)
@@ -460,6 +489,86 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 		slices.SortStableFunc(es, byTsSeq)
 	}
 	return es, nil
+}
+
+// readyToRead checks that a read of the sandbox's session may start, and
+// first waits for this ledger's own publishes of the sandbox: a reader
+// reads its own writes.
+func (l *Ledger) readyToRead(ctx context.Context, sandboxID string) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.Sync(ctx, sandboxID); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
+}
+
+// lostMessages reports whether the stream lost messages (retention removes
+// the oldest; writer fences outlive them, so the loss can be a hole rather
+// than a new first sequence), and its first sequence.
+func (b *Bus) lostMessages(ctx context.Context) (first uint64, lost bool, err error) {
+	ictx, cancel := opCtx(ctx)
+	si, err := b.stream.Info(ictx)
+	cancel()
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: stream info: %w", adapters.ErrUnavailable, err)
+	}
+	return si.State.FirstSeq, si.State.FirstSeq > 1 || si.State.NumDeleted > 0, nil
+}
+
+// ScanAll is ReadAll handing the entries to fn as it reads them
+// (adapters.Scanner): it holds one batch of them at a time, where ReadAll
+// holds them all. On a stream that lost messages it is ReadAll, which
+// completes the session from the projection, handing its result to fn.
+// Entries out of (Ts, Seq) order, which ReadAll sorts, or messages lost
+// while the scan read end it with adapters.ErrRescan.
+func (l *Ledger) ScanAll(ctx context.Context, name, sandboxID string, fn func(*events.Entry) error) error {
+	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
+	if err != nil {
+		return nil // no such subject can hold entries
+	}
+	if err := l.readyToRead(ctx, sandboxID); err != nil {
+		return err
+	}
+	if _, lost, err := l.b.lostMessages(ctx); err != nil {
+		return err
+	} else if lost {
+		es, err := l.ReadAll(ctx, name, sandboxID)
+		if err != nil {
+			return err
+		}
+		for i := range es {
+			if err := fn(&es[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	handed, lastTs := false, int64(0)
+	res := readResult{emit: func(e *events.Entry) error {
+		// Stream order is ReadAll's unless a writer's clock went back.
+		if handed && e.Ts < lastTs {
+			return fmt.Errorf("%w: entry %d is older than the one before it", adapters.ErrRescan, e.Seq)
+		}
+		handed, lastTs = true, e.Ts
+		return fn(e)
+	}}
+	if err := l.b.readInto(ctx, &res, filter, name); err != nil {
+		return err
+	}
+	if err := res.flush(); err != nil {
+		return err
+	}
+	if _, lost, err := l.b.lostMessages(ctx); err != nil {
+		return err
+	} else if lost {
+		return fmt.Errorf("%w: the stream lost messages while %s/%s was read", adapters.ErrRescan, name, sandboxID)
+	}
+	return nil
 }
 
 // ReadAll returns the session's entries ordered by (Ts, Seq), Seq being the

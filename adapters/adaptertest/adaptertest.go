@@ -69,6 +69,7 @@ func RunLedger(t *testing.T, newLedger func(t *testing.T) adapters.Ledger) {
 		{"ConcurrentAppends", testConcurrentAppends},
 		{"ManySessionsAtOnce", testManySessionsAtOnce},
 		{"CanceledContext", testCanceledContext},
+		{"Scan", testScan},
 		{"Close", testClose},
 		{"CloseWhileAppending", testCloseWhileAppending},
 	}
@@ -146,7 +147,40 @@ func mustRead(t *testing.T, s adapters.Ledger, name, id string) []events.Entry {
 	if err != nil {
 		t.Fatalf("ReadAll(%q, %q): %v", name, id, err)
 	}
+	if sc, ok := s.(adapters.Scanner); ok {
+		sameScan(t, sc, name, id, es)
+	}
 	return es
+}
+
+// sameScan checks that a Scanner's ScanAll hands the entries ReadAll
+// returned (es), Seq and hashes included, or fails with ErrRescan; every
+// read of the suite checks it. Each entry handed is copied, as the
+// contract says a caller must, and compared once the scan is over: what
+// it holds must outlive the call.
+func sameScan(t *testing.T, sc adapters.Scanner, name, id string, es []events.Entry) {
+	t.Helper()
+	var got []events.Entry
+	err := sc.ScanAll(ctx(t), name, id, func(e *events.Entry) error {
+		got = append(got, *e)
+		return nil
+	})
+	switch {
+	case errors.Is(err, adapters.ErrRescan):
+		return
+	case err != nil:
+		t.Fatalf("ScanAll(%q, %q): %v", name, id, err)
+	}
+	if len(got) != len(es) {
+		t.Fatalf("ScanAll(%q, %q) handed %d entries, ReadAll returned %d", name, id, len(got), len(es))
+	}
+	for i := range es {
+		g, w := got[i], es[i]
+		if err := sameEntry(g, w); err != nil || g.Seq != w.Seq || g.PrevHash != w.PrevHash || g.Hash != w.Hash ||
+			!bytes.Equal(g.Payload, w.Payload) {
+			t.Fatalf("ScanAll(%q, %q) entry %d = %+v, ReadAll's %+v (%v)", name, id, i, g, w, err)
+		}
+	}
 }
 
 // sameEntry compares two entries ignoring Seq, and payloads by decoded value,
@@ -1030,6 +1064,56 @@ func testConcurrentAppends(t *testing.T, s adapters.Ledger) {
 			t.Fatalf("worker %d: read %s, want %s (append order lost)", p.Seq, got, want)
 		}
 		next[p.Seq]++
+	}
+}
+
+// testScan checks what a Scanner's ScanAll does besides handing ReadAll's
+// entries, which mustRead checks on every read of the suite: fn's error
+// ends the scan and is returned as it is; an unknown session hands nothing;
+// a canceled context and a closed ledger fail it. For a Ledger that is no
+// Scanner there is nothing to check: ReadAll is its only read.
+func testScan(t *testing.T, s adapters.Ledger) {
+	sc, ok := s.(adapters.Scanner)
+	if !ok {
+		return
+	}
+	in := []events.Entry{entry(T0, "job", "sbx-1", events.SandboxLevel, events.SandboxCreated)}
+	for step := 1; step <= 1000; step++ { // several of a scan's batches
+		ts := T0 + int64(step)
+		in = append(in, entry(ts, "job", "sbx-1", step, events.ExecStarted),
+			entry(ts, "job", "sbx-1", step, events.ExecOutput), entry(ts, "job", "sbx-1", step, events.ExecCompleted))
+	}
+	mustAppend(t, s, in...)
+	sameEntries(t, mustRead(t, s, "job", "sbx-1"), in)
+
+	stop := errors.New("stop")
+	n := 0
+	err := sc.ScanAll(ctx(t), "job", "sbx-1", func(*events.Entry) error {
+		if n++; n == 1500 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || n != 1500 {
+		t.Errorf("ScanAll whose fn fails at the 1500th entry = %v after %d entries, want that error after 1500", err, n)
+	}
+	for _, id := range []string{"sbx-none", ""} {
+		if err := sc.ScanAll(ctx(t), "job", id, func(e *events.Entry) error {
+			return fmt.Errorf("handed %+v", *e)
+		}); err != nil {
+			t.Errorf("ScanAll of unknown session %q = %v, want nothing handed and no error", id, err)
+		}
+	}
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := sc.ScanAll(c, "job", "sbx-1", func(*events.Entry) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("ScanAll with a canceled ctx = %v, want context.Canceled", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.ScanAll(ctx(t), "job", "sbx-1", func(*events.Entry) error { return nil }); !errors.Is(err, adapters.ErrClosed) {
+		t.Errorf("ScanAll after Close = %v, want ErrClosed", err)
 	}
 }
 
