@@ -11,7 +11,9 @@
 //     documentation (IStorageAdapter), as the memory, sqlite and postgres
 //     stores implement it.
 //
-// ProjectionStore is what a projector writes a bus ledger into.
+// ProjectionStore is what a projector writes a bus ledger into. Scanner is
+// what a Ledger may add to hand a session's entries on as it reads them
+// (the bus ledger does); Client.Resume reads a long session so.
 //
 // # Where the line runs
 //
