@@ -41,24 +41,31 @@ func TestBus(t *testing.T) {
 // kept by a projector running in the test, as a fleet has one.
 func TestAdapterConformance(t *testing.T) {
 	adaptertest.RunLedger(t, func(t *testing.T) adapters.Ledger {
-		b := openEmbedded(t, bus.Config{})
-		proj := memory.New()
-		p := &projections.Projector{Bus: b, Store: proj, BatchWait: 5 * time.Millisecond}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("projector: %v", err)
-			}
-		})
-		l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: proj, AwaitProjection: p.Await})
-		if err != nil {
-			t.Fatalf("NewLedger: %v", err)
-		}
+		l, _ := projectedLedger(t, openEmbedded(t, bus.Config{}))
 		return l
 	})
+}
+
+// projectedLedger returns a ledger on b with a memory projection, kept by
+// a projector running until the test ends, and the projector.
+func projectedLedger(t *testing.T, b *bus.Bus) (*bus.Ledger, *projections.Projector) {
+	t.Helper()
+	proj := memory.New()
+	p := &projections.Projector{Bus: b, Store: proj, BatchWait: 5 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("projector: %v", err)
+		}
+	})
+	l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: proj, AwaitProjection: p.Await})
+	if err != nil {
+		t.Fatalf("NewLedger: %v", err)
+	}
+	return l, p
 }
 
 // TestAdapterConformanceBare runs the Ledger half against a bus ledger with

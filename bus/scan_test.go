@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/alineo-labs/alineo/adapters"
-	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
-	"github.com/alineo-labs/alineo/projections"
 )
 
 // scanSession appends a session of n execs to l and returns its entries as
@@ -66,21 +63,7 @@ func sameSeqs(t *testing.T, got, want []events.Entry) {
 func TestScanAllLostMessages(t *testing.T) {
 	ctx := context.Background()
 	b := openEmbedded(t, bus.Config{})
-	proj := memory.New()
-	p := &projections.Projector{Bus: b, Store: proj, BatchWait: 5 * time.Millisecond}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("projector: %v", err)
-		}
-	})
-	l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: proj, AwaitProjection: p.Await})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, p := projectedLedger(t, b)
 	defer l.Close()
 	want := scanSession(t, l, "job", "sbx-1", 1500)
 	other := scanSession(t, l, "job", "sbx-2", 10)
