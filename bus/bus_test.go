@@ -41,14 +41,15 @@ func TestBus(t *testing.T) {
 // kept by a projector running in the test, as a fleet has one.
 func TestAdapterConformance(t *testing.T) {
 	adaptertest.RunLedger(t, func(t *testing.T) adapters.Ledger {
-		l, _ := projectedLedger(t, openEmbedded(t, bus.Config{}))
+		l, _ := projectedLedger(t, openEmbedded(t, bus.Config{}), nil)
 		return l
 	})
 }
 
 // projectedLedger returns a ledger on b with a memory projection, kept by
-// a projector running until the test ends, and the projector.
-func projectedLedger(t *testing.T, b *bus.Bus) (*bus.Ledger, *projections.Projector) {
+// a projector running until the test ends, and the projector. The ledger
+// reads the projection through reads, when given.
+func projectedLedger(t *testing.T, b *bus.Bus, reads func(*memory.Store) adapters.Ledger) (*bus.Ledger, *projections.Projector) {
 	t.Helper()
 	proj := memory.New()
 	p := &projections.Projector{Bus: b, Store: proj, BatchWait: 5 * time.Millisecond}
@@ -61,7 +62,11 @@ func projectedLedger(t *testing.T, b *bus.Bus) (*bus.Ledger, *projections.Projec
 			t.Errorf("projector: %v", err)
 		}
 	})
-	l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: proj, AwaitProjection: p.Await})
+	var from adapters.Ledger = proj
+	if reads != nil {
+		from = reads(proj)
+	}
+	l, err := bus.NewLedger(b, bus.LedgerConfig{Projection: from, AwaitProjection: p.Await})
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}

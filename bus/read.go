@@ -522,10 +522,16 @@ func (b *Bus) lostMessages(ctx context.Context) (first uint64, lost bool, err er
 
 // ScanAll is ReadAll handing the entries to fn as it reads them
 // (adapters.Scanner): it holds one batch of them at a time, where ReadAll
-// holds them all. On a stream that lost messages it is ReadAll, which
-// completes the session from the projection, handing its result to fn.
-// Entries out of (Ts, Seq) order, which ReadAll sorts, or messages lost
-// while the scan read end it with adapters.ErrRescan.
+// holds them all. Entries out of (Ts, Seq) order, which ReadAll sorts, end
+// it with adapters.ErrRescan.
+//
+// On a stream that lost messages (retention removes the oldest; a delete
+// leaves a hole) the session's first entry still read must be its
+// sandbox.created: then retention took nothing of it, and the scan goes
+// on. Otherwise, before anything is handed, it is ReadAll, which completes
+// the session from the projection, handing its result to fn. Retention
+// reaching into the session while it is scanned ends the scan with
+// adapters.ErrRescan.
 func (l *Ledger) ScanAll(ctx context.Context, name, sandboxID string, fn func(*events.Entry) error) error {
 	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
 	if err != nil {
@@ -534,39 +540,57 @@ func (l *Ledger) ScanAll(ctx context.Context, name, sandboxID string, fn func(*e
 	if err := l.readyToRead(ctx, sandboxID); err != nil {
 		return err
 	}
-	if _, lost, err := l.b.lostMessages(ctx); err != nil {
+	_, lost, err := l.b.lostMessages(ctx)
+	if err != nil {
 		return err
-	} else if lost {
-		es, err := l.ReadAll(ctx, name, sandboxID)
-		if err != nil {
-			return err
-		}
-		for i := range es {
-			if err := fn(&es[i]); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
-	handed, lastTs := false, int64(0)
+	var first uint64 // the Seq of the first entry handed
+	var lastTs int64
 	res := readResult{emit: func(e *events.Entry) error {
-		// Stream order is ReadAll's unless a writer's clock went back.
-		if handed && e.Ts < lastTs {
+		switch {
+		case first == 0 && lost && !e.Event.Is(events.SandboxCreated):
+			return errHeadLost
+		case first != 0 && e.Ts < lastTs:
+			// Stream order is ReadAll's unless a writer's clock went back.
 			return fmt.Errorf("%w: entry %d is older than the one before it", adapters.ErrRescan, e.Seq)
+		case first == 0:
+			first = e.Seq
 		}
-		handed, lastTs = true, e.Ts
+		lastTs = e.Ts
 		return fn(e)
 	}}
-	if err := l.b.readInto(ctx, &res, filter, name); err != nil {
+	err = l.b.readInto(ctx, &res, filter, name)
+	if err == nil {
+		err = res.flush()
+	}
+	switch {
+	case errors.Is(err, errHeadLost), err == nil && first == 0 && lost:
+		// Nothing handed yet: the projection may hold what the stream lost.
+		return l.handAll(ctx, name, sandboxID, fn)
+	case err != nil || first == 0:
 		return err
 	}
-	if err := res.flush(); err != nil {
+	if now, _, err := l.b.lostMessages(ctx); err != nil {
+		return err
+	} else if now > first {
+		return fmt.Errorf("%w: retention removed the start of %s/%s while it was read", adapters.ErrRescan, name, sandboxID)
+	}
+	return nil
+}
+
+// errHeadLost ends a scan whose session's start the stream lost.
+var errHeadLost = errors.New("the start of the session is not in the stream")
+
+// handAll reads the session with ReadAll and hands its entries to fn.
+func (l *Ledger) handAll(ctx context.Context, name, sandboxID string, fn func(*events.Entry) error) error {
+	es, err := l.ReadAll(ctx, name, sandboxID)
+	if err != nil {
 		return err
 	}
-	if _, lost, err := l.b.lostMessages(ctx); err != nil {
-		return err
-	} else if lost {
-		return fmt.Errorf("%w: the stream lost messages while %s/%s was read", adapters.ErrRescan, name, sandboxID)
+	for i := range es {
+		if err := fn(&es[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -3,9 +3,13 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/bus"
 	"github.com/alineo-labs/alineo/events"
 )
@@ -57,49 +61,88 @@ func sameSeqs(t *testing.T, got, want []events.Entry) {
 	}
 }
 
-// TestScanAllLostMessages: on a stream that lost messages a scan is
-// ReadAll, which completes the session from the projection; a stream that
-// loses messages while a scan reads it ends the scan with ErrRescan.
+// TestScanAllLostMessages: on a stream that lost messages a scan goes on
+// while the session's start is still in the stream, and is ReadAll (which
+// completes it from the projection) when it is not; retention reaching into
+// the session while it is scanned ends the scan with ErrRescan.
 func TestScanAllLostMessages(t *testing.T) {
 	ctx := context.Background()
 	b := openEmbedded(t, bus.Config{})
-	l, p := projectedLedger(t, b)
+	proj := &countedReads{}
+	l, p := projectedLedger(t, b, func(s *memory.Store) adapters.Ledger { proj.Store = s; return proj })
 	defer l.Close()
+	gone := scanSession(t, l, "job", "sbx-0", 5) // the oldest: retention takes it all
 	want := scanSession(t, l, "job", "sbx-1", 1500)
 	other := scanSession(t, l, "job", "sbx-2", 10)
-
-	// Lost while the scan reads: the first entry handed deletes a message
-	// of another sandbox.
+	if err := p.Await(ctx, other[len(other)-1].Seq); err != nil {
+		t.Fatal(err)
+	}
 	stream, err := b.JetStream().Stream(ctx, b.Config().Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deleted := false
-	_, err = scanAll(l, "job", "sbx-1", func() {
-		if !deleted {
-			deleted = true
-			if err := stream.DeleteMsg(ctx, other[3].Seq); err != nil {
-				t.Error(err)
+	once := func(f func() error) func() {
+		done := false
+		return func() {
+			if !done {
+				done = true
+				if err := f(); err != nil {
+					t.Error(err)
+				}
 			}
 		}
-	})
-	if !errors.Is(err, adapters.ErrRescan) {
-		t.Fatalf("scan of a stream that lost a message meanwhile = %v, want ErrRescan", err)
 	}
 
-	// Lost before: the session's head is gone from the stream, and comes
-	// from the projection.
-	if err := p.Await(ctx, want[len(want)-1].Seq); err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.DeleteMsg(ctx, want[0].Seq); err != nil {
-		t.Fatal(err)
-	}
-	got, err := scanAll(l, "job", "sbx-1", nil)
+	// A hole in another sandbox's messages, made as the scan reads: not
+	// this session's loss.
+	got, err := scanAll(l, "job", "sbx-1", once(func() error { return stream.DeleteMsg(ctx, other[3].Seq) }))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("scan while another sandbox's message is deleted: %v", err)
 	}
 	sameSeqs(t, got, want)
+
+	// Retention removing the session's start as the scan reads.
+	_, err = scanAll(l, "job", "sbx-1", once(func() error {
+		return stream.Purge(ctx, jetstream.WithPurgeSequence(want[5].Seq))
+	}))
+	if !errors.Is(err, adapters.ErrRescan) {
+		t.Fatalf("scan of a session whose start retention removed meanwhile = %v, want ErrRescan", err)
+	}
+
+	// Lost before the scan: a session whose start is gone, one gone whole,
+	// both completed from the projection; one with a hole but its start.
+	for _, tt := range []struct {
+		id   string
+		want []events.Entry
+	}{{"sbx-1", want}, {"sbx-0", gone}, {"sbx-2", nil}} {
+		if tt.want == nil {
+			if tt.want, err = l.ReadAll(ctx, "job", tt.id); err != nil || len(tt.want) != len(other)-1 {
+				t.Fatalf("ReadAll(%s) = %d entries, %v; want all but the deleted one", tt.id, len(tt.want), err)
+			}
+		}
+		proj.reads.Store(0)
+		got, err := scanAll(l, "job", tt.id, nil)
+		if err != nil {
+			t.Fatalf("scan of %s: %v", tt.id, err)
+		}
+		sameSeqs(t, got, tt.want)
+		// Only a session whose start the stream lost is read from the
+		// projection; the others are scanned.
+		if n, lost := proj.reads.Load(), tt.id != "sbx-2"; (n > 0) != lost {
+			t.Errorf("scan of %s read the projection %d times", tt.id, n)
+		}
+	}
+}
+
+// countedReads counts the ReadAll calls made of a memory store.
+type countedReads struct {
+	*memory.Store
+	reads atomic.Int64
+}
+
+func (c *countedReads) ReadAll(ctx context.Context, name, id string) ([]events.Entry, error) {
+	c.reads.Add(1)
+	return c.Store.ReadAll(ctx, name, id)
 }
 
 // TestScanAllOutOfOrder: entries whose Ts goes back, which ReadAll sorts,
