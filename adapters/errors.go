@@ -24,6 +24,7 @@ var (
 	// that is down, a broken connection). The same store works again once it is back.
 	ErrUnavailable = errors.New("storage unavailable")
 	// ErrRescan is returned by Scanner.ScanAll when it could not hand a
-	// session's entries in ReadAll's order: read the session with ReadAll.
-	ErrRescan = errors.New("scan out of order: read again with ReadAll")
+	// session's entries as ReadAll returns them (out of order, or lost as
+	// they were read): read the session with ReadAll.
+	ErrRescan = errors.New("scan cannot give what ReadAll would: read again with ReadAll")
 )

@@ -50,8 +50,8 @@ type Scanner interface {
 	// payload), but e itself is reused: fn copies what it keeps. An error
 	// from fn ends the scan and is returned as it is.
 	//
-	// When ScanAll cannot hand the entries in that order (a writer's clock
-	// went back, or the ledger lost entries as they were read), it returns
+	// When ScanAll cannot hand them so (a writer's clock went back, or the
+	// ledger lost entries as they were read), it returns
 	// an error wrapping ErrRescan, possibly after handing some of them: the
 	// caller drops what it was handed and reads with ReadAll instead.
 	ScanAll(ctx context.Context, name, sandboxID string, fn func(e *events.Entry) error) error
