@@ -321,6 +321,7 @@ const (
 	errCodeNoSuitablePeers     jetstream.ErrorCode = 10005 // JSClusterNoPeersErrF
 	errCodeClusterNotAvailable jetstream.ErrorCode = 10008 // JSClusterNotAvailErr
 	errCodeNoMetaLeader        jetstream.ErrorCode = 10009 // JSClusterNotLeaderErr
+	errCodeDuplicateInProcess  jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
 )
 
 // retryableSetup reports whether a stream creation error may go away by

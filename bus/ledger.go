@@ -896,8 +896,9 @@ func (l *Ledger) loadHeads(ctx context.Context, w *writer) error {
 // publishSync publishes m and waits for its acknowledgement; used on
 // replicated streams, where the server refuses a second in-flight publish that
 // checks the same fence subject (error 10164, even from the same writer). It
-// retries 10164, timeouts and leaderless moments with the same message id
-// (so a retry never stores twice) for up to AckTimeout. Called with w.mu held.
+// retries what retryablePublish says (10164, 10158, timeouts, leaderless
+// moments) with the same message id (so a retry never stores twice) for up
+// to AckTimeout. Called with w.mu held.
 func (l *Ledger) publishSync(ctx context.Context, w *writer, m *nats.Msg) error {
 	deadline := time.Now().Add(l.cfg.AckTimeout)
 	wait := time.Millisecond
@@ -913,12 +914,7 @@ func (l *Ledger) publishSync(ctx context.Context, w *writer, m *nats.Msg) error 
 			// Stored or not, nothing after it is: order holds without a sticky error.
 			return ctx.Err()
 		}
-		var ae *jetstream.APIError
-		retryable := errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
-			errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-			errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-			errors.As(err, &ae) && ae.Code >= 500
-		if !retryable || time.Now().After(deadline) {
+		if !retryablePublish(err) || time.Now().After(deadline) {
 			perr := publishError(w.id, w.epoch.Load(), err)
 			w.smu.Lock()
 			if w.err == nil {
@@ -934,6 +930,23 @@ func (l *Ledger) publishSync(ctx context.Context, w *writer, m *nats.Msg) error 
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// retryablePublish reports whether publishSync tries a publish again, with
+// the same message id (so a retry never stores twice): another publish
+// checking the fence subject in flight (10164), the same message's first
+// attempt still in process (10158: a replicated stream holds a proposal of
+// the message's id whose outcome is not known yet, as when a publish is
+// retried after a timeout during a leader change), timeouts, and moments
+// without a leader or a responder (a 5xx answer, no responders).
+func retryablePublish(err error) bool {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant ||
+		ae.ErrorCode == errCodeDuplicateInProcess || ae.Code >= 500) {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 func (l *Ledger) noteSeq(seq uint64) {
