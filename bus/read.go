@@ -273,7 +273,7 @@ func (b *Bus) readOrdered(ctx context.Context, res *readResult, filter, name str
 		if h := m.Headers().Get(HeaderName); name == "" || h == hname || h == "" {
 			b.keep(res, m.Data(), m.Subject(), seq, name, &in)
 		}
-		if len(res.entries) >= scanBatch {
+		if res.emit != nil && len(res.entries) >= scanBatch {
 			if err := res.flush(); err != nil {
 				return err
 			}
