@@ -199,16 +199,25 @@ func (q *Queue) modify(ctx context.Context, id string, f func(*Status) error) (S
 	}
 }
 
-// stopIfCanceled is the Runner.Stop of job id: before each live step it
-// reads the job's status and stops the run when a cancel was requested. A
-// status it cannot read does not stop the run (the next step reads again).
-func (w *Worker) stopIfCanceled(id string) func(ctx context.Context, next int) error {
+// stopBeforeStep is the Runner.Stop of attempt of job id: before each live
+// step it reads the job's status and stops the run when a cancel was
+// requested (ErrCanceled), or when a later delivery owns the job
+// (errSuperseded: this worker missed its lease, a partition say, and the
+// new owner's takeover, which fences this attempt's writes, may not have
+// come yet). A status it cannot read does not stop the run (the next step
+// reads again).
+func (w *Worker) stopBeforeStep(id string, attempt int) func(ctx context.Context, next int) error {
 	return func(ctx context.Context, next int) error {
 		st, err := w.Queue.Status(ctx, id)
-		if err != nil || !st.CancelRequested {
+		switch {
+		case err != nil:
 			return nil
+		case st.Attempt > attempt:
+			return fmt.Errorf("%w before step %d: attempt %d, the status records attempt %d", errSuperseded, next+1, attempt, st.Attempt)
+		case st.CancelRequested:
+			return fmt.Errorf("%w by %s before step %d", ErrCanceled, st.CanceledBy, next+1)
 		}
-		return fmt.Errorf("%w by %s before step %d", ErrCanceled, st.CanceledBy, next+1)
+		return nil
 	}
 }
 

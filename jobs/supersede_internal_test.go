@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +100,66 @@ func TestSuperseded(t *testing.T) {
 	}
 	if w.superseded(ctx, "0123456789abcdef0123456789abcdef", 1) {
 		t.Error("an unknown job is superseded")
+	}
+}
+
+// An attempt stops before its next step once a later delivery owns the job,
+// without waiting for the new owner's fence: a host cut off past its lease
+// whose link comes back before the takeover must not go on running the
+// job's steps beside the new owner (the multi-host soak). A cancel stops it
+// too; a status it cannot read does not.
+func TestStopBeforeStep(t *testing.T) {
+	ctx := context.Background()
+	_, q := testQueue(t, QueueConfig{})
+	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker, s.State = 1, "w1", StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{Queue: q}
+	stop := w.stopBeforeStep(st.ID, 1)
+	if err := stop(ctx, 3); err != nil {
+		t.Fatalf("the owning attempt stopped: %v", err)
+	}
+	if err := w.stopBeforeStep("0123456789abcdef0123456789abcdef", 1)(ctx, 3); err != nil {
+		t.Errorf("a status that cannot be read stopped the run: %v", err)
+	}
+	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker = 2, "w2" }); err != nil {
+		t.Fatal(err)
+	}
+	err = stop(ctx, 3)
+	if !errors.Is(err, errSuperseded) || !strings.Contains(err.Error(), "before step 4") {
+		t.Errorf("attempt 1 after attempt 2's claim: %v, want errSuperseded before step 4", err)
+	}
+	if err := w.stopBeforeStep(st.ID, 2)(ctx, 3); err != nil {
+		t.Errorf("the new owner stopped: %v", err)
+	}
+	if _, err := q.Cancel(ctx, st.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.stopBeforeStep(st.ID, 2)(ctx, 3); !errors.Is(err, ErrCanceled) {
+		t.Errorf("after a cancel: %v, want ErrCanceled", err)
+	}
+}
+
+// A job handed back waits a second after its first delivery, twice as long
+// after each further one, at most maxHandBackDelay: the default ten
+// deliveries outlast a store outage of a minute.
+func TestHandBackDelay(t *testing.T) {
+	want := []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	for i, at := range []int{0, 1, 2, 3, 4, 5, 6, 100} {
+		if got := handBackDelay(at); got != want[i] {
+			t.Errorf("handBackDelay(%d) = %v, want %v", at, got, want[i])
+		}
+	}
+	var spent time.Duration
+	for a := 1; a < DefaultMaxDeliver; a++ {
+		spent += handBackDelay(a)
+	}
+	if spent < time.Minute {
+		t.Errorf("the default %d deliveries are spent within %v, want at least a minute", DefaultMaxDeliver, spent)
 	}
 }
 

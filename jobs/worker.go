@@ -211,7 +211,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	prev, err := w.Queue.Status(jobCtx, jm.ID)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		w.Logger.Warn("jobs: read status; handing the job back", "job", jm.ID, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 		return
 	}
 	if prev.State.Terminal() { // already settled by an earlier delivery whose ack was lost
@@ -224,7 +224,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	switch outcome, err := w.claim(jobCtx, jm, attempt); {
 	case err != nil:
 		w.Logger.Warn("jobs: record status; handing the job back", "job", jm.ID, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 		return
 	case outcome == claimLater:
 		w.Logger.Warn("jobs: attempt superseded by a later delivery before it started; leaving the job to it", "job", jm.ID, "attempt", attempt)
@@ -239,13 +239,13 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	} else if err != nil {
 		w.Logger.Warn("jobs: end this worker's earlier attempt; handing the job back", "job", jm.ID, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 		return
 	}
 	from, err := w.takeover(jobCtx, jm.ID, prev)
 	if err != nil {
 		w.Logger.Warn("jobs: take over; handing the job back", "job", jm.ID, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 		return
 	}
 	w.noteTakeover(prev)
@@ -359,7 +359,7 @@ func (w *Worker) runner(jobCtx context.Context, drain <-chan struct{}, id string
 			}
 			return statusFailure(err)
 		},
-		Stop: w.stopIfCanceled(id), // a canceled job stops before its next step
+		Stop: w.stopBeforeStep(id, attempt), // a canceled or superseded attempt stops before its next step
 	}
 }
 
@@ -461,7 +461,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		w.Logger.Warn("jobs: attempt superseded by a later delivery to this worker; leaving the job to it", "job", id, "attempt", attempt, "err", err)
 		return
 	}
-	if err != nil && w.superseded(jobCtx, id, attempt) {
+	if errors.Is(err, errSuperseded) || err != nil && w.superseded(jobCtx, id, attempt) {
 		w.noteLeaseLost()
 		// A later delivery took the job over (this worker stalled past its
 		// lease, and the new owner ended its sandbox, which is why this
@@ -490,13 +490,13 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		// job's status could not be read): not the job's failure. The next
 		// delivery resumes from the last checkpoint.
 		w.Logger.Warn("jobs: sandbox lost; handing the job back", "job", id, "attempt", attempt, "err", lost)
-		w.requeue(jobCtx, m, id, attempt, lost.Error(), time.Second)
+		w.requeue(jobCtx, m, id, attempt, lost.Error(), handBackDelay(attempt))
 	case errors.Is(err, errStatusUnavailable):
 		// The job's status could not be recorded (the bucket unavailable past
 		// update's retries): not the job's failure. Hand it back; the next
 		// delivery takes over from the last recorded checkpoint.
 		w.Logger.Warn("jobs: record status; handing the job back", "job", id, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 	case errors.As(err, &se) && !errors.Is(err, context.Canceled) || errors.As(err, &spe):
 		w.finish(jobCtx, m, id, StateFailed, err.Error(), attempt)
 	case permanent(err): // another attempt would fail alike (an image not found)
@@ -505,7 +505,7 @@ func (w *Worker) settle(jobCtx context.Context, m jetstream.Msg, id string, atte
 		w.finish(jobCtx, m, id, StateFailed, fmt.Sprintf("attempt %d of %d: %v", attempt, w.Queue.cfg.MaxDeliver, err), attempt)
 	default:
 		w.Logger.Warn("jobs: attempt failed; handing the job back", "job", id, "attempt", attempt, "err", err)
-		w.requeue(jobCtx, m, id, attempt, err.Error(), time.Second)
+		w.requeue(jobCtx, m, id, attempt, err.Error(), handBackDelay(attempt))
 	}
 }
 
@@ -624,7 +624,7 @@ func (w *Worker) finish(ctx context.Context, m jetstream.Msg, id string, state S
 		// "running" for good: hand it back instead, so a later delivery
 		// records the end (or runs again from the last checkpoint).
 		w.Logger.Warn("jobs: record final status; handing the job back", "job", id, "state", state, "err", err)
-		_ = m.NakWithDelay(time.Second)
+		_ = m.NakWithDelay(handBackDelay(attempt))
 		return
 	}
 	reason := events.ClosedTakenOver
@@ -674,6 +674,26 @@ func (w *Worker) requeue(ctx context.Context, m jetstream.Msg, id string, attemp
 		w.Logger.Warn("jobs: hand back job", "job", id, "err", err)
 	}
 }
+
+// handBackDelay is how long a job handed back after its attempt-th delivery
+// failed waits for the next: a second after the first, doubled after each
+// further attempt up to maxHandBackDelay. Most failures that hand a job back
+// are the fleet's, not the job's (a store or NATS out, a sandbox lost), and
+// last seconds: ten deliveries a second apart are spent, and the job failed
+// for good, within a 10 s database outage (found by the soak, seed 866642);
+// doubling spreads the default ten over about two and a half minutes.
+func handBackDelay(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 16 {
+		return maxHandBackDelay
+	}
+	return min(time.Second<<(attempt-1), maxHandBackDelay)
+}
+
+// maxHandBackDelay bounds handBackDelay.
+const maxHandBackDelay = 30 * time.Second
 
 // errStatusUnavailable marks a failure to record a job's status from a
 // Runner hook: the job did not fail, its bookkeeping did.

@@ -350,14 +350,21 @@ func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
 		return fmt.Errorf("no host with every process running")
 	}
 	rec.Target = fmt.Sprintf("%s (%d jobs)", h.Name, len(lost))
-	loss := HostLoss{Kind: rec.Kind, Host: h.Name, At: time.Now(), Jobs: lost}
+	// At is taken once the fault is in place, not before it: the host's
+	// executors go on writing while ip(8) or the kills take effect (tens of
+	// ms, hundreds under load), and a final step they complete meanwhile
+	// was completed before the loss, not after it (a CI run of the soak,
+	// seed 866642, counted one as the lost session's after the loss).
+	loss := HostLoss{Kind: rec.Kind, Host: h.Name, Jobs: lost}
 	defer func() {
 		s.mu.Lock()
 		s.losses = append(s.losses, loss)
 		s.mu.Unlock()
 	}()
 	if rec.Kind == FaultPartitionHost {
-		if err := s.f.Net.SetLink(ctx, h.Name, false); err != nil {
+		err := s.f.Net.SetLink(ctx, h.Name, false)
+		loss.At = time.Now()
+		if err != nil {
 			return err
 		}
 		sleep(ctx, s.f.cfg.Partition)
@@ -369,7 +376,9 @@ func (s *faults) loseHost(ctx context.Context, rec *FaultRecord) error {
 		loss.Back = time.Now()
 		return nil
 	}
-	if err := s.f.killHost(h); err != nil {
+	err := s.f.killHost(h)
+	loss.At = time.Now()
+	if err != nil {
 		return err
 	}
 	sleep(ctx, s.f.cfg.HostDown)
