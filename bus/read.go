@@ -132,6 +132,9 @@ func (r *readResult) flush() error {
 // one. Appending a zero entry wrote its 200-odd bytes, with the garbage
 // collector's write barriers while it marks: 40 % of a read's own CPU.
 func (r *readResult) slot() *events.Entry {
+	if testHookSlot != nil {
+		testHookSlot()
+	}
 	if n := len(r.entries); n < cap(r.entries) {
 		r.entries = r.entries[:n+1]
 	} else {
@@ -139,6 +142,10 @@ func (r *readResult) slot() *events.Entry {
 	}
 	return &r.entries[len(r.entries)-1]
 }
+
+// testHookSlot, set by tests only, is called before each message a read
+// decodes: what it changes in the stream, the read meets from its next batch.
+var testHookSlot func()
 
 // truncate drops the entries from index i on, zeroing them, so that the
 // slice's spare capacity stays zero for slot.
@@ -456,7 +463,10 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 	if lost {
 		// The head of this session's history may be among the messages lost.
 		if l.cfg.Projection == nil {
-			if len(es) > 0 && !es[0].Event.Is(events.SandboxCreated) {
+			// A session whose start is gone, or which retention reached into
+			// while it was read (the read may have missed messages it had not
+			// reached yet), is not whole, and nothing can complete it.
+			if len(es) > 0 && (!es[0].Event.Is(events.SandboxCreated) || first > res.firstSeq) {
 				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, first)
 			}
 		} else {
@@ -464,20 +474,7 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 			if err != nil {
 				return nil, fmt.Errorf("read %s/%s from the projection: %w", name, sandboxID, err)
 			}
-			// Everything from the first message the stream still holds on this
-			// subject on is read from the stream; older entries come from the
-			// projection.
-			cut := uint64(math.MaxUint64)
-			if res.firstSeq != 0 {
-				cut = res.firstSeq
-			}
-			var merged []events.Entry
-			for _, e := range old {
-				if e.Seq < cut {
-					merged = append(merged, e)
-				}
-			}
-			es = append(merged, es...)
+			es = mergeProjected(old, es, res.firstSeq, first)
 		}
 	}
 	byTsSeq := func(a, b events.Entry) int {
@@ -489,6 +486,38 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 		slices.SortStableFunc(es, byTsSeq)
 	}
 	return es, nil
+}
+
+// mergeProjected completes es, a session read from a stream that lost
+// messages, with old, the projection's entries of it: those older than
+// firstRead, the first message the read found on the session's subjects,
+// come first. When retention reached past firstRead while the stream was
+// read (first, the stream's first sequence after the read, is later), the
+// read may have missed messages below first that it had not reached yet:
+// the projection's entries below first that the read did not find are
+// added too. Messages from first on were in the stream throughout the read,
+// so the read found them all.
+func mergeProjected(old, es []events.Entry, firstRead, first uint64) []events.Entry {
+	cut := uint64(math.MaxUint64)
+	if firstRead != 0 {
+		cut = firstRead
+	}
+	var read map[uint64]bool // the stream's entries the projection may duplicate
+	if first > cut {
+		read = make(map[uint64]bool)
+		for _, e := range es {
+			if e.Seq < first {
+				read[e.Seq] = true
+			}
+		}
+	}
+	var merged []events.Entry
+	for _, e := range old {
+		if e.Seq < cut || e.Seq < first && !read[e.Seq] {
+			merged = append(merged, e)
+		}
+	}
+	return append(merged, es...)
 }
 
 // readyToRead checks that a read of the sandbox's session may start, and
@@ -599,7 +628,8 @@ func (l *Ledger) handAll(ctx context.Context, name, sandboxID string, fn func(*e
 // stream sequence. It reads the sandbox's subject with an ordered consumer,
 // after waiting for this ledger's own pending publishes of the sandbox, and
 // falls back to LedgerConfig.Projection for history the stream no longer
-// holds; without one that is ErrHistoryTruncated.
+// holds, including what retention removed while the stream was read; without
+// one that is ErrHistoryTruncated.
 func (l *Ledger) ReadAll(ctx context.Context, name, sandboxID string) ([]events.Entry, error) {
 	filter, err := events.SandboxSubject(l.b.cfg.SubjectPrefix, sandboxID)
 	if err != nil {

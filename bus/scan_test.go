@@ -170,3 +170,62 @@ func TestScanAllOutOfOrder(t *testing.T) {
 		t.Fatalf("ReadAll = %+v, %v; want the two entries by Ts", all, err)
 	}
 }
+
+// TestReadAllRetentionDuringRead: retention reaching past the messages a
+// ReadAll has read, into those it has not reached yet, leaves a hole in
+// what the stream gives it; the read completes it from the projection
+// (before, it merged only what was older than its first message, and
+// returned the session with the hole), and without a projection it is
+// ErrHistoryTruncated.
+func TestReadAllRetentionDuringRead(t *testing.T) {
+	ctx := context.Background()
+	b := openEmbedded(t, bus.Config{})
+	l, p := projectedLedger(t, b, func(s *memory.Store) adapters.Ledger { return s })
+	defer l.Close()
+	bare, err := bus.NewLedger(b, bus.LedgerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	// Past a direct read's first two batches (1000, then 4000 messages), so
+	// that its third is asked after the purge.
+	const execs = 4000
+	withProj := scanSession(t, l, "job", "sbx-1", execs)
+	without := scanSession(t, l, "job", "sbx-2", execs)
+	if err := p.Await(ctx, without[len(without)-1].Seq); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := b.JetStream().Stream(ctx, b.Config().Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	purgeOnce := func(below uint64) {
+		done := false
+		bus.OnReadMessage(t, func() {
+			if !done {
+				done = true
+				if err := stream.Purge(ctx, jetstream.WithPurgeSequence(below)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+
+	purgeOnce(withProj[6000].Seq)
+	got, err := l.ReadAll(ctx, "job", "sbx-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSeqs(t, got, withProj)
+
+	purgeOnce(without[6000].Seq)
+	if got, err := bare.ReadAll(ctx, "job", "sbx-2"); !errors.Is(err, bus.ErrHistoryTruncated) {
+		t.Fatalf("ReadAll without a projection = %d entries, %v; want ErrHistoryTruncated", len(got), err)
+	}
+	bus.OnReadMessage(t, nil)
+	got, err = l.ReadAll(ctx, "job", "sbx-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSeqs(t, got, without)
+}
