@@ -60,11 +60,12 @@
 // older release created, until Config.UpdateStreams) or the session is
 // interleaved with other sandboxes' messages (readDirect says how). Direct
 // gets may be answered by a stale replica: reads stop at the leader's last
-// sequence, and the fence reads ask the leader (LastMsg). When the
-// stream has lost messages to retention, the entries older than the first one
-// still in the stream come from LedgerConfig.Projection (the projected
-// tables); without one a truncated history is ErrHistoryTruncated. Subscribe delivers entries from any stream sequence, then
-// live. Messages projectors cannot decode are parked on alineo.dlq.ledger,
+// sequence, and the fence reads ask the leader (LastMsg). When retention
+// took the start of a session (its first entry still in the stream is not
+// its sandbox.created), or reached into it while it was read, the entries
+// older than the stream's first come from LedgerConfig.Projection (the
+// projected tables); without one a truncated history is ErrHistoryTruncated.
+// Subscribe delivers entries from any stream sequence, then live. Messages projectors cannot decode are parked on alineo.dlq.ledger,
 // kept by the <stream>_DLQ stream.
 //
 // # Validation

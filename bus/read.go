@@ -442,10 +442,10 @@ func (b *Bus) lastSeq(ctx context.Context, filter string) (uint64, bool, error) 
 }
 
 // readSession reads one session's entries on filter from the stream and, when
-// retention removed the start of the stream, completes them from the
-// projection: the projection's entries older than anything the stream still
-// holds come first. fromProj returns the projection's entries for the same
-// filter.
+// the stream lost messages and the session's start may be among them,
+// completes them from the projection: the projection's entries older than
+// anything the stream still holds come first. fromProj returns the
+// projection's entries for the same filter.
 func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string,
 	fromProj func(adapters.Ledger) ([]events.Entry, error)) ([]events.Entry, error) {
 	if err := l.readyToRead(ctx, sandboxID); err != nil {
@@ -460,13 +460,16 @@ func (l *Ledger) readSession(ctx context.Context, filter, name, sandboxID string
 		return nil, err
 	}
 	es := res.entries
-	if lost {
-		// The head of this session's history may be among the messages lost.
+	// On a stream that lost messages the session read is whole when its
+	// first entry is its sandbox.created (retention removes the oldest
+	// first, so it took nothing of the session) and retention did not reach
+	// past that while the stream was read (the read may then have missed
+	// messages it had not reached yet). Else the head of its history may be
+	// among the messages lost: the projection completes it.
+	whole := len(es) > 0 && es[0].Event.Is(events.SandboxCreated) && first <= res.firstSeq
+	if lost && !whole {
 		if l.cfg.Projection == nil {
-			// A session whose start is gone, or which retention reached into
-			// while it was read (the read may have missed messages it had not
-			// reached yet), is not whole, and nothing can complete it.
-			if len(es) > 0 && (!es[0].Event.Is(events.SandboxCreated) || first > res.firstSeq) {
+			if len(es) > 0 {
 				return nil, fmt.Errorf("read %s/%s: %w (stream starts at %d, no projection)", name, sandboxID, ErrHistoryTruncated, first)
 			}
 		} else {

@@ -131,6 +131,16 @@ func TestScanAllLostMessages(t *testing.T) {
 		if n, lost := proj.reads.Load(), tt.id != "sbx-2"; (n > 0) != lost {
 			t.Errorf("scan of %s read the projection %d times", tt.id, n)
 		}
+		// ReadAll alike.
+		proj.reads.Store(0)
+		all, err := l.ReadAll(ctx, "job", tt.id)
+		if err != nil {
+			t.Fatalf("ReadAll(%s): %v", tt.id, err)
+		}
+		sameSeqs(t, all, tt.want)
+		if n, lost := proj.reads.Load(), tt.id != "sbx-2"; (n > 0) != lost {
+			t.Errorf("ReadAll of %s read the projection %d times", tt.id, n)
+		}
 	}
 }
 
