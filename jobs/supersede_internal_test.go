@@ -55,6 +55,16 @@ func fetchJob(t *testing.T, q *Queue) jetstream.Msg {
 	return m
 }
 
+// submitOne submits a job of one exec step to q and returns its status.
+func submitOne(t *testing.T, q *Queue) Status {
+	t.Helper()
+	st, err := q.Submit(context.Background(), Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // sdkOn returns a bus ledger on b and an SDK client writing to it on the
 // sandboxd at url (a fresh one when url is ""), closed with the test.
 func sdkOn(t *testing.T, b *bus.Bus, url string) (*bus.Ledger, *alineo.Client) {
@@ -81,10 +91,7 @@ func sdkOn(t *testing.T, b *bus.Bus, url string) (*bus.Ledger, *alineo.Client) {
 func TestSuperseded(t *testing.T) {
 	ctx := context.Background()
 	_, q := testQueue(t, QueueConfig{})
-	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := submitOne(t, q)
 	w := &Worker{Queue: q}
 	if w.superseded(ctx, st.ID, 1) {
 		t.Fatal("a queued job is superseded for attempt 1")
@@ -111,10 +118,7 @@ func TestSuperseded(t *testing.T) {
 func TestStopBeforeStep(t *testing.T) {
 	ctx := context.Background()
 	_, q := testQueue(t, QueueConfig{})
-	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := submitOne(t, q)
 	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker, s.State = 1, "w1", StateRunning }); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +133,7 @@ func TestStopBeforeStep(t *testing.T) {
 	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker = 2, "w2" }); err != nil {
 		t.Fatal(err)
 	}
-	err = stop(ctx, 3)
+	err := stop(ctx, 3)
 	if !errors.Is(err, errSuperseded) || !strings.Contains(err.Error(), "before step 4") {
 		t.Errorf("attempt 1 after attempt 2's claim: %v, want errSuperseded before step 4", err)
 	}
@@ -170,10 +174,7 @@ func TestHandBackDelay(t *testing.T) {
 func TestSupersededFinishLeavesTheJob(t *testing.T) {
 	ctx := context.Background()
 	_, q := testQueue(t, QueueConfig{})
-	st, err := q.Submit(ctx, Spec{Name: "s", Image: "i", Steps: []Step{{Exec: &ExecStep{Command: "true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := submitOne(t, q)
 	m := fetchJob(t, q)
 	if _, err := q.update(ctx, st.ID, func(s *Status) { s.Attempt, s.Worker, s.State = 2, "w2", StateRunning }); err != nil {
 		t.Fatal(err)
