@@ -55,11 +55,23 @@ func ValidHash(h string) bool {
 // ready to use and knows no head: Seed tells it a session's stored head.
 // Not safe for concurrent use.
 type Chain struct {
-	heads map[Session]string
+	// The head of the only session seeded so far is kept inline (one,
+	// oneHead when hasOne), so that a chain of one session, a writer's batch,
+	// allocates no map; heads holds every head once a second is seeded.
+	one     Session
+	oneHead string
+	hasOne  bool
+	heads   map[Session]string
 }
 
 // Head returns the head Chain knows for s, and whether it knows one.
 func (c *Chain) Head(s Session) (string, bool) {
+	if c.heads == nil {
+		if c.hasOne && c.one == s {
+			return c.oneHead, true
+		}
+		return "", false
+	}
 	h, ok := c.heads[s]
 	return h, ok
 }
@@ -67,17 +79,34 @@ func (c *Chain) Head(s Session) (string, bool) {
 // Seed sets s's head to h (the hash of s's last stored entry, "" for none).
 func (c *Chain) Seed(s Session, h string) {
 	if c.heads == nil {
-		c.heads = make(map[Session]string)
+		if !c.hasOne || c.one == s {
+			c.one, c.oneHead, c.hasOne = s, h, true
+			return
+		}
+		c.heads = map[Session]string{c.one: c.oneHead}
+		c.one, c.oneHead, c.hasOne = Session{}, "", false
 	}
 	c.heads[s] = h
 }
 
 // Clone returns a copy of c, to link a batch that may fail: the batch is
 // linked on the copy, which replaces c once the batch is stored.
-func (c *Chain) Clone() Chain { return Chain{heads: maps.Clone(c.heads)} }
+func (c *Chain) Clone() Chain {
+	d := *c
+	d.heads = maps.Clone(c.heads)
+	return d
+}
 
 // Forget drops s's head: s is new again (its entries were deleted).
-func (c *Chain) Forget(s Session) { delete(c.heads, s) }
+func (c *Chain) Forget(s Session) {
+	if c.heads == nil {
+		if c.hasOne && c.one == s {
+			c.one, c.oneHead, c.hasOne = Session{}, "", false
+		}
+		return
+	}
+	delete(c.heads, s)
+}
 
 // Link chains e after its session's head: PrevHash is the head, or when
 // the session has none (it is new), e.PrevHash as given (a fork's first
@@ -85,7 +114,7 @@ func (c *Chain) Forget(s Session) { delete(c.heads, s) }
 // returns the linked entry and advances the head.
 func (c *Chain) Link(e Entry) (Entry, error) {
 	s := e.Session()
-	if h, ok := c.heads[s]; ok {
+	if h, ok := c.Head(s); ok {
 		e.PrevHash = h
 	} else if !ValidHash(e.PrevHash) {
 		return e, &ValidationError{Field: "prevHash", Reason: "is not a chain hash", Err: ErrInvalidHash}

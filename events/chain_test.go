@@ -200,3 +200,44 @@ func TestChainLink(t *testing.T) {
 		t.Fatalf("Link(bad PrevHash) error = %v, want ErrInvalidHash", err)
 	}
 }
+
+// TestChainHeads: Head, Seed, Forget and Clone, as a Chain moves from one
+// session (kept inline) to several (a map), and a clone is independent of
+// its origin either way.
+func TestChainHeads(t *testing.T) {
+	a := events.Session{Name: "build", SandboxID: "sbx-a"}
+	b := events.Session{Name: "build", SandboxID: "sbx-b"}
+	other := events.Session{Name: "test", SandboxID: "sbx-a"} // another name, the same sandbox
+	head := func(c *events.Chain, s events.Session, want string, known bool) {
+		t.Helper()
+		if h, ok := c.Head(s); h != want || ok != known {
+			t.Errorf("Head(%v) = %q, %v; want %q, %v", s, h, ok, want, known)
+		}
+	}
+	var c events.Chain
+	head(&c, a, "", false)
+	c.Seed(a, "") // a new session: known, with no head
+	head(&c, a, "", true)
+	head(&c, other, "", false)
+	c.Seed(a, "h1")
+	one := c.Clone()
+	c.Seed(a, "h2")
+	head(&one, a, "h1", true)
+	head(&c, a, "h2", true)
+	c.Seed(b, "h3")
+	head(&c, a, "h2", true)
+	head(&c, b, "h3", true)
+	head(&c, other, "", false)
+	two := c.Clone()
+	c.Forget(a)
+	head(&c, a, "", false)
+	head(&c, b, "h3", true)
+	head(&two, a, "h2", true)
+	one.Forget(other) // not the one it knows
+	head(&one, a, "h1", true)
+	one.Forget(a)
+	head(&one, a, "", false)
+	one.Seed(b, "h4") // after a Forget, inline again
+	head(&one, b, "h4", true)
+	head(&one, a, "", false)
+}

@@ -111,18 +111,24 @@ func (s *Store) append(ctx context.Context, es ...events.Entry) error {
 		return err
 	}
 	// Link them all first, on a chain of their sessions alone: all or nothing.
-	linked := make([]events.Entry, len(es))
+	// An exec's batches are one to three entries: those stay on the stack.
+	var small [4]events.Entry
+	linked := small[:0]
+	if len(es) > len(small) {
+		linked = make([]events.Entry, 0, len(es))
+	}
 	var next events.Chain
 	for _, e := range es {
 		if h, ok := s.chain.Head(e.Session()); ok {
 			next.Seed(e.Session(), h)
 		}
 	}
-	for i, e := range es {
-		var err error
-		if linked[i], err = next.Link(e); err != nil {
+	for _, e := range es {
+		l, err := next.Link(e)
+		if err != nil {
 			return fmt.Errorf("append: %w", err)
 		}
+		linked = append(linked, l)
 	}
 	for _, e := range linked {
 		s.insert(e, 0)
