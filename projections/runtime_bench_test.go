@@ -118,7 +118,8 @@ func rawCounts(b *testing.B, db *sql.DB, es []events.Entry) time.Duration {
 // cpu-floor-ratio is the best ratio any projection could reach here: the
 // raw read and the raw upserts each take their CPU time (this process runs
 // the NATS server too), and the two cannot finish before that CPU time over
-// the cores nor before the slower of them alone. cpu-ratio = the CPU time
+// the cores nor before the slower of them alone; the target's line names it
+// as the floor the ratio is judged against. cpu-ratio = the CPU time
 // of the raw read and upserts / the projection's: what the runtime itself
 // costs.
 func BenchmarkCountProjectionSQLite(b *testing.B) {
@@ -161,7 +162,7 @@ func BenchmarkCountProjectionSQLite(b *testing.B) {
 	b.ReportMetric(median(floor), "cpu-floor-ratio")
 	b.ReportMetric(median(cpu), "cpu-ratio")
 	b.ReportMetric(median(ratios), "ratio")
-	testenv.Target(b, "count-projection-ratio", median(ratios), 0.7, false)
+	testenv.TargetFloor(b, "count-projection-ratio", median(ratios), 0.7, median(floor), false)
 }
 
 // BenchmarkRebuild1M: rebuild throughput of 1M events (100k with -short)
