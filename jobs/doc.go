@@ -55,10 +55,18 @@
 // on the status: an earlier attempt that fails or finishes afterwards finds
 // itself superseded and leaves the job alone, and a job an earlier attempt
 // settled meanwhile is acknowledged, never reopened), then ends the previous
-// attempt's sandbox. The fence stops a writer in another process; a previous
-// attempt still running in this Worker (the job came back to it after its lease
-// lapsed) writes through the same Ledger, so the Worker cancels it and waits
-// for it to settle before the takeover.
+// attempt's sandbox. An earlier attempt still running (its worker was cut off
+// past its lease, and is back) reads the status before its next step, as for
+// a cancel, and stops there when it names a later attempt. The fence stops a
+// writer in another process; a previous attempt still running in this Worker
+// (the job came back to it after its lease lapsed) writes through the same
+// Ledger, so the Worker cancels it and waits for it to settle before the
+// takeover.
+//
+// A delivery that fails for a reason not the job's own (a store or NATS
+// unavailable, its sandbox lost) hands the job back: the next delivery comes
+// a second later, twice as late after each further one, at most 30 s, until
+// QueueConfig.MaxDeliver deliveries.
 //
 // # A sandbox server on every host
 //
