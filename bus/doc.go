@@ -65,8 +65,9 @@
 // its sandbox.created), or reached into it while it was read, the entries
 // older than the stream's first come from LedgerConfig.Projection (the
 // projected tables); without one a truncated history is ErrHistoryTruncated.
-// Subscribe delivers entries from any stream sequence, then live. Messages projectors cannot decode are parked on alineo.dlq.ledger,
-// kept by the <stream>_DLQ stream.
+// Subscribe delivers entries from any stream sequence, then live. Messages
+// projectors cannot decode are parked on alineo.dlq.ledger, kept by the
+// <stream>_DLQ stream.
 //
 // # Validation
 //

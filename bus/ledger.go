@@ -896,9 +896,8 @@ func (l *Ledger) loadHeads(ctx context.Context, w *writer) error {
 // publishSync publishes m and waits for its acknowledgement; used on
 // replicated streams, where the server refuses a second in-flight publish that
 // checks the same fence subject (error 10164, even from the same writer). It
-// retries what retryablePublish says (10164, 10158, timeouts, leaderless
-// moments) with the same message id (so a retry never stores twice) for up
-// to AckTimeout. Called with w.mu held.
+// retries what retryablePublish allows, with the same message id (so a retry
+// never stores twice), for up to AckTimeout. Called with w.mu held.
 func (l *Ledger) publishSync(ctx context.Context, w *writer, m *nats.Msg) error {
 	deadline := time.Now().Add(l.cfg.AckTimeout)
 	wait := time.Millisecond
