@@ -280,9 +280,10 @@ func (p *canon) strSlow(dst []byte) ([]byte, error) {
 
 // number checks the JSON number grammar at p.i and appends its canonical form.
 func (p *canon) number() error {
-	start := p.i
+	start, neg := p.i, 0
 	if p.b[p.i] == '-' {
 		p.i++
+		neg = 1
 	}
 	digits := func() int {
 		n := 0
@@ -297,20 +298,36 @@ func (p *canon) number() error {
 	} else if digits() == 0 {
 		return errNotJSON
 	}
+	frac, exp := false, false
 	if p.i < len(p.b) && p.b[p.i] == '.' {
 		p.i++
+		frac = true
 		if digits() == 0 {
 			return errNotJSON
 		}
 	}
 	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
 		p.i++
+		exp = true
 		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
 			p.i++
 		}
 		if digits() == 0 {
 			return errNotJSON
 		}
+	}
+	// An integer of at most 15 digits is exact in a float64 and below 1e21,
+	// so ECMAScript writes it as JSON does, "-0" aside: kept as written,
+	// without ParseFloat and AppendFloat (most numbers of a payload, a
+	// step's seq and an exit code, are such; with their large frames they
+	// also grew the stack of every exec's goroutine that hashed them).
+	if !frac && !exp && p.i-start-neg <= 15 {
+		if p.i-start == 2 && neg == 1 && p.b[start+1] == '0' {
+			p.vals = append(p.vals, '0')
+		} else {
+			p.vals = append(p.vals, p.b[start:p.i]...)
+		}
+		return nil
 	}
 	lit := string(p.b[start:p.i])
 	f, err := strconv.ParseFloat(lit, 64)
