@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/alineo-labs/alineo/adapters"
@@ -30,8 +31,11 @@ type Store struct {
 	closed bool
 	// nextID numbers stored rows (the row id of the SQL stores), from 1.
 	nextID uint64
-	// sessions holds each session's rows ordered by (Ts, id).
-	sessions map[events.Session][]row
+	// sessions holds each session's rows ordered by Ts, then by arrival;
+	// a row's Seq is what a read returns (the ledger sequence of a projected
+	// row, else its row id). Rows are pointers: a long session's slice grows
+	// by copying a word per row, not the entry.
+	sessions map[events.Session][]*events.Entry
 	// ledgerSeqs holds the ledger sequences of projected rows (the unique column).
 	ledgerSeqs map[uint64]events.Session
 	details    map[events.Session]*sessionSummary
@@ -39,13 +43,6 @@ type Store struct {
 	offsets    map[string]uint64
 	// chain holds each session's chain head.
 	chain events.Chain
-}
-
-// row is one stored entry: id orders it, and e.Seq is what a read returns
-// (the ledger sequence for projected rows, else id).
-type row struct {
-	id uint64
-	e  events.Entry
 }
 
 // sessionSummary is a session's sandbox-details row, maintained on every write.
@@ -59,7 +56,7 @@ type sessionSummary struct {
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		sessions:   make(map[events.Session][]row),
+		sessions:   make(map[events.Session][]*events.Entry),
 		ledgerSeqs: make(map[uint64]events.Session),
 		details:    make(map[events.Session]*sessionSummary),
 		envs:       make(map[string]adapters.EnvironmentRecord),
@@ -195,13 +192,13 @@ func (s *Store) insert(e events.Entry, seq uint64) {
 	}
 	k := e.Session()
 	rows := s.sessions[k]
-	r := row{id: s.nextID, e: e}
-	// Rows usually arrive in ts order: search from the end.
+	// Rows usually arrive in ts order, and go at the end; a row older than
+	// the last goes after every row of its ts or older.
 	i := len(rows)
-	for i > 0 && rows[i-1].e.Ts > e.Ts {
-		i--
+	if i > 0 && rows[i-1].Ts > e.Ts {
+		i = sort.Search(i, func(j int) bool { return rows[j].Ts > e.Ts })
 	}
-	s.sessions[k] = slices.Insert(rows, i, r)
+	s.sessions[k] = slices.Insert(rows, i, &e)
 	s.summarise(e)
 }
 
@@ -254,7 +251,7 @@ func (s *Store) ReadAll(ctx context.Context, name, sandboxID string) ([]events.E
 	rows := s.sessions[events.Session{Name: name, SandboxID: sandboxID}]
 	out := make([]events.Entry, len(rows))
 	for i, r := range rows {
-		out[i] = clone(r.e)
+		out[i] = clone(*r)
 	}
 	return out, nil
 }
@@ -268,8 +265,8 @@ func (s *Store) LastCheckpoint(ctx context.Context, name, sandboxID string) (*ev
 	}
 	rows := s.sessions[events.Session{Name: name, SandboxID: sandboxID}]
 	for i := len(rows) - 1; i >= 0; i-- {
-		if rows[i].e.Event.Is(events.CheckpointCreated) {
-			e := clone(rows[i].e)
+		if rows[i].Event.Is(events.CheckpointCreated) {
+			e := clone(*rows[i])
 			return &e, nil
 		}
 	}
@@ -285,12 +282,12 @@ func (s *Store) ListCheckpoints(ctx context.Context, name, sandboxID string) ([]
 	}
 	var out []adapters.CheckpointInfo
 	for _, r := range s.sessions[events.Session{Name: name, SandboxID: sandboxID}] {
-		if !r.e.Event.Is(events.CheckpointCreated) {
+		if !r.Event.Is(events.CheckpointCreated) {
 			continue
 		}
 		var p events.CheckpointCreatedPayload
-		_ = r.e.Decode(&p) // validated on append; a null payload leaves p empty
-		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: r.e.Ts})
+		_ = r.Decode(&p) // validated on append; a null payload leaves p empty
+		out = append(out, adapters.CheckpointInfo{SnapshotID: p.SnapshotID, Tag: p.Name, CreatedAt: r.Ts})
 	}
 	return out, nil
 }
