@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -17,8 +18,9 @@ var errNotJSON = errors.New("not valid JSON")
 const maxCanonicalDepth = 1000
 
 // AppendCanonicalJSON appends the canonical form of the JSON value js to dst:
-// no whitespace; object members sorted by the UTF-8 bytes of their keys, a
-// repeated key keeping its last value (as Postgres JSONB does); strings with
+// no whitespace; object members sorted by the UTF-8 bytes of their keys as
+// written (keys that differ only in invalid UTF-8 are one), a repeated key
+// keeping its last value (as Postgres JSONB does); strings with
 // only '"', '\\' and control characters escaped (\b \f \n \r \t, others as
 // \u00xx in lowercase hex), everything else as UTF-8, invalid UTF-8 and lone
 // surrogates as U+FFFD; numbers as the shortest decimal that reads back to
@@ -88,11 +90,15 @@ func (p *canon) value(depth int) error {
 	case c == '[':
 		return p.array(depth)
 	case c == '"':
-		s, err := p.str()
-		if err != nil {
+		s, plain, err := p.str()
+		switch {
+		case err != nil:
 			return err
+		case plain: // its canonical form is itself
+			p.vals = append(append(append(p.vals, '"'), s...), '"')
+		default:
+			p.vals = appendCanonicalString(p.vals, s)
 		}
-		p.vals = appendCanonicalString(p.vals, s)
 		return nil
 	case c == 't':
 		return p.literal("true")
@@ -135,12 +141,18 @@ func (p *canon) object(depth int) error {
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
 			return errNotJSON
 		}
-		k, err := p.str()
+		k, plain, err := p.str()
 		if err != nil {
 			return err
 		}
 		m := member{kOff: len(p.vals)}
-		p.vals = append(p.vals, k...)
+		if plain {
+			p.vals = append(p.vals, k...)
+		} else {
+			// Sorted and compared as written out: keys that differ only
+			// in their invalid UTF-8 are one key.
+			p.vals = appendValidUTF8(p.vals, k)
+		}
 		m.kEnd = len(p.vals)
 		p.ws()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
@@ -228,31 +240,37 @@ func (p *canon) array(depth int) error {
 
 // str decodes the JSON string at p.i: one without escapes is returned as a
 // slice of the input, one with escapes decoded into p.tmp (valid until the
-// next str).
-func (p *canon) str() ([]byte, error) {
+// next str). plain reports a string of ASCII without escapes, which is its
+// own canonical form.
+func (p *canon) str() (s []byte, plain bool, err error) {
 	p.i++ // "
 	start := p.i
+	p.i += plainPrefix(p.b[p.i:])
+	plain = true
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		if c == '"' {
-			s := p.b[start:p.i]
+			s = p.b[start:p.i]
 			p.i++
-			return s, nil
+			return s, plain, nil
 		}
 		if c == '\\' {
 			t, err := p.strSlow(append(p.tmp[:0], p.b[start:p.i]...))
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			p.tmp = t
-			return t, nil
+			return t, false, nil
 		}
 		if c < 0x20 {
-			return nil, errNotJSON
+			return nil, false, errNotJSON
+		}
+		if c >= utf8.RuneSelf {
+			plain = false
 		}
 		p.i++
 	}
-	return nil, errNotJSON
+	return nil, false, errNotJSON
 }
 
 // strSlow continues str from an escape.
@@ -364,7 +382,7 @@ func appendES6Number(dst []byte, f float64) []byte {
 func appendCanonicalString(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := plainPrefix(s); i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++
@@ -405,4 +423,38 @@ func appendCanonicalString(dst, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendValidUTF8 appends s with each byte that is not part of valid UTF-8
+// replaced by U+FFFD, as appendCanonicalString writes it.
+func appendValidUTF8(dst, s []byte) []byte {
+	for len(s) > 0 {
+		r, size := utf8.DecodeRune(s)
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, "\uFFFD"...)
+		} else {
+			dst = append(dst, s[:size]...)
+		}
+		s = s[size:]
+	}
+	return dst
+}
+
+// plainPrefix returns the length of s's leading run of bytes that a JSON
+// string holds as they are, unescaped, in either direction: ASCII from 0x20,
+// but '"' and '\\'. It tests eight bytes at a time, rounded down to whole
+// words; the caller's byte loop goes on from there.
+func plainPrefix(s []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		// Each term is non-zero when some byte of x is below 0x20, a '"'
+		// (a zero byte of q), a '\\' (of bs), or 0x80 and above.
+		if (x-ones*0x20)&^x&highs|(q-ones)&^q&highs|(bs-ones)&^bs&highs|x&highs != 0 {
+			break
+		}
+	}
+	return i
 }

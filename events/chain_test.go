@@ -37,6 +37,8 @@ func TestAppendCanonicalJSON(t *testing.T) {
 		{`null`, `null`},
 		{`[true,false,{}]`, `[true,false,{}]`},
 		{`{"é":1,"z":2,"A":3}`, `{"A":3,"z":2,"é":1}`},
+		{"{\"\x9f\":0,\"\x8e\":[]}", `{"` + "\uFFFD" + `":[]}`},
+		{"{\"\xff\":0,\"\uffff\":1}", `{"` + "\uFFFD" + `":0,"` + "\uffff" + `":1}`},
 	}
 	for _, tt := range tests {
 		got, err := events.AppendCanonicalJSON(nil, []byte(tt.in))
