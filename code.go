@@ -95,7 +95,7 @@ func (e *Exec) appendCompletion(ems []emission, res opensandbox.Result) []emissi
 			ems = append(ems, emission{ev: events.ExecOutput, step: e.step, payload: codeEvent{Seq: e.step, Type: streamError, Error: ee}})
 		}
 	}
-	return append(ems, emission{ev: events.ExecCompleted, step: e.step, payload: events.ExecCompletedPayload{Seq: e.step, ExitCode: res.ExitCode}})
+	return append(ems, emission{ev: events.ExecCompleted, step: e.step, payload: completedPayload(e.step, res.ExitCode)})
 }
 
 // settle ends e's result: it sets its exit code and code result, and

@@ -244,7 +244,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 	// exec.started is queued here, under s.mu, so the ledger keeps the order
 	// of calls; the exec's goroutine writes it when no writer is running
 	// (lead), and sends the request once it is written.
-	started, lead, err := s.ledger.emitLed(ctx, e.chain, events.ExecStarted, e.step, payload)
+	started, lead, err := s.ledger.emitLed(ctx, e.chain, events.ExecStarted, e.step, startedPayload(payload))
 	if err != nil {
 		e.fail(&SandboxError{SandboxID: s.id, Op: fmt.Sprintf("record exec %d started", e.step), Err: err})
 		return e

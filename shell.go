@@ -96,14 +96,71 @@ func outputPayload(seq int, s events.Stream, b []byte) json.RawMessage {
 	out = append(out, `,"type":"`...)
 	out = append(out, s...)
 	out = append(out, `","text":"`...)
-	for _, c := range b {
-		if c == '\n' {
+	out = appendPlainJSON(out, b)
+	return append(out, `"}`...)
+}
+
+// startedPayload returns the JSON of p, byte for byte what encoding/json
+// produces, without its reflection in the common case of a plain command or
+// code and no working directory or environment.
+func startedPayload(p events.ExecStartedPayload) json.RawMessage {
+	if p.Cwd != "" || p.Env != nil || !plainJSONString(string(p.Kind)) || !plainJSONString(p.Cmd) ||
+		!plainJSONString(p.Code) || !plainJSONString(p.Fingerprint) {
+		b, err := json.Marshal(p)
+		if err != nil {
+			panic("alineo: encode exec.started: " + err.Error()) // cannot happen: strings, a bool and a map of strings
+		}
+		return b
+	}
+	out := make([]byte, 0, len(p.Cmd)+len(p.Code)+len(p.Fingerprint)+64)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendInt(out, int64(p.Seq), 10)
+	for _, f := range [...]struct{ key, val string }{
+		{`,"kind":"`, string(p.Kind)}, {`,"cmd":"`, p.Cmd}, {`,"code":"`, p.Code}, {`,"fingerprint":"`, p.Fingerprint},
+	} {
+		if f.val != "" {
+			out = appendPlainJSON(append(out, f.key...), f.val)
+			out = append(out, '"')
+		}
+	}
+	if p.Interactive {
+		out = append(out, `,"interactive":true`...)
+	}
+	return append(out, '}')
+}
+
+// completedPayload returns the JSON of exec.completed's payload, as
+// encoding/json writes events.ExecCompletedPayload.
+func completedPayload(seq, exitCode int) json.RawMessage {
+	out := make([]byte, 0, 40)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendInt(out, int64(seq), 10)
+	out = append(out, `,"exitCode":`...)
+	out = strconv.AppendInt(out, int64(exitCode), 10)
+	return append(out, '}')
+}
+
+// appendPlainJSON appends s, for which plainJSONString holds, as the inside
+// of a JSON string: a newline escaped, everything else as it is.
+func appendPlainJSON[T string | []byte](out []byte, s T) []byte {
+	for i := range len(s) {
+		if c := s[i]; c == '\n' {
 			out = append(out, '\\', 'n')
 		} else {
 			out = append(out, c)
 		}
 	}
-	return append(out, `"}`...)
+	return out
+}
+
+// plainJSONString is plainJSONText for a string.
+func plainJSONString(s string) bool {
+	for i := range len(s) {
+		if !plainJSONByte(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // plainJSONText reports whether b is ASCII that encoding/json writes unchanged
@@ -111,9 +168,15 @@ func outputPayload(seq int, s events.Stream, b []byte) json.RawMessage {
 // HTML-escaped '<', '>', '&').
 func plainJSONText(b []byte) bool {
 	for _, c := range b {
-		if c >= 0x80 || (c < 0x20 && c != '\n') || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !plainJSONByte(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// plainJSONByte reports whether encoding/json writes c unchanged in a
+// string, or c is '\n'.
+func plainJSONByte(c byte) bool {
+	return c < 0x80 && (c >= 0x20 || c == '\n') && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 }

@@ -40,6 +40,48 @@ func FuzzOutputPayload(f *testing.F) {
 	})
 }
 
+func TestStartedPayloadMatchesEncodingJSON(t *testing.T) {
+	fp := events.Fingerprint(events.KindCommand, "echo hi")
+	for _, p := range []events.ExecStartedPayload{
+		{Seq: 1, Kind: events.KindCommand, Cmd: "echo hi", Fingerprint: fp},
+		{Seq: 2, Kind: events.KindCode, Code: "print(1)\nprint(2)", Fingerprint: fp},
+		{Seq: 3},
+		{Seq: -1, Cmd: "x", Interactive: true},
+		{Seq: 4, Cmd: "echo '<b>' && true", Fingerprint: fp},
+		{Seq: 5, Cmd: "caf\u00e9 \"q\" \\ \t", Kind: events.KindCommand},
+		{Seq: 6, Cmd: "\xff\xfe"},
+		{Seq: 7, Cmd: "ls", Cwd: "/work"},
+		{Seq: 8, Cmd: "env", Env: map[string]string{"B": "2", "A": "1"}},
+		{Seq: 9, Cmd: "env", Env: map[string]string{}},
+	} {
+		got := startedPayload(p)
+		want, _ := json.Marshal(p)
+		if !bytes.Equal(got, want) {
+			t.Errorf("startedPayload(%+v) = %s, want %s", p, got, want)
+		}
+	}
+	for _, c := range [][2]int{{1, 0}, {2, 1}, {-1, -1}, {1 << 40, 255}} {
+		got := completedPayload(c[0], c[1])
+		want, _ := json.Marshal(events.ExecCompletedPayload{Seq: c[0], ExitCode: c[1]})
+		if !bytes.Equal(got, want) {
+			t.Errorf("completedPayload(%d, %d) = %s, want %s", c[0], c[1], got, want)
+		}
+	}
+}
+
+func FuzzStartedPayload(f *testing.F) {
+	f.Add(1, "command", "echo hi\n", "", "sha256:00", false)
+	f.Add(2, "code", "", "x = '<&>'", "", true)
+	f.Fuzz(func(t *testing.T, seq int, kind, cmd, code, fp string, interactive bool) {
+		p := events.ExecStartedPayload{Seq: seq, Kind: events.ExecKind(kind), Cmd: cmd, Code: code, Fingerprint: fp, Interactive: interactive}
+		got := startedPayload(p)
+		want, _ := json.Marshal(p)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("startedPayload(%+v) = %s, want %s", p, got, want)
+		}
+	})
+}
+
 func TestWrapShellKeepsAnyCommand(t *testing.T) {
 	for _, tt := range []struct{ shell, cmd, want string }{
 		{"/bin/bash", "echo hi", `exec '/bin/bash' -c 'echo hi'`},
