@@ -83,7 +83,7 @@ func exactBytes(ev opensandbox.Event) []byte {
 // what encoding/json produces, without its reflection and escaping passes in the
 // common case of plain text.
 func outputPayload(seq int, s events.Stream, b []byte) json.RawMessage {
-	if !plainJSONText(b) {
+	if !plainJSON(b) {
 		p, err := json.Marshal(events.NewOutput(seq, s, b))
 		if err != nil {
 			panic("alineo: encode exec.output: " + err.Error()) // cannot happen: strings and bytes only
@@ -104,8 +104,8 @@ func outputPayload(seq int, s events.Stream, b []byte) json.RawMessage {
 // produces, without its reflection in the common case of a plain command or
 // code and no working directory or environment.
 func startedPayload(p events.ExecStartedPayload) json.RawMessage {
-	if p.Cwd != "" || p.Env != nil || !plainJSONString(string(p.Kind)) || !plainJSONString(p.Cmd) ||
-		!plainJSONString(p.Code) || !plainJSONString(p.Fingerprint) {
+	if p.Cwd != "" || p.Env != nil || !plainJSON(string(p.Kind)) || !plainJSON(p.Cmd) ||
+		!plainJSON(p.Code) || !plainJSON(p.Fingerprint) {
 		b, err := json.Marshal(p)
 		if err != nil {
 			panic("alineo: encode exec.started: " + err.Error()) // cannot happen: strings, a bool and a map of strings
@@ -140,7 +140,7 @@ func completedPayload(seq, exitCode int) json.RawMessage {
 	return append(out, '}')
 }
 
-// appendPlainJSON appends s, for which plainJSONString holds, as the inside
+// appendPlainJSON appends s, for which plainJSON holds, as the inside
 // of a JSON string: a newline escaped, everything else as it is.
 func appendPlainJSON[T string | []byte](out []byte, s T) []byte {
 	for i := range len(s) {
@@ -153,22 +153,12 @@ func appendPlainJSON[T string | []byte](out []byte, s T) []byte {
 	return out
 }
 
-// plainJSONString is plainJSONText for a string.
-func plainJSONString(s string) bool {
-	for i := range len(s) {
-		if !plainJSONByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// plainJSONText reports whether b is ASCII that encoding/json writes unchanged
+// plainJSON reports whether s is ASCII that encoding/json writes unchanged
 // in a string, apart from '\n' (no other control byte, quote, backslash, or
 // HTML-escaped '<', '>', '&').
-func plainJSONText(b []byte) bool {
-	for _, c := range b {
-		if !plainJSONByte(c) {
+func plainJSON[T string | []byte](s T) bool {
+	for i := range len(s) {
+		if !plainJSONByte(s[i]) {
 			return false
 		}
 	}
