@@ -94,6 +94,7 @@ func (c BlobConfig) withDefaults() BlobConfig {
 // hosts may share a bucket. Safe for concurrent use.
 type BlobStore struct {
 	bucket  *blob.Bucket
+	s3      *s3Put // nil unless an S3 bucket takes small blobs in one request
 	url     string // for messages, credentials elided
 	dir     string // the folder of a file:// store; "" for a remote one
 	cfg     BlobConfig
@@ -187,6 +188,7 @@ func OpenBlobStoreURL(ctx context.Context, rawURL string, cfg BlobConfig) (*Blob
 		}
 		return nil, fmt.Errorf("open blob store %s: %w: %w", b.url, ErrUnavailable, hide.err(err))
 	}
+	b.s3 = newS3Put(b.bucket, u)
 	dir := cfg.CacheDir
 	if dir == "" {
 		sum := sha256.Sum256([]byte(b.url))
@@ -416,8 +418,15 @@ func (b *BlobStore) filePath(key string) string {
 
 // upload writes src (size bytes that hashed to key) as key's object,
 // checking on the way that it still hashes to key; otherwise the write is
-// aborted and nothing is stored.
-func (b *BlobStore) upload(ctx context.Context, key string, size int64, src io.Reader) error {
+// aborted and nothing is stored. On S3 a blob of at most s3PutMax bytes goes
+// up in one request that the server checks (s3Put).
+func (b *BlobStore) upload(ctx context.Context, key string, size int64, src *os.File) error {
+	if b.s3 != nil && size <= s3PutMax {
+		if err := b.s3.put(ctx, key, size, src); err != nil {
+			return fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
+		}
+		return nil
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var tmp *os.File // the temp file of a file:// write

@@ -36,10 +36,16 @@ func newS3Bucket(t *testing.T) *s3Bucket {
 // open opens a BlobStore on the bucket with a cache of its own, as one host.
 func (b *s3Bucket) open(t *testing.T, cfg snapshots.BlobConfig) *snapshots.BlobStore {
 	t.Helper()
+	return b.openURL(t, b.srv.URL(b.name), cfg)
+}
+
+// openURL is open with the bucket's URL as given (with a prefix, say).
+func (b *s3Bucket) openURL(t *testing.T, url string, cfg snapshots.BlobConfig) *snapshots.BlobStore {
+	t.Helper()
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(t.TempDir(), "cache")
 	}
-	s, err := snapshots.OpenBlobStoreURL(context.Background(), b.srv.URL(b.name), cfg)
+	s, err := snapshots.OpenBlobStoreURL(context.Background(), url, cfg)
 	if err != nil {
 		t.Fatalf("OpenBlobStoreURL: %v", err)
 	}
@@ -79,6 +85,13 @@ var backends = []backend{
 	{"s3", func(t *testing.T) (*snapshots.BlobStore, func(string) string) {
 		bk := newS3Bucket(t)
 		return bk.open(t, snapshots.BlobConfig{}), bk.objectPath
+	}},
+	{"s3-prefix", func(t *testing.T) (*snapshots.BlobStore, func(string) string) {
+		bk := newS3Bucket(t)
+		b := bk.openURL(t, bk.srv.URL(bk.name)+"&prefix=hosts/a-1/", snapshots.BlobConfig{})
+		return b, func(key string) string {
+			return filepath.Join(bk.srv.Dir(), bk.name, "hosts", "a-1", "sha256", key[:2], key)
+		}
 	}},
 }
 
@@ -156,6 +169,79 @@ func TestBlobStoreBackends(t *testing.T) {
 			// Putting the content again repairs it.
 			if _, _, err := b.Put(ctx, bytes.NewReader(other)); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestUploadChecksContent: an upload whose bytes no longer hash to the key
+// they were hashed to (the file changed in between, or got shorter) fails
+// with ErrCorruptBlob and stores nothing, on every path a blob takes: a
+// file:// store, S3's one checked request (s3Put, also under a prefix and
+// without its checksum header), and
+// gocloud.dev/blob's writer (a blob over 16 MiB, or a prefix that s3blob
+// escapes).
+func TestUploadChecksContent(t *testing.T) {
+	bk := newS3Bucket(t)
+	url := bk.srv.URL(bk.name)
+	stores := []struct {
+		name   string
+		b      *snapshots.BlobStore
+		direct bool
+		size   int
+	}{
+		{"file", openBlobs(t), false, 1 << 20},
+		{"s3", bk.open(t, snapshots.BlobConfig{}), true, 1 << 20},
+		{"s3-prefix", bk.openURL(t, url+"&prefix=hosts/a-1/", snapshots.BlobConfig{}), true, 1 << 20},
+		{"s3-no-checksum-header", bk.openURL(t, url+"&request_checksum_calculation=when_required", snapshots.BlobConfig{}), true, 1 << 20},
+		{"s3-large", bk.open(t, snapshots.BlobConfig{}), true, 16<<20 + 1},
+		{"s3-escaped-prefix", bk.openURL(t, url+"&prefix=odd__dir/", snapshots.BlobConfig{}), false, 1 << 20},
+	}
+	dir := t.TempDir()
+	for i, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			if got := snapshots.S3Put(st.b); got != st.direct {
+				t.Fatalf("the store uploads in one checked request: %v, want %v", got, st.direct)
+			}
+			ctx := t.Context()
+			data := bytes.Repeat([]byte{byte(i)}, st.size)
+			copy(data, st.name)
+			key := keyOf(data)
+			p := filepath.Join(dir, st.name)
+			must(t, os.WriteFile(p, data, 0o644))
+			changed := bytes.Clone(data)
+			changed[len(changed)/2] ^= 1
+			cases := []struct {
+				name    string
+				content []byte
+			}{
+				{"changed", changed},
+				{"shorter", data[:len(data)-1]},
+			}
+			for _, c := range cases {
+				must(t, os.WriteFile(p, c.content, 0o644))
+				f, err := os.Open(p)
+				must(t, err)
+				err = snapshots.Upload(st.b, ctx, key, int64(len(data)), f)
+				f.Close()
+				if !errors.Is(err, snapshots.ErrCorruptBlob) {
+					t.Errorf("%s: upload err = %v, want ErrCorruptBlob", c.name, err)
+				}
+				if ok, err := st.b.Exists(ctx, key); err != nil || ok {
+					t.Errorf("%s: Exists after a refused upload = %v, %v; want false", c.name, ok, err)
+				}
+			}
+			must(t, os.WriteFile(p, data, 0o644))
+			f, err := os.Open(p)
+			must(t, err)
+			defer f.Close()
+			must(t, snapshots.Upload(st.b, ctx, key, int64(len(data)), f))
+			r, err := st.b.Open(ctx, key)
+			must(t, err)
+			got, err := io.ReadAll(r)
+			must(t, r.Close())
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read back %d bytes (%v), want the %d uploaded", len(got), err, len(data))
 			}
 		})
 	}
