@@ -56,6 +56,15 @@ func loaded(b *testing.B, sandboxes, execs int) (*bus.Bus, []events.Entry) {
 	if err := l.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
+	// The raw baselines store the rows as the ledger stored them, links of
+	// the hash chain included.
+	var chain events.Chain
+	for i := range es {
+		var err error
+		if es[i], err = chain.Link(es[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return bb, es
 }
 
@@ -128,12 +137,14 @@ func applyValidated(ctx context.Context, inner adapters.ProjectionStore, c strin
 const rawSQLiteSchema = `
 CREATE TABLE alineo_events (id INTEGER PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL,
   step_idx INTEGER NOT NULL, branch INTEGER, event TEXT NOT NULL, payload TEXT, error TEXT,
-  ts INTEGER NOT NULL, ledger_seq INTEGER);
+  ts INTEGER NOT NULL, ledger_seq INTEGER, actor TEXT, prev_hash TEXT, hash TEXT);
 CREATE INDEX alineo_events_name_sandbox_ts ON alineo_events(name, sandbox_id, ts, id);
 CREATE UNIQUE INDEX alineo_events_ledger_seq ON alineo_events(ledger_seq);`
 
 // rawSQLite inserts es into a bare table of the same schema, in transactions
-// of projections.DefaultBatchSize rows with one prepared statement.
+// of projections.DefaultBatchSize rows with one prepared statement. Like the
+// store, it keeps each row's hash chain links (prev_hash, hash): they are the
+// rows' content, not the projector's cost.
 func rawSQLite(b *testing.B, es []events.Entry) time.Duration {
 	path := testenv.SQLitePath(b)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -154,12 +165,12 @@ func rawSQLite(b *testing.B, es []events.Entry) time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		st, err := tx.Prepare(`INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq) VALUES (?,?,?,?,?,?,?,?,?)`)
+		st, err := tx.Prepare(`INSERT INTO alineo_events (sandbox_id, name, step_idx, branch, event, payload, error, ts, ledger_seq, actor, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i, e := range es[lo:min(lo+projections.DefaultBatchSize, len(es))] {
-			if _, err := st.Exec(e.SandboxID, e.Name, e.StepIndex, nil, string(e.Event), string(e.Payload), nil, e.Ts, lo+i+1); err != nil {
+			if _, err := st.Exec(e.SandboxID, e.Name, e.StepIndex, nil, string(e.Event), string(e.Payload), nil, e.Ts, lo+i+1, nil, e.PrevHash, e.Hash); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -172,7 +183,8 @@ func rawSQLite(b *testing.B, es []events.Entry) time.Duration {
 }
 
 // rawPostgres copies es into a bare table of the same schema with COPY, in
-// chunks of projections.DefaultBatchSize rows.
+// chunks of projections.DefaultBatchSize rows, hash chain links included (see
+// rawSQLite).
 func rawPostgres(b *testing.B, dsn string, es []events.Entry) time.Duration {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -181,18 +193,19 @@ func rawPostgres(b *testing.B, dsn string, es []events.Entry) time.Duration {
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `CREATE TABLE raw_events (id BIGSERIAL PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL,
-  step_idx INTEGER NOT NULL, branch INTEGER, event TEXT NOT NULL, payload JSONB, error TEXT, ts BIGINT NOT NULL, ledger_seq BIGINT);
+  step_idx INTEGER NOT NULL, branch INTEGER, event TEXT NOT NULL, payload JSONB, error TEXT, ts BIGINT NOT NULL, ledger_seq BIGINT,
+  actor TEXT, prev_hash TEXT, hash TEXT);
 CREATE INDEX raw_events_name_sandbox_ts ON raw_events(name, sandbox_id, ts, id);
 CREATE UNIQUE INDEX raw_events_ledger_seq ON raw_events(ledger_seq);`); err != nil {
 		b.Fatal(err)
 	}
-	cols := []string{"sandbox_id", "name", "step_idx", "event", "payload", "ts", "ledger_seq"}
+	cols := []string{"sandbox_id", "name", "step_idx", "event", "payload", "ts", "ledger_seq", "prev_hash", "hash"}
 	start := time.Now()
 	for lo := 0; lo < len(es); lo += projections.DefaultBatchSize {
 		chunk := es[lo:min(lo+projections.DefaultBatchSize, len(es))]
 		rows := make([][]any, len(chunk))
 		for i, e := range chunk {
-			rows[i] = []any{e.SandboxID, e.Name, e.StepIndex, string(e.Event), string(e.Payload), e.Ts, int64(lo + i + 1)}
+			rows[i] = []any{e.SandboxID, e.Name, e.StepIndex, string(e.Event), string(e.Payload), e.Ts, int64(lo + i + 1), e.PrevHash, e.Hash}
 		}
 		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"raw_events"}, cols, pgx.CopyFromRows(rows)); err != nil {
 			b.Fatal(err)
