@@ -7,7 +7,10 @@
 // (temp file, fsync, rename), so a blob is either whole or absent. The same
 // URLs open a bucket that several hosts share: s3:// (AWS or any S3-compatible
 // store), gs:// and azblob://. Every read is checked against the key, and a
-// mismatch is a *CorruptBlobError. A remote store keeps what it reads in a
+// mismatch is a *CorruptBlobError; so is every write: a blob of at most 16 MiB
+// goes to S3 in one PutObject signed with its key, which the server checks,
+// and any other write is hashed again as it goes and aborted on a mismatch
+// (ErrCorruptBlob: the file changed after it was hashed). A remote store keeps what it reads in a
 // local cache, bounded in bytes, so restoring on the host that read a blob
 // before costs no download.
 //
@@ -42,6 +45,7 @@
 //
 // Of this module it imports checkpoints only, and gocloud.dev/blob with its file, s3, gcs
 // and azure drivers (the last two can be left out with the build tags
-// alineo_nogcs and alineo_noazure), golang.org/x/sync, golang.org/x/sys/unix
-// and the standard library; it must not import the rest of sandboxd.
+// alineo_nogcs and alineo_noazure), the AWS SDK's S3 client that s3blob is
+// built on, golang.org/x/sync, golang.org/x/sys/unix and the standard library;
+// it must not import the rest of sandboxd.
 package snapshots
