@@ -368,7 +368,7 @@ func (b *BlobStore) put(ctx context.Context, r io.Reader) (key string, size int6
 			return "", 0, false, fmt.Errorf("put blob: %w", err)
 		}
 		defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
-		if _, err := io.CopyBuffer(f, ctxReader{ctx, r}, make([]byte, 256<<10)); err != nil {
+		if _, err := copyBuffer(struct{ io.Writer }{f}, ctxReader{ctx, r}); err != nil {
 			return "", 0, false, fmt.Errorf("put blob: %w", err)
 		}
 		src = f
@@ -413,7 +413,8 @@ func (b *BlobStore) put(ctx context.Context, r io.Reader) (key string, size int6
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // copyBuffer is io.CopyBuffer through a pooled 1 MiB buffer (unused, as
-// io.CopyBuffer's, when src is an io.WriterTo or dst an io.ReaderFrom).
+// io.CopyBuffer's, when src is an io.WriterTo or dst an io.ReaderFrom: a
+// caller hides those methods to have it used).
 func copyBuffer(dst io.Writer, src io.Reader) (int64, error) {
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
@@ -454,7 +455,8 @@ func (b *BlobStore) upload(ctx context.Context, key string, size int64, src *os.
 		return fmt.Errorf("put blob %s in %s: %w", key, b.url, b.unreachable(err))
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(w, io.TeeReader(ctxReader{ctx, src}, h), make([]byte, 1<<20))
+	// Not through w.ReadFrom, which would copy through a fresh 1 MiB buffer.
+	n, err := copyBuffer(struct{ io.Writer }{w}, io.TeeReader(ctxReader{ctx, src}, h))
 	if err == nil && (n != size || hex.EncodeToString(h.Sum(nil)) != key) {
 		err = fmt.Errorf("%w: the content changed while it was stored", ErrCorruptBlob)
 	}
