@@ -107,6 +107,12 @@ func (p *s3Put) put(ctx context.Context, key string, size int64, f *os.File) err
 		in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
 	}
 	_, err = p.client.PutObject(ctx, in, hashed)
+	return putError(err)
+}
+
+// putError is what put returns for PutObject's err: a refusal of the bytes
+// wraps ErrCorruptBlob, a throttled or unavailable server ErrUnavailable.
+func putError(err error) error {
 	var ae smithy.APIError
 	switch {
 	case err == nil:
