@@ -38,10 +38,13 @@ const s3PutMax = 16 << 20
 // request, on loopback to versitygw. A seekable body also lets the SDK send
 // it again after a failure that it retries.
 //
-// Every server that checks SigV4 signatures checks the signed payload hash;
-// a URL with request_checksum_calculation=when_required (gocloud.dev's
-// setting for S3-compatible stores that refuse checksum headers) leaves the
-// checksum header out.
+// AWS S3 checks both, versitygw too (TestUploadChecksContent), and a SigV4
+// server checks the signed payload hash as part of the signature; a store
+// that checked neither would keep a changed file's bytes under the old key,
+// which every read of the blob, checked against its key, then refuses. A URL
+// with request_checksum_calculation=when_required (gocloud.dev's setting for
+// S3-compatible stores that refuse checksum headers) leaves the checksum
+// header out.
 type s3Put struct {
 	client   *s3.Client
 	bucket   string
