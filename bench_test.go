@@ -176,12 +176,16 @@ func commitP50s(b *testing.B, ctx context.Context, store adapters.Store, idle ti
 
 // withCommitsAround runs exec, a raw `echo hi`, between the two commits the
 // guarantee needs, made in ledger as the SDK makes them: step's
-// exec.started before it, its output with exec.completed after it.
+// exec.started before it, its output with exec.completed after it. Both go
+// through AppendBatch, which returns once its entries are durable in every
+// store; the bus's Append returns once the message is published, before the
+// stream acknowledges it (Sync waits for that), which would send the request
+// before exec.started is stored.
 func withCommitsAround(ctx context.Context, ledger adapters.Ledger, name, session string, step int, exec func() error) error {
 	started := events.New(time.Now().UnixMilli(), name, session, step, events.ExecStarted,
 		events.ExecStartedPayload{Seq: step, Kind: events.KindCommand, Cmd: "echo hi",
 			Fingerprint: events.Fingerprint(events.KindCommand, "echo hi")})
-	if err := ledger.Append(ctx, started); err != nil {
+	if err := ledger.AppendBatch(ctx, []events.Entry{started}); err != nil {
 		return err
 	}
 	if err := exec(); err != nil {
