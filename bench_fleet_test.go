@@ -3,6 +3,7 @@ package alineo_test
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"syscall"
@@ -80,7 +81,10 @@ var fleetLedgers = []struct {
 // exec in each kind of phase (it runs sandboxd's server, SQLite and the NATS
 // server too; execd and Postgres run in processes of their own);
 // raw-machine-cpu-us and the others the machine's busy time per exec (every
-// process and the kernel: testenv.MachineCPU). commit-p50-ms is the median
+// process and the kernel: testenv.MachineCPU). raw-allocs, raw-goroutines
+// and the others are this process's heap allocations and goroutines started
+// per exec: unlike the times, they do not vary with the machine's load, so
+// they show a change of the SDK's own path that the rates cannot resolve. commit-p50-ms is the median
 // of one-entry AppendBatch calls made every 10 ms while the raw client runs,
 // commit-sdk-p50-ms the same while the SDK runs (queued with its commits).
 func BenchmarkExecFleet(b *testing.B) {
@@ -220,6 +224,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		},
 	}
 	var cpu, machine [phaseKinds]time.Duration // this process's CPU time and the machine's busy time, per kind
+	var counts [phaseKinds]runtimeCounts
 	var commits [phaseKinds][]time.Duration
 	// phase runs k execs of the given kind on each sandbox at once and
 	// returns the aggregate execs/s.
@@ -227,7 +232,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
 		stop := commitProbe(ctx, ledger, fmt.Sprint("probe-", kind))
-		cpu0, m0 := processCPU(b), machineCPU(b)
+		cpu0, m0, c0 := processCPU(b), machineCPU(b), readRuntimeCounts()
 		start := time.Now()
 		for _, f := range fleet {
 			wg.Go(func() {
@@ -241,6 +246,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		}
 		wg.Wait()
 		took := time.Since(start)
+		counts[kind] = counts[kind].add(readRuntimeCounts().sub(c0))
 		cpu[kind] += processCPU(b) - cpu0
 		machine[kind] += machineCPU(b) - m0
 		commits[kind] = append(commits[kind], stop()...)
@@ -254,6 +260,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		phase(2, kind)
 	}
 	cpu, machine, commits = [phaseKinds]time.Duration{}, [phaseKinds]time.Duration{}, [phaseKinds][]time.Duration{}
+	counts = [phaseKinds]runtimeCounts{}
 	const rounds = 7
 	var rates [phaseKinds][]float64
 	var ratios, floors []float64
@@ -278,6 +285,8 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		b.ReportMetric(median(rates[kind]), name+"-execs/s")
 		b.ReportMetric(perExecUs(cpu[kind]), name+"-cpu-us")
 		b.ReportMetric(perExecUs(machine[kind]), name+"-machine-cpu-us")
+		b.ReportMetric(float64(counts[kind].allocs)/perExec, name+"-allocs")
+		b.ReportMetric(float64(counts[kind].goroutines)/perExec, name+"-goroutines")
 	}
 	b.ReportMetric(slices.Min(ratios), "ratio-min")
 	b.ReportMetric(slices.Max(ratios), "ratio-max")
@@ -288,6 +297,25 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	b.ReportMetric(ms(percentile(commits[rawPhase], 0.5)), "commit-p50-ms")
 	b.ReportMetric(ms(percentile(commits[sdkPhase], 0.5)), "commit-sdk-p50-ms")
 	return ratio, floor
+}
+
+// runtimeCounts are counters of this process's runtime.
+type runtimeCounts struct{ allocs, goroutines uint64 }
+
+// readRuntimeCounts reads the heap objects allocated and the goroutines
+// started so far.
+func readRuntimeCounts() runtimeCounts {
+	ss := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(ss)
+	return runtimeCounts{allocs: ss[0].Value.Uint64(), goroutines: ss[1].Value.Uint64()}
+}
+
+func (c runtimeCounts) add(d runtimeCounts) runtimeCounts {
+	return runtimeCounts{c.allocs + d.allocs, c.goroutines + d.goroutines}
+}
+
+func (c runtimeCounts) sub(d runtimeCounts) runtimeCounts {
+	return runtimeCounts{c.allocs - d.allocs, c.goroutines - d.goroutines}
 }
 
 // median returns the median of xs.
