@@ -53,13 +53,20 @@ func median(xs []float64) float64 {
 // rawMsgs returns the messages a raw JetStream publisher sends for es: with
 // headers, the messages the ledger publishes (the session name, a message id
 // per entry, the writer fence's expected sequence, here 0 on a fence subject
-// nobody holds); without, the payloads alone. Message ids are <epoch>.<n>,
-// the ledger's epoch being its fence's stream sequence, unique per sandbox:
-// here epoch0 plus the sandbox's index.
-func rawMsgs(cfg bus.Config, es []events.Entry, headers bool, epoch0 int) []*nats.Msg {
+// nobody holds); without, the payloads alone. Each payload is the entry the
+// ledger publishes, linked into its session's hash chain (the same prevHash
+// and hash), so both sides send and store the same bytes. Message ids are
+// <epoch>.<n>, the ledger's epoch being its fence's stream sequence, unique
+// per sandbox: here epoch0 plus the sandbox's index.
+func rawMsgs(b *testing.B, cfg bus.Config, es []events.Entry, headers bool, epoch0 int) []*nats.Msg {
 	msgs := make([]*nats.Msg, len(es))
 	epochs, counters := map[string]string{}, map[string]int{}
+	var chain events.Chain
 	for i, e := range es {
+		e, err := chain.Link(e)
+		if err != nil {
+			b.Fatal(err)
+		}
 		subj, _ := events.Subject(cfg.SubjectPrefix, e.SandboxID, e.Event)
 		data, _ := events.Marshal(e)
 		msgs[i] = &nats.Msg{Subject: subj, Data: data}
@@ -161,7 +168,7 @@ func BenchmarkAppend(b *testing.B) {
 	for round := range b.N * appendRounds {
 		es := mix(100, 20) // 100 × (1 + 20×22) = 44,100 events, new sandboxes
 		n += len(es)
-		pm, mm := rawMsgs(bb.Config(), es, false, 0), rawMsgs(bb.Config(), es, true, 1000*round)
+		pm, mm := rawMsgs(b, bb.Config(), es, false, 0), rawMsgs(b, bb.Config(), es, true, 1000*round)
 		var dPayloads, dSame, dBus time.Duration
 		for c := 0; c < len(es); c += appendChunk {
 			end := min(c+appendChunk, len(es))
