@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,6 +290,37 @@ func TestRecorderGroupsWhileLedgerBusy(t *testing.T) {
 		if !strings.HasSuffix(r, "\n") {
 			t.Errorf("row %q does not end a line", r)
 		}
+	}
+}
+
+// record: a group's linger runs from its first event, not from the start of
+// the stream, although the linger timer is armed as the response's headers
+// come: output within outputLinger of the group's first event joins it even
+// when the stream began more than outputLinger before that; and the group is
+// written once its own linger ends, before the command does.
+func TestRecorderLingerFromFirstEvent(t *testing.T) {
+	defer func(d time.Duration) { outputLinger = d }(outputLinger)
+	outputLinger = 300 * time.Millisecond
+	f := newFakeServer(t)
+	wrote := make(chan []string, 1)
+	var c *Client
+	var sb *Sandbox
+	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
+		event(w, fl, map[string]any{"type": "init", "text": "cmd-1"}) // the headers go with it
+		time.Sleep(200 * time.Millisecond)
+		event(w, fl, map[string]any{"type": "stdout", "text": "a"})
+		time.Sleep(150 * time.Millisecond) // the stream's first 300 ms are over, the group's are not
+		event(w, fl, map[string]any{"type": "stdout", "text": "b"})
+		time.Sleep(600 * time.Millisecond) // the group's linger ends meanwhile
+		wrote <- outputRows(t, c, sb, 1)
+		event(w, fl, map[string]any{"type": "execution_complete", "execution_time": 1})
+	}
+	c, sb = recorderEnv(t, f, nil)
+	if _, err := sb.Exec(context.Background(), "x").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := <-wrote, []string{"stdout:a\nb\n"}; !slices.Equal(got, want) {
+		t.Fatalf("exec.output rows before the command ended: %q, want %q: one group, written at the end of its own linger", got, want)
 	}
 }
 
