@@ -84,9 +84,10 @@ var fleetLedgers = []struct {
 // process and the kernel: testenv.MachineCPU). raw-allocs, raw-goroutines
 // and the others are this process's heap allocations and goroutines started
 // per exec: unlike the times, they do not vary with the machine's load, so
-// they show a change of the SDK's own path that the rates cannot resolve. commit-p50-ms is the median
-// of one-entry AppendBatch calls made every 10 ms while the raw client runs,
-// commit-sdk-p50-ms the same while the SDK runs (queued with its commits).
+// they show a change of the SDK's own path that the rates cannot resolve.
+// commit-p50-ms is the median of one-entry AppendBatch calls made every
+// 10 ms while the raw client runs, commit-sdk-p50-ms the same while the SDK
+// runs (queued with its commits).
 func BenchmarkExecFleet(b *testing.B) {
 	url := testenv.Sandboxd(b)
 	for _, n := range []int{16, 64} {

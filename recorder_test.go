@@ -302,9 +302,7 @@ func TestRecorderLingerFromFirstEvent(t *testing.T) {
 	defer func(d time.Duration) { outputLinger = d }(outputLinger)
 	outputLinger = 300 * time.Millisecond
 	f := newFakeServer(t)
-	wrote := make(chan []string, 1)
-	var c *Client
-	var sb *Sandbox
+	running, end := make(chan struct{}), make(chan struct{})
 	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
 		event(w, fl, map[string]any{"type": "init", "text": "cmd-1"}) // the headers go with it
 		time.Sleep(200 * time.Millisecond)
@@ -312,14 +310,19 @@ func TestRecorderLingerFromFirstEvent(t *testing.T) {
 		time.Sleep(150 * time.Millisecond) // the stream's first 300 ms are over, the group's are not
 		event(w, fl, map[string]any{"type": "stdout", "text": "b"})
 		time.Sleep(600 * time.Millisecond) // the group's linger ends meanwhile
-		wrote <- outputRows(t, c, sb, 1)
+		close(running)
+		<-end
 		event(w, fl, map[string]any{"type": "execution_complete", "execution_time": 1})
 	}
-	c, sb = recorderEnv(t, f, nil)
-	if _, err := sb.Exec(context.Background(), "x").Wait(); err != nil {
+	c, sb := recorderEnv(t, f, nil)
+	ex := sb.Exec(context.Background(), "x")
+	<-running
+	got := outputRows(t, c, sb, 1)
+	close(end)
+	if _, err := ex.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := <-wrote, []string{"stdout:a\nb\n"}; !slices.Equal(got, want) {
+	if want := []string{"stdout:a\nb\n"}; !slices.Equal(got, want) {
 		t.Fatalf("exec.output rows before the command ended: %q, want %q: one group, written at the end of its own linger", got, want)
 	}
 }
