@@ -1,12 +1,12 @@
 package alineo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
+	"strings"
 	"sync"
 
 	"github.com/alineo-labs/alineo/events"
@@ -75,7 +75,7 @@ func (e *Exec) Step() int { return e.step }
 // output). Wait may be called any number of times.
 func (e *Exec) Wait() (ExecResult, error) {
 	e.waitOnce.Do(func() {
-		var stdout, stderr bytes.Buffer
+		var stdout, stderr strings.Builder
 		err := e.out.each(func(c chunk) bool {
 			if c.stream == events.Stderr {
 				stderr.Write(c.data)

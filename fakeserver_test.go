@@ -44,7 +44,7 @@ type fakeServer struct {
 	conns     map[string]http.ConnState // by RemoteAddr: the state of each connection
 }
 
-func newFakeServer(t *testing.T) *fakeServer {
+func newFakeServer(t testing.TB) *fakeServer {
 	f := &fakeServer{sandboxes: map[string]string{}, conns: map[string]http.ConnState{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sandboxes", f.create)

@@ -40,15 +40,22 @@ const (
 type ledger struct {
 	store     adapters.Ledger
 	trusted   validated.Appender // store, when it takes validated entries; else nil
-	one       [1]events.Entry    // appendOne's batch; used by the drain goroutine only
 	name      string
 	sandboxID string
 	actor     string // every entry's Actor
 	now       func() time.Time
 
+	// The writer's own buffers, reused batch after batch: only the writer
+	// (one goroutine at a time, handed over under mu) uses them.
+	one   [1]events.Entry // appendOne's batch
+	batch []pendingEntry  // the batch taken from the queue
+	es    []events.Entry  // its entries, for appendBatch
+
 	slots chan struct{} // one per queued entry, bounds the queue
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// queue holds the entries queued and not yet taken by the writer; its
+	// array is reused once the writer has emptied it (reuse).
 	queue   []pendingEntry
 	running bool
 	lastTs  int64
@@ -183,12 +190,26 @@ func (l *ledger) writeLed(n int) {
 	l.mu.Lock()
 	if len(l.queue) == 0 {
 		l.running = false
-		l.queue = nil
 		l.mu.Unlock()
 		return
 	}
 	l.mu.Unlock()
 	go l.drain()
+}
+
+// scratchMax bounds the entries a buffer the ledger reuses may hold and be
+// kept: the array a burst grew is dropped once it is drained, not held for
+// the handle's life.
+const scratchMax = 64
+
+// reuse returns s emptied, its array cleared for the collector and kept to
+// be filled again, or nil when it grew beyond scratchMax.
+func reuse[T any](s []T) []T {
+	if cap(s) > scratchMax {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
 }
 
 // write emits an event and waits for it to be written. The write itself does not
@@ -215,26 +236,30 @@ func (l *ledger) drainBatch(limit int) bool {
 	n := min(len(l.queue), limit)
 	if n == 0 {
 		l.running = false
-		l.queue = nil
 		l.mu.Unlock()
 		return false
 	}
-	batch := make([]pendingEntry, n)
-	copy(batch, l.queue)
-	l.queue = l.queue[n:]
+	l.batch = append(l.batch[:0], l.queue[:n]...)
+	if n == len(l.queue) {
+		l.queue = reuse(l.queue)
+	} else {
+		clear(l.queue[:n])
+		l.queue = l.queue[n:]
+	}
 	l.mu.Unlock()
 
-	l.writeBatch(batch)
-	for range batch {
+	l.writeBatch(l.batch)
+	for range n {
 		<-l.slots
 	}
+	l.batch = reuse(l.batch)
 	return true
 }
 
 func (l *ledger) writeBatch(batch []pendingEntry) {
 	// Entries whose chain already failed are not written; an invalid entry
 	// fails alone (and its chain).
-	live := make([]pendingEntry, 0, len(batch))
+	live := batch[:0] // filtered in place: batch is the writer's own
 	for _, p := range batch {
 		if p.chain != nil && p.chain.err != nil {
 			p.done <- &chainError{err: p.chain.err}
@@ -255,11 +280,17 @@ func (l *ledger) writeBatch(batch []pendingEntry) {
 		l.finish(live[0], l.appendOne(ctx, live[0].e))
 		return
 	}
-	es := make([]events.Entry, len(live))
-	for i, p := range live {
-		es[i] = p.e
+	es := l.es[:0]
+	for _, p := range live {
+		es = append(es, p.e)
 	}
 	err := l.appendBatch(ctx, es)
+	// Kept only after a write that succeeded: one that failed (its ctx
+	// timed out, say) may have left es with a commit still in flight.
+	l.es = nil
+	if err == nil {
+		l.es = reuse(es)
+	}
 	if err == nil || errors.Is(err, adapters.ErrClosed) {
 		for _, p := range live {
 			l.finish(p, err)

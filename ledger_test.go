@@ -3,6 +3,8 @@ package alineo
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -364,5 +366,56 @@ func TestLedgerWriteMany(t *testing.T) {
 	}
 	if len(steps) != 4 || steps[2] != 2 || steps[3] != 3 {
 		t.Fatalf("stored steps %v, want [1 1 2 3]", steps)
+	}
+}
+
+// keepingStore fails its first AppendBatch as a store whose commit is still
+// in flight when its ctx times out does, keeping the batch it was given,
+// and stores everything else.
+type keepingStore struct {
+	fakeStore
+	kept []events.Entry // the first batch, as handed over
+	copy []events.Entry // its entries as they were then
+}
+
+func (s *keepingStore) AppendBatch(ctx context.Context, es []events.Entry) error {
+	if s.kept == nil {
+		s.kept, s.copy = es, slices.Clone(es)
+		return context.DeadlineExceeded
+	}
+	return s.fakeStore.AppendBatch(ctx, es)
+}
+
+// The writer reuses its buffers from batch to batch, but not one a failed
+// write was given: the store may still be reading it. Later batches then
+// leave it as it was, and every entry is stored once, in order.
+func TestLedgerKeepsNoBufferAFailedWriteHolds(t *testing.T) {
+	st := &keepingStore{}
+	l := newLedger(st, "keep", "sb-1")
+	for round := range 4 {
+		var done [3]<-chan error
+		ems := make([]emission, len(done))
+		for i := range ems {
+			step := 3*round + i + 1
+			ems[i] = emission{ev: events.ExecCompleted, step: step, payload: events.ExecCompletedPayload{Seq: step}}
+		}
+		if err := l.writeMany(context.Background(), nil, done[:], ems...); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range done {
+			if err := <-d; err != nil {
+				t.Fatalf("round %d entry %d: %v", round, i, err)
+			}
+		}
+	}
+	if len(st.kept) != 3 || !slices.EqualFunc(st.kept, st.copy, func(a, b events.Entry) bool { return reflect.DeepEqual(a, b) }) {
+		t.Fatalf("the failed batch's entries changed after the write failed:\n got %+v\nwant %+v", st.kept, st.copy)
+	}
+	var steps []int
+	for _, e := range st.all() {
+		steps = append(steps, e.StepIndex)
+	}
+	if want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; !equalInts(steps, want) {
+		t.Fatalf("stored steps %v, want %v", steps, want)
 	}
 }

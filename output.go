@@ -30,7 +30,7 @@ type output struct {
 	refetch func(ctx context.Context, from, to int) ([]chunk, error)
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every change
+	changed chan struct{} // closed on every change; made by the first to wait for it (waitLocked)
 	chunks  []chunk       // chunks[i] is chunk number base+i
 	base    int
 	size    int // bytes in chunks
@@ -48,12 +48,25 @@ type output struct {
 type outputReader struct{ pos int }
 
 func newOutput(window int, refetch func(ctx context.Context, from, to int) ([]chunk, error)) *output {
-	return &output{window: window, refetch: refetch, changed: make(chan struct{}), readers: map[*outputReader]struct{}{}}
+	return &output{window: window, refetch: refetch, readers: map[*outputReader]struct{}{}}
 }
 
+// broadcastLocked wakes every waiter (waitLocked).
 func (o *output) broadcastLocked() {
-	close(o.changed)
-	o.changed = make(chan struct{})
+	if o.changed != nil {
+		close(o.changed)
+		o.changed = nil
+	}
+}
+
+// waitLocked returns the channel the next change closes: a waiter takes it
+// with o.mu held, then waits on it without. A change with no waiter costs
+// no channel.
+func (o *output) waitLocked() <-chan struct{} {
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	return o.changed
 }
 
 // dropLocked drops the oldest chunks while the window is full, but none that an
@@ -95,7 +108,7 @@ func (o *output) publishThen(ctx context.Context, c chunk, last bool, err error)
 		if o.size < o.window || len(o.readers) == 0 {
 			break
 		}
-		ch := o.changed
+		ch := o.waitLocked()
 		o.mu.Unlock()
 		select {
 		case <-ch:
@@ -156,7 +169,7 @@ func (o *output) bytes() (stdout, stderr int64) {
 func (o *output) result() error {
 	o.mu.Lock()
 	for !o.done {
-		ch := o.changed
+		ch := o.waitLocked()
 		o.mu.Unlock()
 		<-ch
 		o.mu.Lock()
@@ -220,7 +233,7 @@ func (o *output) each(f func(chunk) bool) error {
 			o.mu.Unlock()
 			return err
 		}
-		ch := o.changed
+		ch := o.waitLocked()
 		o.mu.Unlock()
 		<-ch
 	}

@@ -79,6 +79,9 @@ type recorder struct {
 	stream *opensandbox.Stream
 	cancel context.CancelCauseFunc // cancels the stream's context
 
+	// Made with the first group queued apart from exec.completed (await),
+	// under qmu: a short command's only group, written with exec.completed,
+	// needs none of them.
 	inFlight  chan struct{}     // a token per group queued and not yet delivered
 	queue     chan pendingChunk // groups queued for the ledger, in order, to deliver
 	delivered chan error        // deliver's first error, once queue is closed
@@ -111,25 +114,18 @@ type recorder struct {
 }
 
 func newRecorder(e *Exec, lines bool) *recorder {
-	return &recorder{
-		e:         e,
-		lines:     lines,
-		linger:    outputLinger,
-		inFlight:  make(chan struct{}, maxInFlight),
-		queue:     make(chan pendingChunk, maxInFlight),
-		delivered: make(chan error, 1),
-	}
+	return &recorder{e: e, lines: lines, linger: outputLinger}
 }
 
 // run drives the exec on ex: exec.started was queued when it was called
-// (started is the result of its write). ctx is cancelled by Close and Pause.
-func (e *Exec) run(ctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc, lines bool) {
-	newRecorder(e, lines).run(ctx, ex, started, open)
+// (started is the result of its write). ctx is the exec's own: cancel,
+// which Close and Pause call too, cancels it, and the recorder calls it
+// when a write or a delivery fails.
+func (e *Exec) run(ctx context.Context, cancel context.CancelCauseFunc, ex *opensandbox.Execd, started <-chan error, open openFunc, lines bool) {
+	newRecorder(e, lines).run(ctx, cancel, ex, started, open)
 }
 
-func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-chan error, open openFunc) {
-	pctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+func (r *recorder) run(pctx context.Context, cancel context.CancelCauseFunc, ex *opensandbox.Execd, started <-chan error, open openFunc) {
 	r.cancel = cancel
 	// The request's context follows pctx while the stream runs, and no
 	// longer once record is done: the rest of a finished response is then
@@ -148,7 +144,7 @@ func (r *recorder) run(ctx context.Context, ex *opensandbox.Execd, started <-cha
 	defer r.stream.Close()
 	r.record(pctx)
 	unlink()
-	r.finish(ctx, pctx)
+	r.finish(pctx)
 }
 
 // openStream sends the request, under sctx, once exec.started is written:
@@ -349,6 +345,11 @@ func (r *recorder) flush(pctx context.Context, g *openGroup) bool {
 // flight. It reports false, setting stopped, if pctx ends first. Called
 // with qmu held.
 func (r *recorder) await(pctx context.Context) bool {
+	if r.inFlight == nil { // the first group queued apart from exec.completed
+		r.inFlight = make(chan struct{}, maxInFlight)
+		r.queue = make(chan pendingChunk, maxInFlight)
+		r.delivered = make(chan error, 1)
+	}
 	select {
 	case r.inFlight <- struct{}{}:
 		return true
@@ -443,7 +444,7 @@ func (r *recorder) ended() bool {
 // error. The last group and exec.completed are queued in one batch, so both
 // are written together, when the stream ended well (not when output is
 // redacted: the redaction may still hold some back).
-func (r *recorder) finish(ctx, pctx context.Context) {
+func (r *recorder) finish(pctx context.Context) {
 	r.stopLinger()
 	r.qmu.Lock()
 	r.finished = true
@@ -452,11 +453,13 @@ func (r *recorder) finish(ctx, pctx context.Context) {
 		if g != nil && r.e.red == nil && r.ended() {
 			r.queueLast(pctx, g.stream, g.data)
 		} else if g == nil || r.queueGroup(pctx, g.stream, g.data) {
-			r.complete(ctx, pctx)
+			r.complete(pctx)
 		}
 	}
 	r.qmu.Unlock()
-	close(r.queue)
+	if r.queue != nil { // made before finish took qmu, if at all
+		close(r.queue)
+	}
 	var perr error
 	if r.delivering {
 		perr = <-r.delivered
@@ -469,7 +472,7 @@ func (r *recorder) finish(ctx, pctx context.Context) {
 	if perr != nil || r.emitErr != nil {
 		r.cancel(errors.Join(perr, r.emitErr))
 	}
-	if err := r.failure(ctx, pctx, perr); err != nil {
+	if err := r.failure(pctx, perr); err != nil {
 		r.e.fail(err)
 		return
 	}
@@ -488,7 +491,7 @@ func (r *recorder) openGroup() *openGroup {
 // written together; being in the exec's chain, it is not written if an output
 // row failed. It queues nothing if the stream did not end well. Called with
 // qmu held.
-func (r *recorder) complete(ctx, pctx context.Context) {
+func (r *recorder) complete(pctx context.Context) {
 	if r.emitErr = r.flushRedacted(pctx); r.emitErr != nil || !r.ended() {
 		return
 	}
@@ -496,7 +499,7 @@ func (r *recorder) complete(ctx, pctx context.Context) {
 	var buf [3]emission
 	var done [3]<-chan error
 	ems := e.appendCompletion(buf[:0], r.res)
-	r.emitErr = e.sb.ledger.writeMany(ctx, e.chain, done[:len(ems)], ems...)
+	r.emitErr = e.sb.ledger.writeMany(pctx, e.chain, done[:len(ems)], ems...)
 	if r.emitErr == nil {
 		r.completed = done[len(ems)-1]
 	}
@@ -504,9 +507,9 @@ func (r *recorder) complete(ctx, pctx context.Context) {
 
 // failure returns the exec's error when it did not complete: the first
 // failed write or delivery (perr), a write that could not be queued, or how
-// the stream ended early (wrapping ctx's cause: closed, paused or cancelled by
+// the stream ended early (wrapping pctx's cause: closed, paused or cancelled by
 // the caller). It returns nil when exec.completed was queued.
-func (r *recorder) failure(ctx, pctx context.Context, perr error) error {
+func (r *recorder) failure(pctx context.Context, perr error) error {
 	e := r.e
 	switch {
 	case perr != nil:
@@ -522,7 +525,7 @@ func (r *recorder) failure(ctx, pctx context.Context, perr error) error {
 			streamErr = opensandbox.ErrStreamTruncated
 		}
 	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(streamErr, cause) {
+	if cause := context.Cause(pctx); cause != nil && !errors.Is(streamErr, cause) {
 		streamErr = fmt.Errorf("%w: %w", cause, streamErr)
 	}
 	return &ExecConnectionError{SandboxID: e.sb.id, Step: e.step, Err: streamErr}

@@ -155,7 +155,14 @@ func TestRecorderOpenWaitsForStartedCommit(t *testing.T) {
 // response (here, the server returns 50 ms after the terminal event) is
 // drained and the connection goes back to the pool for the next exec, as
 // the raw client's does; cancelling the request as the exec ended closed it.
+// So does a caller's context cancelled as soon as Wait returns (a deferred
+// cancel): the request no longer follows it once the stream has ended.
 func TestRecorderKeepsConnection(t *testing.T) {
+	t.Run("background", func(t *testing.T) { testKeepsConnection(t, false) })
+	t.Run("cancelled after Wait", func(t *testing.T) { testKeepsConnection(t, true) })
+}
+
+func testKeepsConnection(t *testing.T, cancelAfter bool) {
 	f := newFakeServer(t)
 	f.script = func(w http.ResponseWriter, fl http.Flusher, cmd string) {
 		defaultScript(w, fl, cmd)
@@ -164,9 +171,15 @@ func TestRecorderKeepsConnection(t *testing.T) {
 	remote := make(chan string, 1)
 	f.arrived = func(_, addr string) { remote <- addr }
 	_, sb := recorderEnv(t, f, nil)
-	if _, err := sb.Exec(context.Background(), "echo hi").Wait(); err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !cancelAfter {
+		ctx = context.Background()
+	}
+	if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
 		t.Fatal(err)
 	}
+	cancel()
 	addr := <-remote
 	testenv.Eventually(t, 5*time.Second, func() error {
 		if s := f.connState(addr); s != http.StateIdle && s != http.StateClosed {

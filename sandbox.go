@@ -263,7 +263,7 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 		if lead {
 			s.ledger.writeLed(1)
 		}
-		e.run(ectx, ex, started, call.open, call.lines)
+		e.run(ectx, cancel, ex, started, call.open, call.lines)
 	}()
 	return e
 }

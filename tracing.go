@@ -60,8 +60,10 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 // span starts a span of the sandbox's operation name under its sandbox.run
 // span, linked to the caller's span when ctx has another one.
 func (s *Sandbox) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{trace.WithAttributes(attrSandboxID.String(s.id))}
-	opts = append(opts, trace.WithAttributes(attrs...))
+	all := make([]attribute.KeyValue, 0, 1+len(attrs))
+	all = append(append(all, attrSandboxID.String(s.id)), attrs...)
+	opts := make([]trace.SpanStartOption, 1, 2)
+	opts[0] = trace.WithAttributes(all...)
 	parent := ctx
 	if s.run != nil {
 		if caller := trace.SpanContextFromContext(ctx); caller.IsValid() && caller.SpanID() != s.run.SpanContext().SpanID() {
@@ -96,6 +98,10 @@ func (e *Exec) endSpanOnFinish(span trace.Span) {
 }
 
 func (e *Exec) finishSpan(span trace.Span, replayed bool, err error, stdout, stderr int64) {
+	if !span.IsRecording() { // the no-op provider's: nothing to set
+		span.End()
+		return
+	}
 	span.SetAttributes(attrReplayed.Bool(replayed), attrExitCode.Int(e.exitCode),
 		attrStdout.Int64(stdout), attrStderr.Int64(stderr))
 	if err == nil && e.exitCode != 0 {
