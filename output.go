@@ -3,6 +3,7 @@ package alineo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/alineo-labs/alineo/events"
@@ -33,8 +34,8 @@ type output struct {
 	changed chan struct{} // closed on every change; made by the first to wait for it (waitLocked)
 	chunks  []chunk       // chunks[i] is chunk number base+i
 	base    int
-	size    int // bytes in chunks
-	readers map[*outputReader]struct{}
+	size    int             // bytes in chunks
+	readers []*outputReader // attached: few, often one (Wait's)
 	done    bool
 	err     error // the exec's terminal error, valid once done
 	// onDone, when set, runs once as the output ends, before any reader
@@ -48,7 +49,7 @@ type output struct {
 type outputReader struct{ pos int }
 
 func newOutput(window int, refetch func(ctx context.Context, from, to int) ([]chunk, error)) *output {
-	return &output{window: window, refetch: refetch, readers: map[*outputReader]struct{}{}}
+	return &output{window: window, refetch: refetch}
 }
 
 // broadcastLocked wakes every waiter (waitLocked).
@@ -73,7 +74,7 @@ func (o *output) waitLocked() <-chan struct{} {
 // attached reader has not passed yet.
 func (o *output) dropLocked() {
 	limit := o.base + len(o.chunks)
-	for r := range o.readers {
+	for _, r := range o.readers {
 		limit = min(limit, r.pos)
 	}
 	n := 0
@@ -184,11 +185,11 @@ func (o *output) result() error {
 func (o *output) each(f func(chunk) bool) error {
 	r := &outputReader{}
 	o.mu.Lock()
-	o.readers[r] = struct{}{}
+	o.readers = append(o.readers, r)
 	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
-		delete(o.readers, r)
+		o.readers = slices.DeleteFunc(o.readers, func(x *outputReader) bool { return x == r })
 		o.broadcastLocked()
 		o.mu.Unlock()
 	}()

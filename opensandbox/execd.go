@@ -252,8 +252,13 @@ func exactHeader(on bool) http.Header {
 	if !on {
 		return nil
 	}
-	return http.Header{HeaderExactOutput: {"1"}}
+	return exactOn
 }
+
+// exactOn is exactHeader's header, shared by every request: the transport
+// copies its values' slices into a request's own header, which never
+// changes them.
+var exactOn = http.Header{HeaderExactOutput: {"1"}}
 
 type commandWire struct {
 	Command    string            `json:"command"`
