@@ -77,7 +77,7 @@ type recorder struct {
 	lines bool // output events are lines of a shell command, not raw bytes
 
 	stream *opensandbox.Stream
-	cancel context.CancelCauseFunc // cancels the stream's context
+	cancel context.CancelCauseFunc // cancels the exec's context, and with it the stream's
 
 	// Made with the first group queued apart from exec.completed (await),
 	// under qmu: a short command's only group, written with exec.completed,
@@ -342,8 +342,8 @@ func (r *recorder) flush(pctx context.Context, g *openGroup) bool {
 }
 
 // await waits for an inFlight token: for fewer than maxInFlight groups in
-// flight. It reports false, setting stopped, if pctx ends first. Called
-// with qmu held.
+// flight. It reports false, setting stopped, if pctx ends first. The first
+// call makes the channels deliver uses. Called with qmu held.
 func (r *recorder) await(pctx context.Context) bool {
 	if r.inFlight == nil { // the first group queued apart from exec.completed
 		r.inFlight = make(chan struct{}, maxInFlight)
