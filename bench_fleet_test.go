@@ -204,15 +204,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	defer cancel()
 	fleet := openFleet(b, ctx, client, n)
 	perSandbox := max(8, 640/n) // execs of each sandbox in a phase
-	raw := func(f fleetSandbox) error {
-		s, err := f.raw.RunCommand(ctx, opensandbox.CommandRequest{Command: "echo hi"})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		_, err = s.Wait()
-		return err
-	}
+	raw := func(f fleetSandbox) error { return rawEcho(ctx, f.raw) }
 	execs := [phaseKinds]func(fleetSandbox) error{
 		rawPhase: raw,
 		sdkPhase: func(f fleetSandbox) error {
@@ -230,29 +222,16 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	// phase runs k execs of the given kind on each sandbox at once and
 	// returns the aggregate execs/s.
 	phase := func(k, kind int) float64 {
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
 		stop := commitProbe(ctx, ledger, fmt.Sprint("probe-", kind))
 		cpu0, m0, c0 := processCPU(b), machineCPU(b), readRuntimeCounts()
 		start := time.Now()
-		for _, f := range fleet {
-			wg.Go(func() {
-				for range k {
-					if err := execs[kind](f); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		err := atOnce(fleet, k, execs[kind])
 		took := time.Since(start)
 		counts[kind] = counts[kind].add(readRuntimeCounts().sub(c0))
 		cpu[kind] += processCPU(b) - cpu0
 		machine[kind] += machineCPU(b) - m0
 		commits[kind] = append(commits[kind], stop()...)
-		close(errs)
-		for err := range errs {
+		if err != nil {
 			b.Fatal(err)
 		}
 		return float64(n*k) / took.Seconds()
@@ -300,23 +279,56 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	return ratio, floor
 }
 
-// runtimeCounts are counters of this process's runtime.
-type runtimeCounts struct{ allocs, goroutines uint64 }
+// rawEcho runs `echo hi` through the raw client ex and waits for its end.
+func rawEcho(ctx context.Context, ex *opensandbox.Execd) error {
+	s, err := ex.RunCommand(ctx, opensandbox.CommandRequest{Command: "echo hi"})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = s.Wait()
+	return err
+}
 
-// readRuntimeCounts reads the heap objects allocated and the goroutines
+// atOnce runs exec k times in a row on each of xs, all of xs at once, each
+// in a goroutine of its own, and returns the first error of those that
+// failed (each stops at its first).
+func atOnce[T any](xs []T, k int, exec func(T) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(xs))
+	for _, x := range xs {
+		wg.Go(func() {
+			for range k {
+				if err := exec(x); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// runtimeCounts are counters of this process's runtime.
+type runtimeCounts struct{ allocs, bytes, goroutines uint64 }
+
+// readRuntimeCounts reads the heap objects and bytes allocated (tiny
+// objects, combined into 16-byte blocks, not counted) and the goroutines
 // started so far.
 func readRuntimeCounts() runtimeCounts {
-	ss := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/sched/goroutines-created:goroutines"}}
+	ss := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}, {Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(ss)
-	return runtimeCounts{allocs: ss[0].Value.Uint64(), goroutines: ss[1].Value.Uint64()}
+	return runtimeCounts{allocs: ss[0].Value.Uint64(), bytes: ss[1].Value.Uint64(), goroutines: ss[2].Value.Uint64()}
 }
 
 func (c runtimeCounts) add(d runtimeCounts) runtimeCounts {
-	return runtimeCounts{c.allocs + d.allocs, c.goroutines + d.goroutines}
+	return runtimeCounts{c.allocs + d.allocs, c.bytes + d.bytes, c.goroutines + d.goroutines}
 }
 
 func (c runtimeCounts) sub(d runtimeCounts) runtimeCounts {
-	return runtimeCounts{c.allocs - d.allocs, c.goroutines - d.goroutines}
+	return runtimeCounts{c.allocs - d.allocs, c.bytes - d.bytes, c.goroutines - d.goroutines}
 }
 
 // median returns the median of xs.

@@ -186,7 +186,7 @@ func (r *recorder) openStream(pctx, sctx context.Context, ex *opensandbox.Execd,
 	// instead of 1.047 (means of six runs each, alternated). The timer fires
 	// no earlier than a group's linger ends (lingerEnded).
 	r.mu.Lock()
-	r.armLocked(pctx, r.linger)
+	r.armLocked(pctx)
 	r.mu.Unlock()
 	return nil
 }
@@ -251,7 +251,7 @@ func (r *recorder) record(pctx context.Context) {
 		r.mu.Lock()
 		r.open = g
 		if !r.armed {
-			r.armLocked(pctx, r.linger)
+			r.armLocked(pctx)
 		}
 		r.mu.Unlock()
 	}
@@ -272,15 +272,15 @@ func (r *recorder) take(g *openGroup) *openGroup {
 	return g
 }
 
-// armLocked arms the linger timer to run lingerEnded in d. Called with mu
-// held.
-func (r *recorder) armLocked(pctx context.Context, d time.Duration) {
+// armLocked arms the linger timer to run lingerEnded in a linger. Called
+// with mu held.
+func (r *recorder) armLocked(pctx context.Context) {
 	r.armed = true
 	if r.timer == nil {
-		r.timer = time.AfterFunc(d, func() { r.lingerEnded(pctx) })
+		r.timer = time.AfterFunc(r.linger, func() { r.lingerEnded(pctx) })
 		return
 	}
-	r.timer.Reset(d)
+	r.timer.Reset(r.linger)
 }
 
 // lingerEnded runs on the linger timer: it queues the open group if its

@@ -171,10 +171,10 @@ func testKeepsConnection(t *testing.T, cancelAfter bool) {
 	remote := make(chan string, 1)
 	f.arrived = func(_, addr string) { remote <- addr }
 	_, sb := recorderEnv(t, f, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if !cancelAfter {
-		ctx = context.Background()
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if cancelAfter {
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
 	}
 	if _, err := sb.Exec(ctx, "echo hi").Wait(); err != nil {
 		t.Fatal(err)
