@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
+
+	"modernc.org/sqlite"
 
 	"github.com/alineo-labs/alineo/events"
 )
@@ -19,17 +22,19 @@ import (
 // it forgets them and reads each session's head from its rows again.
 //
 // The probe is skipped when nothing can have written since this store's
-// last commit: the writer connection's PRAGMA data_version (which changes
-// when another connection, of this process or another, commits to the
-// file) is the one seen then, on the same connection, and the writer ran no
-// other transaction meanwhile (writerState). The pragma reads no page: the
-// probe was most of what the chain added to a commit.
+// last commit: the writer connection's data version (SQLite's
+// SQLITE_FCNTL_DATA_VERSION, which changes with every commit to the file,
+// this connection's and any other connection's, of this process or
+// another: the latter seen when this connection next begins a
+// transaction) is, inside the transaction, the one read right after this
+// store's last commit, on the same connection. It is read with a file
+// control on the driver's connection, neither a statement nor a page: the
+// probe, then PRAGMA data_version (about 25 allocations a commit through
+// database/sql), were most of what the chain added to a commit.
 
 const (
 	// lastRow is the table's last row.
 	lastRow = `SELECT id, COALESCE(hash, '') FROM alineo_events ORDER BY id DESC LIMIT 1`
-	// dataVersion changes when another connection committed to the file.
-	dataVersion = `PRAGMA data_version`
 	// sessionHead is a session's last row's hash ("" when it has none).
 	sessionHead = `SELECT COALESCE(hash, '') FROM alineo_events WHERE name = ? AND sandbox_id = ? ORDER BY id DESC LIMIT 1`
 )
@@ -46,17 +51,32 @@ type headCache struct {
 	lastID   int64
 	lastHash string
 	m        map[events.Session]string
-	// at is when the heads were last known current: the writer's stamp
-	// and data_version in the last commit.
+	// at is when the heads were last known current: the writer's state
+	// right after the last commit.
 	at writerState
 }
 
 // writerState is what tells whether anything but this store's appends wrote
-// to the file: the writer connection (its ordinal), the writer's other
-// transactions (their count) and the connection's data_version.
+// to the file: the writer connection (its ordinal) and its data version.
 type writerState struct {
-	conn, others uint64
-	dataVersion  int64
+	conn        uint64
+	dataVersion uint32
+}
+
+// connDataVersion returns the data version of the driver's connection c
+// (SQLITE_FCNTL_DATA_VERSION of its main database).
+func connDataVersion(c *sql.Conn) (uint32, error) {
+	var v uint32
+	err := c.Raw(func(dc any) error {
+		fc, ok := dc.(sqlite.FileControl)
+		if !ok {
+			return fmt.Errorf("driver connection %T has no file control", dc)
+		}
+		var err error
+		v, err = fc.FileControlDataVersion("main")
+		return err
+	})
+	return v, err
 }
 
 // headsMoved is what a commit tells the cache.
@@ -71,15 +91,12 @@ type headsMoved struct {
 type queryRower func(ctx context.Context, tx *sql.Tx, q string, a ...any) *sql.Row
 
 // seed returns a chain holding the head of every session of appends that
-// has rows, and the writer's state it saw (now, with data_version added).
-// Called inside the commit's immediate transaction.
-func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appends [][]events.Entry, now writerState) (events.Chain, writerState, error) {
+// has rows. Called inside the commit's immediate transaction; now is the
+// writer's state read there.
+func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appends [][]events.Entry, now writerState) (events.Chain, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var chain events.Chain
-	if err := query(ctx, tx, dataVersion).Scan(&now.dataVersion); err != nil {
-		return chain, now, err
-	}
 	if c.m == nil || c.lastID < 0 || now != c.at || len(c.m) > maxHeadsKept {
 		var id int64
 		var h string
@@ -88,7 +105,7 @@ func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appe
 			id, err = 0, nil
 		}
 		if err != nil {
-			return chain, now, err
+			return chain, err
 		}
 		if id != c.lastID || h != c.lastHash || c.m == nil || len(c.m) > maxHeadsKept {
 			c.m = make(map[events.Session]string) // someone else wrote: read the heads again
@@ -117,11 +134,11 @@ func (c *headCache) seed(ctx context.Context, tx *sql.Tx, query queryRower, appe
 				// SDK's) starts its chain at "".
 				chain.Seed(k, h)
 			case !errors.Is(err, sql.ErrNoRows):
-				return chain, now, err
+				return chain, err
 			}
 		}
 	}
-	return chain, now, nil
+	return chain, nil
 }
 
 // moved records a commit's outcome: the heads it moved when it committed,

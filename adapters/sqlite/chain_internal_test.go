@@ -36,8 +36,8 @@ func started(step int) events.Entry {
 
 // TestChainAcrossStores: two stores on one file append to the same session in
 // turn. Each commit follows the other store's, whose rows its remembered
-// heads do not know: the connection's data_version tells it, so it reads the
-// head again. Trusting the heads while data_version is unchanged is the
+// heads do not know: the connection's data version tells it, so it reads the
+// head again. Trusting the heads while the data version is unchanged is the
 // fast path; this would fork the chain if it ignored another connection.
 func TestChainAcrossStores(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
@@ -57,7 +57,7 @@ func TestChainAcrossStores(t *testing.T) {
 
 // TestChainAfterApply: rows a projector applies to the store's own writer
 // (not a commit of appends) move the session's head; the next append links
-// after them, though data_version did not change (same connection).
+// after them: that commit moved the connection's data version.
 func TestChainAfterApply(t *testing.T) {
 	s := openT(t, filepath.Join(t.TempDir(), "l.db"))
 	ctx := context.Background()
@@ -85,7 +85,7 @@ func TestChainAfterApply(t *testing.T) {
 
 // TestNewWriterConnectionIsCounted: a writer connection dropped (as
 // caughtUp drops one it could not set back) is replaced by one with a
-// data_version of its own; the count of connections tells the heads apart.
+// data version of its own; the count of connections tells the heads apart.
 func TestNewWriterConnectionIsCounted(t *testing.T) {
 	s := openT(t, filepath.Join(t.TempDir(), "l.db"))
 	ctx := context.Background()
@@ -113,6 +113,37 @@ func TestNewWriterConnectionIsCounted(t *testing.T) {
 		t.Fatalf("heads last known current on connection %d, want %d", s.heads.at.conn, before+1)
 	}
 	checkChain(t, s, "job", "S", 2)
+}
+
+// TestHeadsCurrentAfterOwnCommit: a commit leaves its heads known current
+// at the writer connection's data version after it, so that the store's
+// next commit, nobody else having written, trusts them without a probe
+// (the data version moves with this store's own commits too).
+func TestHeadsCurrentAfterOwnCommit(t *testing.T) {
+	s := openT(t, filepath.Join(t.TempDir(), "l.db"))
+	ctx := context.Background()
+	for step := 1; step <= 3; step++ {
+		if err := s.Append(ctx, started(step)); err != nil {
+			t.Fatal(err)
+		}
+		w, _, err := s.dbs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := w.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := connDataVersion(conn)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (writerState{conn: s.writerConns.Load(), dataVersion: v}); s.heads.at != want {
+			t.Fatalf("after append %d the heads are known current at %+v, want %+v", step, s.heads.at, want)
+		}
+	}
+	checkChain(t, s, "job", "S", 3)
 }
 
 func openT(t *testing.T, path string) *Store {

@@ -94,12 +94,11 @@ type Store struct {
 	unchained bool
 	// heads remembers the chain heads this store committed (chain.go).
 	heads headCache
-	// writerConns counts the writer connections opened (a new one has a
-	// data_version of its own), otherWrites the writer's transactions other
-	// than appends (apply, delete, ...), each counted inside it: both tell
-	// a commit whether the heads it remembers may be trusted without a
-	// probe (headCache.seed).
-	writerConns, otherWrites atomic.Uint64
+	// writerConns counts the writer connections opened: a new one has a
+	// data version of its own, so the count tells, with the data version,
+	// whether the heads a commit remembers may be trusted without a probe
+	// (headCache.seed).
+	writerConns atomic.Uint64
 	// initSem serialises first use: one goroutine migrates while the others
 	// wait (or give up when their ctx ends). A failed init is retried by the
 	// next call.

@@ -117,7 +117,7 @@ func (s *Store) prepared(ctx context.Context, w *sql.DB, q string) (*sql.Stmt, e
 }
 
 // appendQueries are the statements the append path prepares (prepareAppends).
-var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, dataVersion, lastRow, sessionHead}
+var appendQueries = []string{insertRows(1), insertRows(2), insertRows(3), insertRows(4), addExecs, lastRow, sessionHead}
 
 // prepareAppends prepares appendQueries on the writer, once, outside any
 // transaction: the writer has one connection, which a transaction holds.
@@ -171,15 +171,11 @@ func args(dst []any, e events.Entry, seq uint64) []any {
 	return append(dst, e.SandboxID, e.Name, int64(e.StepIndex), branch, string(e.Event), payload, errText, e.Ts, ledgerSeq, actor, prev, hash)
 }
 
-// write runs f in one immediate transaction on the writer connection. It
-// counts the transaction in otherWrites, inside it: the next append's
-// commit, which runs after it on the one writer connection, does not trust
-// the heads it remembers (headCache.seed) whatever f wrote.
+// write runs f in one immediate transaction on the writer connection. Its
+// commit moves the connection's data version: the next append's commit
+// does not trust the heads it remembers (headCache.seed) whatever f wrote.
 func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
-	return s.translate(op, s.inTx(ctx, func(tx *sql.Tx) error {
-		s.otherWrites.Add(1)
-		return f(tx)
-	}))
+	return s.translate(op, s.inTx(ctx, f))
 }
 
 // inTx is write with the driver's error untranslated.
@@ -290,51 +286,88 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 			return err
 		}
 	}
-	var moved headsMoved
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if s.unchained {
-			return s.insertUnchained(ctx, tx, appends, n)
-		}
-		// Read here, inside the transaction: a write that bumps them ran
-		// before it, on the one writer connection.
-		now := writerState{conn: s.writerConns.Load(), others: s.otherWrites.Load()}
-		chain, at, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends, now)
-		if err != nil {
-			return err
-		}
-		moved.at = at
-		var d summary.Deltas
-		var last sql.Result
-		a := make([]any, 0, cols*min(n, chunk))
-		left := n
-		for _, es := range appends {
-			for _, e := range es {
-				if e, err = chain.Link(e); err != nil {
-					return err
-				}
-				a = args(a, e, 0)
-				d.Add(e)
-				moved.lastHash = e.Hash
-				if rows := len(a) / cols; rows == chunk || rows == left {
-					if last, err = s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
-						return err
-					}
-					left -= rows
-					a = a[:0]
-				}
-			}
-		}
-		if moved.lastID, err = last.LastInsertId(); err != nil {
-			return err
-		}
-		moved.chain, moved.appends = &chain, appends
-		return s.appendDetails(ctx, tx, &d)
-	})
 	if s.unchained {
+		return s.inTx(ctx, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
+	}
+	// The writer's one connection, held from the transaction's start to
+	// the data version read after its commit: no other transaction can
+	// run on it in between.
+	conn, err := w.Conn(ctx)
+	if err != nil {
 		return err
 	}
-	s.heads.moved(moved, err == nil)
+	defer conn.Close()
+	var moved headsMoved
+	committed, err := s.chainedTx(ctx, conn, appends, n, &moved)
+	if committed {
+		// The appends are stored whatever follows; the heads are trusted
+		// only with the data version this commit left.
+		var verr error
+		moved.at.dataVersion, verr = connDataVersion(conn)
+		committed = verr == nil
+	}
+	s.heads.moved(moved, committed)
 	return err
+}
+
+// chainedTx is commitAppends' immediate transaction on conn: it chains the
+// appends after their sessions' heads (heads.seed), inserts them with
+// prepared multi-row INSERTs, folds them into the details summary and
+// commits, reporting whether it did and in moved what the cache learns.
+func (s *Store) chainedTx(ctx context.Context, conn *sql.Conn, appends [][]events.Entry, n int, moved *headsMoved) (committed bool, err error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	// Read here, inside the transaction: the connection's data version
+	// moved with any commit since the last one of this store's, another
+	// connection's included (seen as the transaction began).
+	now := writerState{conn: s.writerConns.Load()}
+	if now.dataVersion, err = connDataVersion(conn); err != nil {
+		return false, err
+	}
+	chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends, now)
+	if err != nil {
+		return false, err
+	}
+	moved.at.conn = now.conn
+	var d summary.Deltas
+	var last sql.Result
+	a := make([]any, 0, cols*min(n, chunk))
+	left := n
+	for _, es := range appends {
+		for _, e := range es {
+			if e, err = chain.Link(e); err != nil {
+				return false, err
+			}
+			a = args(a, e, 0)
+			d.Add(e)
+			moved.lastHash = e.Hash
+			if rows := len(a) / cols; rows == chunk || rows == left {
+				if last, err = s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
+					return false, err
+				}
+				left -= rows
+				a = a[:0]
+			}
+		}
+	}
+	if moved.lastID, err = last.LastInsertId(); err != nil {
+		return false, err
+	}
+	if err := s.appendDetails(ctx, tx, &d); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	moved.chain, moved.appends = &chain, appends
+	return true, nil
 }
 
 // insertUnchained is commitAppends' transaction without the chain, for the
