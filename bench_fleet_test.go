@@ -259,7 +259,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 			floors = append(floors, r[floorPhase]/r[rawPhase])
 		}
 	}
-	perExec := float64(n * perSandbox * rounds)
+	perExec := float64(n * perSandbox * len(ratios)) // each kind's execs, over every b.Loop
 	perExecUs := func(d time.Duration) float64 { return float64(d.Microseconds()) / perExec }
 	for kind, name := range [phaseKinds]string{"raw", "sdk", "floor"} {
 		b.ReportMetric(median(rates[kind]), name+"-execs/s")
