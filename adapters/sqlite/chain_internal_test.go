@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"path/filepath"
 	"testing"
@@ -93,14 +94,7 @@ func TestNewWriterConnectionIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := s.writerConns.Load()
-	w, _, err := s.dbs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := w.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := writerConn(t, s)
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
 	if err := s.Append(ctx, started(2)); err != nil {
@@ -126,14 +120,7 @@ func TestHeadsCurrentAfterOwnCommit(t *testing.T) {
 		if err := s.Append(ctx, started(step)); err != nil {
 			t.Fatal(err)
 		}
-		w, _, err := s.dbs(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := w.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := writerConn(t, s)
 		v, err := connDataVersion(conn)
 		_ = conn.Close()
 		if err != nil {
@@ -144,6 +131,20 @@ func TestHeadsCurrentAfterOwnCommit(t *testing.T) {
 		}
 	}
 	checkChain(t, s, "job", "S", 3)
+}
+
+// writerConn returns the store's writer connection, for the caller to close.
+func writerConn(t *testing.T, s *Store) *sql.Conn {
+	t.Helper()
+	w, _, err := s.dbs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := w.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 func openT(t *testing.T, path string) *Store {
