@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -120,6 +121,8 @@ func VolumeDisk(ctx context.Context, img, dir string, size int64) error {
 		fresh = true
 	} else if err != nil {
 		return fmt.Errorf("volume disk: %w", err)
+	} else if err := waitDiskFree(ctx, img); err != nil {
+		return err
 	}
 	if err := mountDisk(img, dir); err != nil {
 		return err
@@ -128,6 +131,46 @@ func VolumeDisk(ctx context.Context, img, dir string, size int64) error {
 		_ = os.Remove(filepath.Join(dir, "lost+found"))
 	}
 	return nil
+}
+
+// waitDiskFree waits until no loop device is backed by img. The file
+// system of a volume's disk detached lazily (a server's Close, while a
+// sandbox's mount of it is not yet torn down) lives on until its last
+// mount goes, its last writes not yet on the image: mounting the image
+// again meanwhile would show the volume as it was some seconds before, and
+// two file systems writing one image corrupt it.
+func waitDiskFree(ctx context.Context, img string) error {
+	path, err := filepath.Abs(img)
+	if err != nil {
+		return err
+	}
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	for {
+		dev := loopBackedBy(path)
+		if dev == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("volume disk %s is still in use by %s: %w", img, dev, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// loopBackedBy returns the loop device whose backing file is path, "" when
+// none is (or the kernel does not say).
+func loopBackedBy(path string) string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSuffix(string(b), "\n") == path {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		}
+	}
+	return ""
 }
 
 // UnmountVolume detaches whatever is mounted at or below dir.
