@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/memory"
@@ -294,21 +296,18 @@ func rawEcho(ctx context.Context, ex *opensandbox.Execd) error {
 // in a goroutine of its own, and returns the first error of those that
 // failed (each stops at its first).
 func atOnce[T any](xs []T, k int, exec func(T) error) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, len(xs))
+	var g errgroup.Group
 	for _, x := range xs {
-		wg.Go(func() {
+		g.Go(func() error {
 			for range k {
 				if err := exec(x); err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return g.Wait()
 }
 
 // runtimeCounts are counters of this process's runtime.

@@ -184,7 +184,18 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	tx, err := w.BeginTx(ctx, nil)
+	return inTxOn(ctx, w, f)
+}
+
+// txBeginner is the writer's handle (*sql.DB) or its connection (*sql.Conn).
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// inTxOn runs f in one immediate transaction begun on b and commits it,
+// or rolls it back when f fails: it committed when it returns nil.
+func inTxOn(ctx context.Context, b txBeginner, f func(tx *sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -298,7 +309,8 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	}
 	defer conn.Close()
 	var moved headsMoved
-	committed, err := s.chainedTx(ctx, conn, appends, n, &moved)
+	err = inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.chainInsert(ctx, conn, tx, appends, n, &moved) })
+	committed := err == nil
 	if committed {
 		// The appends are stored whatever follows; the heads are trusted
 		// only with the data version this commit left.
@@ -310,32 +322,23 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	return err
 }
 
-// chainedTx is commitAppends' immediate transaction on conn: it chains the
+// chainInsert is commitAppends' transaction tx on conn: it chains the
 // appends after their sessions' heads (heads.seed), inserts them with
-// prepared multi-row INSERTs, folds them into the details summary and
-// commits, reporting whether it did and in moved what the cache learns.
-func (s *Store) chainedTx(ctx context.Context, conn *sql.Conn, appends [][]events.Entry, n int, moved *headsMoved) (committed bool, err error) {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
-		}
-	}()
+// prepared multi-row INSERTs and folds them into the details summary,
+// telling in moved what the cache learns should tx commit.
+func (s *Store) chainInsert(ctx context.Context, conn *sql.Conn, tx *sql.Tx, appends [][]events.Entry, n int, moved *headsMoved) error {
 	// Read here, inside the transaction: the connection's data version
 	// moved with any commit since the last one of this store's, another
 	// connection's included (seen as the transaction began).
-	now := writerState{conn: s.writerConns.Load()}
-	if now.dataVersion, err = connDataVersion(conn); err != nil {
-		return false, err
+	var err error
+	moved.at = writerState{conn: s.writerConns.Load()}
+	if moved.at.dataVersion, err = connDataVersion(conn); err != nil {
+		return err
 	}
-	chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends, now)
+	chain, err := s.heads.seed(ctx, tx, s.stmtQueryRow, appends, moved.at)
 	if err != nil {
-		return false, err
+		return err
 	}
-	moved.at.conn = now.conn
 	var d summary.Deltas
 	var last sql.Result
 	a := make([]any, 0, cols*min(n, chunk))
@@ -343,14 +346,14 @@ func (s *Store) chainedTx(ctx context.Context, conn *sql.Conn, appends [][]event
 	for _, es := range appends {
 		for _, e := range es {
 			if e, err = chain.Link(e); err != nil {
-				return false, err
+				return err
 			}
 			a = args(a, e, 0)
 			d.Add(e)
 			moved.lastHash = e.Hash
 			if rows := len(a) / cols; rows == chunk || rows == left {
 				if last, err = s.execPrepared(ctx, tx, insertRows(rows), a...); err != nil {
-					return false, err
+					return err
 				}
 				left -= rows
 				a = a[:0]
@@ -358,16 +361,10 @@ func (s *Store) chainedTx(ctx context.Context, conn *sql.Conn, appends [][]event
 		}
 	}
 	if moved.lastID, err = last.LastInsertId(); err != nil {
-		return false, err
-	}
-	if err := s.appendDetails(ctx, tx, &d); err != nil {
-		return false, err
-	}
-	if err := tx.Commit(); err != nil {
-		return false, err
+		return err
 	}
 	moved.chain, moved.appends = &chain, appends
-	return true, nil
+	return s.appendDetails(ctx, tx, &d)
 }
 
 // insertUnchained is commitAppends' transaction without the chain, for the
