@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -198,6 +199,10 @@ const (
 	phaseKinds
 )
 
+// phaseNames name the kinds of phases in the metrics and in the pprof
+// label "phase".
+var phaseNames = [phaseKinds]string{"raw", "sdk", "floor"}
+
 // execFleet runs the rounds on n new sandboxes of client, recording into
 // ledger, reports the rates and the floor, and returns the ratio and the
 // floor it is judged against.
@@ -206,16 +211,17 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	defer cancel()
 	fleet := openFleet(b, ctx, client, n)
 	perSandbox := max(8, 640/n) // execs of each sandbox in a phase
-	raw := func(f fleetSandbox) error { return rawEcho(ctx, f.raw) }
-	execs := [phaseKinds]func(fleetSandbox) error{
+	// Each takes the phase's context, which carries its profiler label.
+	raw := func(ctx context.Context, f fleetSandbox) error { return rawEcho(ctx, f.raw) }
+	execs := [phaseKinds]func(context.Context, fleetSandbox) error{
 		rawPhase: raw,
-		sdkPhase: func(f fleetSandbox) error {
+		sdkPhase: func(ctx context.Context, f fleetSandbox) error {
 			_, err := f.sb.Exec(ctx, "echo hi").Wait()
 			return err
 		},
-		floorPhase: func(f fleetSandbox) error {
+		floorPhase: func(ctx context.Context, f fleetSandbox) error {
 			*f.floorStep++
-			return withCommitsAround(ctx, ledger, "fleet-floor", "floor-"+f.sb.ID(), *f.floorStep, func() error { return raw(f) })
+			return withCommitsAround(ctx, ledger, "fleet-floor", "floor-"+f.sb.ID(), *f.floorStep, func() error { return raw(ctx, f) })
 		},
 	}
 	var cpu, machine [phaseKinds]time.Duration // this process's CPU time and the machine's busy time, per kind
@@ -227,7 +233,13 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 		stop := commitProbe(ctx, ledger, fmt.Sprint("probe-", kind))
 		cpu0, m0, c0 := processCPU(b), machineCPU(b), readRuntimeCounts()
 		start := time.Now()
-		err := atOnce(fleet, k, execs[kind])
+		var err error
+		// Labelled, so that a CPU profile (-cpuprofile) tells the phases
+		// apart: goroutines started under the label inherit it, and the
+		// SDK's workers take it from the context.
+		pprof.Do(ctx, pprof.Labels("phase", phaseNames[kind]), func(ctx context.Context) {
+			err = atOnce(fleet, k, func(f fleetSandbox) error { return execs[kind](ctx, f) })
+		})
 		took := time.Since(start)
 		counts[kind] = counts[kind].add(readRuntimeCounts().sub(c0))
 		cpu[kind] += processCPU(b) - cpu0
@@ -263,7 +275,7 @@ func execFleet(b *testing.B, client *alineo.Client, ledger adapters.Ledger, n in
 	}
 	perExec := float64(n * perSandbox * len(ratios)) // each kind's execs, over every b.Loop
 	perExecUs := func(d time.Duration) float64 { return float64(d.Microseconds()) / perExec }
-	for kind, name := range [phaseKinds]string{"raw", "sdk", "floor"} {
+	for kind, name := range phaseNames {
 		b.ReportMetric(median(rates[kind]), name+"-execs/s")
 		b.ReportMetric(perExecUs(cpu[kind]), name+"-cpu-us")
 		b.ReportMetric(perExecUs(machine[kind]), name+"-machine-cpu-us")

@@ -37,7 +37,7 @@
 // stderr row.
 //
 // Of this module it imports adapters, events, internal/spans,
-// internal/validated, opensandbox and redact only; never the server
+// internal/validated, internal/workers, opensandbox and redact only; never the server
 // (sandboxd): a program without an OpenSandbox server starts sandboxd
 // in-process and passes its URL as Options.BaseURL.
 package alineo

@@ -11,6 +11,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/validated"
+	"github.com/alineo-labs/alineo/internal/workers"
 )
 
 const (
@@ -110,7 +111,7 @@ type emission struct {
 func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
 	lead, err := l.queueMany(ctx, c, done, es)
 	if err == nil && lead {
-		go l.drain()
+		workers.Go(ctx, l.drain)
 	}
 	return err
 }
@@ -123,14 +124,14 @@ func (l *ledger) emitMany(ctx context.Context, c *chain, done []<-chan error, es
 func (l *ledger) writeMany(ctx context.Context, c *chain, done []<-chan error, es ...emission) error {
 	lead, err := l.queueMany(ctx, c, done, es)
 	if err == nil && lead {
-		l.writeLed(len(es))
+		l.writeLed(ctx, len(es))
 	}
 	return err
 }
 
 // emitLed is emitChained for a caller that will wait for the write in a
 // goroutine of its own, which it is about to start: when no writer is
-// running, lead is true and that goroutine must call writeLed(1), which
+// running, lead is true and that goroutine must call writeLed(ctx, 1), which
 // writes the entry there, sparing the hand-over to a writer goroutine and
 // back (an exec's exec.started, which its request waits for).
 func (l *ledger) emitLed(ctx context.Context, c *chain, ev events.Event, step int, payload any) (done <-chan error, lead bool, err error) {
@@ -180,8 +181,8 @@ func (l *ledger) queueMany(ctx context.Context, c *chain, done []<-chan error, e
 
 // writeLed writes the first n entries of the queue, those of the caller that
 // queueMany made the writer, and nothing queued after them: what was queued
-// meanwhile goes to a writer goroutine.
-func (l *ledger) writeLed(n int) {
+// meanwhile goes to a writer goroutine, which runs with ctx's profiler labels.
+func (l *ledger) writeLed(ctx context.Context, n int) {
 	for n > 0 {
 		w := min(n, ledgerBatchMax)
 		l.drainBatch(w)
@@ -194,7 +195,7 @@ func (l *ledger) writeLed(n int) {
 		return
 	}
 	l.mu.Unlock()
-	go l.drain()
+	workers.Go(ctx, l.drain)
 }
 
 // scratchMax bounds the entries a buffer the ledger reuses may hold and be

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/workers"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -408,7 +409,7 @@ func (r *recorder) queueGroup(pctx context.Context, s events.Stream, data []byte
 func (r *recorder) enqueue(pctx context.Context, p pendingChunk) {
 	if !r.delivering {
 		r.delivering = true
-		go r.deliver(pctx)
+		workers.Go(pctx, func() { r.deliver(pctx) })
 	}
 	r.queue <- p
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/internal/spans"
+	"github.com/alineo-labs/alineo/internal/workers"
 	"github.com/alineo-labs/alineo/opensandbox"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -252,7 +253,10 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 	ectx, cancel := context.WithCancelCause(ctx)
 	s.inflight[e] = cancel
 	s.running.Add(1)
-	go func() {
+	// On a worker rather than a goroutine of its own: the exec's commits go
+	// deep (a durable store's transaction, its chain hash), and a new
+	// goroutine's stack would be grown, by copying, for every exec.
+	workers.Go(ctx, func() {
 		defer func() {
 			s.mu.Lock()
 			delete(s.inflight, e)
@@ -261,10 +265,10 @@ func (s *Sandbox) start(ctx context.Context, call execCall) *Exec {
 			s.running.Done()
 		}()
 		if lead {
-			s.ledger.writeLed(1)
+			s.ledger.writeLed(ectx, 1)
 		}
 		e.run(ectx, cancel, ex, started, call.open, call.lines)
-	}()
+	})
 	return e
 }
 

@@ -5,8 +5,9 @@
 // A Committer runs the commits of one store. An append that finds no commit
 // running commits alone, in its own goroutine, at once: it pays nothing for
 // the grouping. Appends that arrive while commits run wait in a queue; when
-// one ends, a writer goroutine takes everything queued, up to a bound, into
-// the next commit. So a batch is formed while a commit is in flight, and an
+// one ends, a writer goroutine (a worker of internal/workers, whose stack
+// the last batch grew) takes everything queued, up to a bound, into the
+// next commit. So a batch is formed while a commit is in flight, and an
 // append never waits for one that arrived after it: it is in the first
 // commit that starts after it was queued.
 //
@@ -14,5 +15,5 @@
 // appends are committed again one by one, so that each gets its own result:
 // an append's error reaches only its own caller.
 //
-// Of this module it imports nothing: only the standard library.
+// Of this module it imports internal/workers only.
 package groupcommit

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/alineo-labs/alineo/internal/workers"
 )
 
 // ErrClosed is returned by Do after Close.
@@ -81,7 +83,7 @@ func (c *Committer[T]) Do(ctx context.Context, item T) error {
 		c.inFlight++
 		c.mu.Unlock()
 		err := c.commit(ctx, []T{item})
-		c.next()
+		c.next(ctx)
 		return err
 	}
 	r := &request[T]{item: item, done: make(chan error, 1)}
@@ -118,8 +120,10 @@ func (c *Committer[T]) drop(r *request[T]) {
 
 // next runs after a commit: it hands what was queued meanwhile to a writer
 // goroutine, which goes on while appends are queued, or marks the commit's
-// slot free.
-func (c *Committer[T]) next() {
+// slot free. The writer runs on a worker, with ctx's profiler labels: its
+// commits go deep, and a new goroutine's stack would be grown, by copying,
+// for every batch.
+func (c *Committer[T]) next(ctx context.Context) {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.release()
@@ -127,7 +131,7 @@ func (c *Committer[T]) next() {
 		return
 	}
 	c.mu.Unlock()
-	go c.write()
+	workers.Go(ctx, c.write)
 }
 
 // release frees a commit's slot. Called with c.mu held.
