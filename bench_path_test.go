@@ -3,6 +3,7 @@ package alineo_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/alineo-labs/alineo"
 	"github.com/alineo-labs/alineo/adapters"
 	"github.com/alineo-labs/alineo/adapters/memory"
+	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/opensandbox"
 )
 
@@ -27,19 +29,41 @@ import (
 // path here, and the path's share is within the run-to-run noise of
 // BenchmarkExecFleet's rates; the allocations do not vary.
 func BenchmarkExecPath(b *testing.B) {
-	for _, par := range []int{1, 16} {
-		name := "seq"
-		if par > 1 {
-			name = "par"
+	for _, store := range pathStores {
+		for _, par := range []int{1, 16} {
+			name := "seq"
+			if par > 1 {
+				name = "par"
+			}
+			if store.name != "memory" {
+				name += "/" + store.name
+			}
+			b.Run(name, func(b *testing.B) { execPath(b, par, store.open) })
 		}
-		b.Run(name, func(b *testing.B) { execPath(b, par) })
 	}
+}
+
+// pathStores are the stores BenchmarkExecPath records into: memory, and
+// SQLite on SYNCHRONOUS=NORMAL, a durable store's commit (its transaction,
+// its chain hash: deep calls) without an fsync's wait.
+var pathStores = []struct {
+	name string
+	open func(b *testing.B) adapters.Ledger
+}{
+	{"memory", func(*testing.B) adapters.Ledger { return memory.New() }},
+	{"sqlite-normal", func(b *testing.B) adapters.Ledger {
+		s, err := sqlite.Open(filepath.Join(b.TempDir(), "path.db"), sqlite.Config{Synchronous: "NORMAL"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}},
 }
 
 // pathKinds are BenchmarkExecPath's kinds of exec.
 var pathKinds = [...]string{"raw", "floor", "sdk"}
 
-func execPath(b *testing.B, par int) {
+func execPath(b *testing.B, par int, openStore func(*testing.B) adapters.Ledger) {
 	url := alineo.FakeServerURL(b)
 	ctx := context.Background()
 	type lane struct {
@@ -51,8 +75,14 @@ func execPath(b *testing.B, par int) {
 	var lanes []*lane
 	// open makes a client recording into a fresh memory store, and its
 	// sandboxes: the lanes of a phase.
+	var stores []adapters.Ledger // the phase's, closed at its end
+	store := func() adapters.Ledger {
+		s := openStore(b)
+		stores = append(stores, s)
+		return s
+	}
 	open := func() {
-		c, err := alineo.New(alineo.Options{BaseURL: url, Adapter: memory.New()})
+		c, err := alineo.New(alineo.Options{BaseURL: url, Adapter: store()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,7 +118,7 @@ func execPath(b *testing.B, par int) {
 	phase := func(kind int, k int) {
 		// Each phase starts from empty stores: a store grown by the phases
 		// before makes the collector's cycles longer.
-		floorStore = memory.New()
+		floorStore = store()
 		open()
 		defer func() {
 			for _, l := range lanes {
@@ -97,6 +127,10 @@ func execPath(b *testing.B, par int) {
 					b.Fatal(err)
 				}
 			}
+			for _, s := range stores {
+				s.Close()
+			}
+			stores = stores[:0]
 		}()
 		runtime.GC()
 		c0, start := readRuntimeCounts(), time.Now()
