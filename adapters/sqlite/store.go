@@ -37,7 +37,9 @@ const Memory = ":memory:"
 type Config struct {
 	// BusyTimeout is how long a statement waits for another connection's or
 	// process's lock before failing with an error wrapping
-	// adapters.ErrUnavailable. Default 10s.
+	// adapters.ErrUnavailable. Default 10s. An append's ctx ends its wait
+	// for the store's writer; once its transaction has begun, it runs to
+	// its end (a lock's wait bounded by BusyTimeout), whatever ctx does.
 	BusyTimeout time.Duration
 	// MaxReaders bounds the read pool. Default 4. An in-memory store has one
 	// connection for everything.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -326,4 +327,45 @@ func TestAppendErrorIsItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	adaptertest.AppendErrorIsItsOwn(t, s, "refused")
+}
+
+// TestAppendStartsNoGoroutinePerStatement: an append whose ctx can end
+// starts no more goroutines than one whose ctx cannot. The driver watches a
+// statement's ctx with a goroutine of its own (three a commit: an SDK's
+// every write has a deadline), and a commit does not run its statements
+// under the caller's ctx.
+func TestAppendStartsNoGoroutinePerStatement(t *testing.T) {
+	s := open(t, testenv.SQLitePath(t))
+	const n = 100
+	perAppend := func(ctx func() (context.Context, context.CancelFunc), from int) float64 {
+		g0 := goroutinesCreated()
+		for i := from; i < from+n; i++ {
+			c, cancel := ctx()
+			e := events.New(int64(i), "n", "s", i, events.ExecStarted, events.ExecStartedPayload{Seq: i, Cmd: "true"})
+			err := s.AppendBatch(c, []events.Entry{e})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(goroutinesCreated()-g0) / n
+	}
+	background := func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
+	deadline := func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Minute) }
+	perAppend(background, 1) // warm-up: the statements prepared
+	without := perAppend(background, 1+n)
+	with := perAppend(deadline, 1+2*n)
+	if with > without+0.5 {
+		t.Fatalf("an append with a deadline starts %.2f goroutines, one without %.2f", with, without)
+	}
+	if got, err := s.ReadAll(t.Context(), "n", "s"); err != nil || len(got) != 3*n {
+		t.Fatalf("ReadAll = %d entries, %v; want %d", len(got), err, 3*n)
+	}
+}
+
+// goroutinesCreated returns the goroutines this process started so far.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

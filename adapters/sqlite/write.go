@@ -297,17 +297,23 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 			return err
 		}
 	}
-	if s.unchained {
-		return s.inTx(ctx, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
-	}
 	// The writer's one connection, held from the transaction's start to
 	// the data version read after its commit: no other transaction can
-	// run on it in between.
+	// run on it in between. ctx bounds the wait for it.
 	conn, err := w.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	// The transaction's statements run without ctx's end: for a context
+	// that can end, the driver starts a goroutine per statement to
+	// interrupt it (three a commit), and a commit, once begun, is short; a
+	// wait for another process's lock ends at Config.BusyTimeout. (A batch
+	// of the group commit has no caller's ctx anyway.)
+	ctx = context.WithoutCancel(ctx)
+	if s.unchained {
+		return inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
+	}
 	var moved headsMoved
 	err = inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.chainInsert(ctx, conn, tx, appends, n, &moved) })
 	committed := err == nil
