@@ -3,6 +3,7 @@ package events_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,5 +34,30 @@ func BenchmarkValidateOutput(b *testing.B) {
 		})
 		b.ReportMetric(float64(val.Nanoseconds())/n, "validate-ns/op")
 		b.ReportMetric(float64(val)/float64(raw), "ratio")
+	}
+}
+
+// BenchmarkChainHash measures the hash of a chained entry: an exec.started
+// and a 1000-byte line of output, what every chained append pays per entry.
+func BenchmarkChainHash(b *testing.B) {
+	line := bytes.Repeat([]byte("npm WARN deprecated inflight@1.0.6: leaks memory "), 25)[:1000]
+	prev := "sha256:" + strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		name string
+		e    events.Entry
+	}{
+		{"started", events.New(1764400000000, "ci-job", "sbx-a1", 3, events.ExecStarted,
+			events.ExecStartedPayload{Seq: 3, Kind: events.KindCommand, Cmd: "npm ci"})},
+		{"output-1000", events.New(1764400000000, "ci-job", "sbx-a1", 3, events.ExecOutput,
+			events.NewOutput(1, events.Stdout, line))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := events.ChainHash(c.e, prev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
