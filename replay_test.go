@@ -511,11 +511,12 @@ func appendSession(tb testing.TB, store adapters.Ledger, name, id string, n int)
 // built from it, as Client.Resume does before it creates the sandbox.
 // ms = the time it takes (target <= 250, on SQLite and on the bus);
 // cache-B/exec = the heap the cache keeps per exec beyond the recorded
-// output bytes (target <= ~1024). read-ms is the floor, timed alone in the
-// same run: the store's ReadAll of the session, or on the bus a raw read of
+// output bytes (target <= ~1024). read-ms, timed alone in the same run, is
+// the store's ReadAll of the session, or on the bus a raw read of
 // its messages (3 per exec) with batched direct gets, as the bus reads them,
-// not decoded; ordered-read-ms is the same raw read with an ordered consumer
-// (the bus's read of a stream without direct gets), for reference.
+// not decoded, the floor the bus's ms is judged against (make bench's
+// summary names it); ordered-read-ms is the same raw read with an ordered
+// consumer (the bus's read of a stream without direct gets), for reference.
 func BenchmarkResumeCache(b *testing.B) {
 	n := 50_000
 	if testing.Short() {
@@ -590,8 +591,16 @@ func BenchmarkResumeCache(b *testing.B) {
 				b.ReportMetric(float64(ordered[1])/1e6, "ordered-read-ms")
 			}
 			per := float64(retained)/float64(b.N)/float64(n) - float64(len("hi\n"))
-			b.ReportMetric(float64(took)/float64(b.N)/1e6, "ms")
-			testenv.Target(b, "ms", float64(took)/float64(b.N)/1e6, 250, true)
+			ms := float64(took) / float64(b.N) / 1e6
+			b.ReportMetric(ms, "ms")
+			if k == "bus" {
+				// The raw read is a floor: no resume reads the
+				// session's messages faster. (A store's ReadAll is
+				// not: resume scans it, ScanAll, when it can.)
+				testenv.TargetFloor(b, "ms", ms, 250, float64(reads[1])/1e6, true)
+			} else {
+				testenv.Target(b, "ms", ms, 250, true)
+			}
 			b.ReportMetric(per, "cache-B/exec")
 			testenv.Target(b, "cache-B/exec", per, 1024, true)
 		})
