@@ -19,8 +19,9 @@ import (
 // sandbox: `echo hi` answered by the in-process fake execd, with nothing but
 // this process on the cores. raw is the opensandbox client's exec; floor
 // the same with the two commits the guarantee needs made around it in a
-// memory store (withCommitsAround, as BenchmarkExecFleet's floor); sdk is
-// Sandbox.Exec(...).Wait() recording into a memory store. seq runs one exec
+// store (withCommitsAround, as BenchmarkExecFleet's floor); sdk is
+// Sandbox.Exec(...).Wait() recording into the same kind of store (memory;
+// SQLite on SYNCHRONOUS=NORMAL under ".../sqlite-normal"). seq runs one exec
 // at a time, par one on each of 16 sandboxes at once; the three kinds take
 // turns, rounds times, each phase on fresh stores. Per exec:
 // {raw,floor,sdk}-us (wall time), -allocs and -bytes (heap, counted as
@@ -73,7 +74,7 @@ func execPath(b *testing.B, par int, openStore func(*testing.B) adapters.Ledger)
 		step    int
 	}
 	var lanes []*lane
-	// open makes a client recording into a fresh memory store, and its
+	// open makes a client recording into a fresh store, and its
 	// sandboxes: the lanes of a phase.
 	var stores []adapters.Ledger // the phase's, closed at its end
 	store := func() adapters.Ledger {

@@ -66,6 +66,6 @@ func (p *pool) work(t task) {
 func (t task) run() {
 	pprof.SetGoroutineLabels(t.ctx)
 	t.f()
-	// Waiting is no one's work.
+	// A waiting worker works for no one: it carries no labels.
 	pprof.SetGoroutineLabels(context.Background())
 }
