@@ -165,19 +165,25 @@ func TestCancelRunningJob(t *testing.T) {
 		t.Errorf("step %d started after the cancel", i+1)
 	default:
 	}
-	es, err := l.ReadAll(ctx, final.SandboxName, final.SandboxID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The worker records the status, then the cancel's sandbox.closed,
+	// then settles the job's message: the status may say canceled a moment
+	// before the ledger does.
+	var es []events.Entry
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if es, err = l.ReadAll(ctx, final.SandboxName, final.SandboxID); err != nil || len(es) == 0 {
+			return fmt.Errorf("ReadAll = %d entries, %v", len(es), err)
+		}
+		last := es[len(es)-1]
+		var p events.SandboxClosedPayload
+		if last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Reason != jobs.ClosedCanceled || p.By != "w-cancel" || p.Job != st.ID {
+			return fmt.Errorf("the session ends with %s %s, want sandbox.closed {reason %q, by w-cancel, job %s}", last.Event, last.Payload, jobs.ClosedCanceled, st.ID)
+		}
+		return nil
+	})
 	for _, e := range es {
 		if e.Event == events.ExecStarted && e.StepIndex > 1 {
 			t.Errorf("exec %d recorded after the cancel: %s", e.StepIndex, e.Payload)
 		}
-	}
-	last := es[len(es)-1]
-	var p events.SandboxClosedPayload
-	if last.Event != events.SandboxClosed || last.Decode(&p) != nil || p.Reason != jobs.ClosedCanceled || p.By != "w-cancel" || p.Job != st.ID {
-		t.Errorf("the session ends with %s %s, want sandbox.closed {reason %q, by w-cancel, job %s}", last.Event, last.Payload, jobs.ClosedCanceled, st.ID)
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if n, err := q.Pending(ctx); err != nil || n != 0 {
