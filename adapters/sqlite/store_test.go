@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/alineo-labs/alineo/adapters/adaptertest"
 	"github.com/alineo-labs/alineo/adapters/sqlite"
 	"github.com/alineo-labs/alineo/events"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -338,7 +338,7 @@ func TestAppendStartsNoGoroutinePerStatement(t *testing.T) {
 	s := open(t, testenv.SQLitePath(t))
 	const n = 100
 	perAppend := func(ctx func() (context.Context, context.CancelFunc), from int) float64 {
-		g0 := goroutinesCreated()
+		g0 := testutil.GoroutinesCreated()
 		for i := from; i < from+n; i++ {
 			c, cancel := ctx()
 			e := events.New(int64(i), "n", "s", i, events.ExecStarted, events.ExecStartedPayload{Seq: i, Cmd: "true"})
@@ -348,7 +348,7 @@ func TestAppendStartsNoGoroutinePerStatement(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return float64(goroutinesCreated()-g0) / n
+		return float64(testutil.GoroutinesCreated()-g0) / n
 	}
 	background := func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
 	deadline := func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Minute) }
@@ -361,11 +361,4 @@ func TestAppendStartsNoGoroutinePerStatement(t *testing.T) {
 	if got, err := s.ReadAll(t.Context(), "n", "s"); err != nil || len(got) != 3*n {
 		t.Fatalf("ReadAll = %d entries, %v; want %d", len(got), err, 3*n)
 	}
-}
-
-// goroutinesCreated returns the goroutines this process started so far.
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }

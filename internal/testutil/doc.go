@@ -1,6 +1,7 @@
 // Package testutil holds the small helpers that tests and test harnesses of
 // this module used to copy: a buffer safe for concurrent writes, free
-// loopback ports, where make deps put a tool (FindTool), and the harness
+// loopback ports, where make deps put a tool (FindTool), the count of
+// goroutines the process started (GoroutinesCreated), and the harness
 // that starts a command's run function (cmd/*'s run(ctx, args, getenv,
 // stdout)) in a goroutine and stops it.
 //

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"runtime"
-	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // goroutineStacks returns the goroutine profile with every stack in full,
@@ -56,12 +57,6 @@ func stopWorkers(t *testing.T, p *pool, n int) {
 	waitWorkers(t, 0)
 }
 
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
 func TestGoReusesAWaitingWorker(t *testing.T) {
 	ctx := context.Background()
 	p := newPool(time.Minute)
@@ -70,10 +65,10 @@ func TestGoReusesAWaitingWorker(t *testing.T) {
 	<-done
 	for range 20 {
 		waitWorkers(t, 1)
-		before := goroutinesCreated()
+		before := testutil.GoroutinesCreated()
 		p.Go(ctx, func() { done <- struct{}{} })
 		<-done
-		if n := goroutinesCreated() - before; n != 0 {
+		if n := testutil.GoroutinesCreated() - before; n != 0 {
 			t.Fatalf("Go started %d goroutines while a worker waited", n)
 		}
 	}
