@@ -48,9 +48,12 @@
 // The sandbox's init is this binary, bind-mounted into the sandbox and
 // started by the runtime with the environment variable ALINEO_SANDBOXD_INIT
 // set. A package-level init function of this package checks that variable
-// before main (or a test's main) runs, so every binary that imports sandboxd,
-// including go test binaries and programs that embed the server, can act as a
-// sandbox init. The init, PID 1 of the sandbox:
+// before main (or a test's main) runs (sandboxinit.RunRole), so every binary
+// that imports sandboxd, including go test binaries and programs that embed
+// the server, can act as a sandbox init. cmd/sandboxd-init is the init's
+// program alone, which starts in a quarter of the time: when it lies next
+// to this binary's executable and is of the same build, or is named by
+// Config.InitBinary, it is the init instead. The init, PID 1 of the sandbox:
 //
 //  1. reads its configuration from a pipe the server passes (the runtime's
 //     --preserve-fds), then holds it open: its end means the server died;
@@ -162,8 +165,8 @@
 // package keeps the API, the lifecycle, images, volumes and snapshots.
 //
 // Of this module it imports checkpoints, checkpoints/storeurl,
-// sandboxd/egress, sandboxd/execd, sandboxd/images, sandboxd/internal/runtime
-// and sandboxd/snapshots only (and the standard library, golang.org/x/sys,
+// sandboxd/egress, sandboxd/execd, sandboxd/images, sandboxd/internal/runtime,
+// sandboxd/sandboxinit and sandboxd/snapshots only (and the standard library, golang.org/x/sys,
 // Prometheus's client);
 // never the SDK, the ledger, the bus or testenv.
 package sandboxd

@@ -32,6 +32,10 @@ var (
 	// init: it is dynamically linked and the image lacks its interpreter or
 	// libraries (see Config.InitBinary).
 	ErrInitNotStatic = runtime.ErrInitNotStatic
+	// ErrInitBinary reports a Config.InitBinary that is not a sandbox init
+	// speaking this sandboxd's protocol (an older build, another program):
+	// Start fails with it, saying why.
+	ErrInitBinary = runtime.ErrInitBinary
 	// ErrSnapshotNotFound reports an unknown snapshot id.
 	ErrSnapshotNotFound = errors.New("snapshot not found")
 )

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/alineo-labs/alineo/checkpoints"
+	"github.com/alineo-labs/alineo/sandboxd/sandboxinit"
 	"github.com/alineo-labs/alineo/sandboxd/snapshots"
 )
 
@@ -52,7 +53,7 @@ const readyMessage = "%d files, %d bytes; %d bytes read, %d bytes stored"
 
 // defaultSnapshotEntrypoint is the entrypoint of a sandbox created from a
 // snapshot without one, as the protocol says.
-var defaultSnapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
+var defaultSnapshotEntrypoint = sandboxinit.IdleEntrypoint()
 
 // snapRecord is what the server persists per API snapshot.
 type snapRecord struct {

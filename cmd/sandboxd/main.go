@@ -132,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fs.Var(volumeRoots, "volume-root", "host directory below which `host` volumes may bind host paths (repeatable); without one, host volumes are refused")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	mirrors, insecure := registryFlags(fs)
-	initBin := fs.String("init-binary", "", "statically linked sandboxd binary bind-mounted into every sandbox as its init and execd (default: this executable, which must then be static to run in images: CGO_ENABLED=0)")
+	initBin := fs.String("init-binary", "", "statically linked sandbox init bind-mounted into every sandbox as its init and execd: sandboxd-init (cmd/sandboxd-init) or a sandboxd, of this sandboxd's init protocol (default: sandboxd-init next to this executable when it is of the same build, else this executable, which must then be static to run in images: CGO_ENABLED=0)")
 	pullTimeout := fs.Duration("pull-timeout", 10*time.Minute, "bound of the image pull of a create")
 	ckpts := fs.String("checkpoints", getenv("SANDBOXD_CHECKPOINTS"), "snapshots' checkpoint store: postgres://… shared by a fleet's hosts, or a SQLite path (env SANDBOXD_CHECKPOINTS; default a SQLite file under --data)")
 	blobs := fs.String("blobs", getenv("SANDBOXD_BLOBS"), "snapshots' blob store: file://DIR, s3://BUCKET?endpoint=…&region=…&use_path_style=true (AWS credentials from the environment), gs://, azblob:// (env SANDBOXD_BLOBS; default a folder under --data)")

@@ -313,22 +313,13 @@ var (
 	initErr  error
 )
 
-// StaticInit returns a statically linked sandboxd (cmd/sandboxd built with
-// CGO_ENABLED=0, as the Makefile builds it) to serve as Config.InitBinary
-// when the test binary itself is dynamically linked (a plain `go test` with
-// cgo on), or "" when the test binary is static already.
-func StaticInit(t testing.TB, static func(string) (bool, error)) string {
+// SandboxInit returns cmd/sandboxd-init, the sandbox init's own program,
+// built statically (CGO_ENABLED=0, as the Makefile builds every binary) once
+// per test process, to serve as Config.InitBinary: what sandboxd binds into
+// sandboxes when it is installed next to it.
+func SandboxInit(t testing.TB) string {
 	t.Helper()
 	initOnce.Do(func() {
-		exe, err := os.Executable()
-		if err != nil {
-			initErr = err
-			return
-		}
-		if ok, err := static(exe); err != nil || ok {
-			initErr = err
-			return
-		}
 		dir := filepath.Join(os.TempDir(), "alineo-registrytest-init")
 		if initErr = os.MkdirAll(dir, 0o755); initErr != nil {
 			return
@@ -341,13 +332,33 @@ func StaticInit(t testing.TB, static func(string) (bool, error)) string {
 			return
 		}
 		defer os.RemoveAll(tmp)
-		initPath = filepath.Join(dir, "sandboxd")
-		if initErr = goBuild(filepath.Join(tmp, "sandboxd"), "github.com/alineo-labs/alineo/cmd/sandboxd"); initErr == nil {
-			initErr = os.Rename(filepath.Join(tmp, "sandboxd"), initPath)
+		initPath = filepath.Join(dir, "sandboxd-init")
+		if initErr = goBuild(filepath.Join(tmp, "sandboxd-init"), "github.com/alineo-labs/alineo/cmd/sandboxd-init"); initErr == nil {
+			initErr = os.Rename(filepath.Join(tmp, "sandboxd-init"), initPath)
 		}
 	})
 	if initErr != nil {
 		t.Fatalf("static sandbox init: %v", initErr)
 	}
 	return initPath
+}
+
+// StaticInit returns SandboxInit's binary to serve as Config.InitBinary
+// when the test binary itself is dynamically linked (a plain `go test` with
+// cgo on), or "" when the test binary is static already (and serves as the
+// init itself, as sandboxd's own executable does).
+func StaticInit(t testing.TB, static func(string) (bool, error)) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("static sandbox init: %v", err)
+	}
+	ok, err := static(exe)
+	if err != nil {
+		t.Fatalf("static sandbox init: %v", err)
+	}
+	if ok {
+		return ""
+	}
+	return SandboxInit(t)
 }

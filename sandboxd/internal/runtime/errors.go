@@ -11,6 +11,9 @@ var (
 	// init: it is dynamically linked and the image lacks its interpreter or
 	// libraries (see Config.InitBinary).
 	ErrInitNotStatic = errors.New("sandbox init not statically linked")
+	// ErrInitBinary reports a Config.InitBinary that is not a sandbox init
+	// speaking this sandboxd's protocol.
+	ErrInitBinary = errors.New("unusable sandbox init")
 	// ErrLeavesRoot is a volume directory reached through a symbolic link (or
 	// otherwise leaving its root), which volumes never follow.
 	ErrLeavesRoot = errors.New("leaves the volume root")

@@ -29,8 +29,10 @@ import (
 )
 
 // initEnv selects the role of a re-executed sandboxd binary: "init" (a
-// sandbox's PID 1), "execd" (its execd server) or "userns" (the holder of the
-// user namespace idmapped mounts are made with).
+// sandbox's PID 1), "execd" (its execd server), "userns" (the holder of the
+// user namespace idmapped mounts are made with), "idle" (an entrypoint that
+// waits) or "identify" (its answer to sandboxd, which checks an init binary
+// before it binds it into sandboxes).
 const initEnv = "ALINEO_SANDBOXD_INIT"
 
 // File descriptors handed to a re-executed init (ExtraFiles start at 3).
@@ -140,6 +142,8 @@ func RunRole(roles Roles) {
 		os.Exit(runUserns())
 	case "idle":
 		os.Exit(runIdle())
+	case "identify":
+		os.Exit(runIdentify())
 	default:
 		fmt.Fprintf(os.Stderr, "sandboxd: unknown %s role %q\n", initEnv, os.Getenv(initEnv))
 		os.Exit(2)

@@ -1,11 +1,19 @@
 package runtime
 
 import (
+	"bytes"
+	"context"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -109,4 +117,158 @@ func inRoot(root, p string) bool {
 	}
 	unix.Close(fd)
 	return true
+}
+
+// InitName is the file name of the sandbox init's own program
+// (cmd/sandboxd-init), which sandboxd prefers to itself when it lies next to
+// sandboxd's executable (initBinary). Every program that imports sandboxd
+// can be the init, but each of its starts (the init's, then execd's, in
+// every sandbox) runs the init functions of all it links: sandboxd's blob
+// drivers alone make that about 20 ms, against 5 for the init's program.
+const InitName = "sandboxd-init"
+
+// initProtocol is the version of what sandboxd and the sandbox init say to
+// each other: the roles and their environment, the descriptors, initConfig
+// and initMsg on the pipes, the execd child's configuration, execd's API.
+// Bump it with any change to them (TestInitProtocolMessages holds the
+// pipes' messages to it): an init of another protocol is refused.
+const initProtocol = 1
+
+// initIdentity is what a sandbox init answers in its "identify" role.
+type initIdentity struct {
+	Protocol int `json:"protocol"`
+	// Build names the module version and VCS revision the binary was built
+	// from, as far as its build info knows them ("" for none).
+	Build string `json:"build"`
+}
+
+// ownIdentity is this binary's initIdentity.
+func ownIdentity() initIdentity {
+	id := initIdentity{Protocol: initProtocol}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return id
+	}
+	id.Build = bi.Main.Path + "@" + bi.Main.Version
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			id.Build += " " + s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				id.Build += " modified"
+			}
+		}
+	}
+	return id
+}
+
+// runIdentify is the "identify" role: it writes the binary's initIdentity.
+func runIdentify() int {
+	if err := json.NewEncoder(os.Stdout).Encode(ownIdentity()); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// identifyTimeout bounds an init's answer to identify.
+const identifyTimeout = 10 * time.Second
+
+// identify runs the executable at p in its identify role and returns its
+// answer.
+func identify(ctx context.Context, p string) (initIdentity, error) {
+	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p)
+	cmd.Args = []string{"sandboxd-identify"}
+	cmd.Env = []string{initEnv + "=identify"}
+	cmd.WaitDelay = time.Second // a child it left holding the pipes
+	var out, errOut cappedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(errOut.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return initIdentity{}, fmt.Errorf("it does not identify itself as a sandbox init: %w", err)
+	}
+	var id initIdentity
+	if err := json.Unmarshal(out.Bytes(), &id); err != nil || id.Protocol == 0 {
+		return initIdentity{}, fmt.Errorf("it does not identify itself as a sandbox init: answered %.200q", out.String())
+	}
+	return id, nil
+}
+
+// initBinary returns the sandbox init to bind into sandboxes:
+// Config.InitBinary when set, which must speak this sandboxd's protocol
+// (checkedInit); else InitName next to this executable when it is of this
+// very build, or this executable (preferredInit).
+func (r *Runtime) initBinary(ctx context.Context) (string, error) {
+	if p := r.cfg.InitBinary; p != "" {
+		return r.checkedInit(ctx, p)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the sandbox init: %w", err)
+	}
+	if resolved, err := filepath.EvalSymlinks(self); err == nil {
+		self = resolved
+	}
+	return r.preferredInit(ctx, self), nil
+}
+
+// checkedInit returns p, the init named by Config.InitBinary, once it
+// answered identify with this sandboxd's protocol; else an error wrapping
+// ErrInitBinary that says why. Another build speaking the protocol is
+// logged and used.
+func (r *Runtime) checkedInit(ctx context.Context, p string) (string, error) {
+	own := ownIdentity()
+	id, err := identify(ctx, p)
+	if err != nil {
+		return "", fmt.Errorf("%w %s: %w", ErrInitBinary, p, err)
+	}
+	if id.Protocol != own.Protocol {
+		return "", fmt.Errorf("%w %s: it speaks the init protocol %d, this sandboxd %d: build both from the same source", ErrInitBinary, p, id.Protocol, own.Protocol)
+	}
+	if id.Build != own.Build {
+		r.log.Info("sandboxd: the sandbox init is of another build, speaking the same protocol", "init", p, "build", id.Build, "sandboxd", own.Build)
+	}
+	return p, nil
+}
+
+// preferredInit returns InitName in self's directory if it answers identify
+// with self's own identity (protocol and build), else self, the executable
+// of this program, logging why a sibling found is not used.
+func (r *Runtime) preferredInit(ctx context.Context, self string) string {
+	sibling := filepath.Join(filepath.Dir(self), InitName)
+	if sibling == self {
+		return self
+	}
+	if _, err := os.Stat(sibling); err != nil {
+		return self
+	}
+	own := ownIdentity()
+	switch id, err := identify(ctx, sibling); {
+	case err != nil:
+		r.log.Warn("sandboxd: not using the sandbox init next to this executable", "init", sibling, "err", err)
+	case id != own:
+		r.log.Warn("sandboxd: not using the sandbox init next to this executable: it is of another build (rebuild both, or name it with --init-binary)",
+			"init", sibling, "build", id.Build, "protocol", id.Protocol, "sandboxd", own.Build)
+	default:
+		return sibling
+	}
+	return self
+}
+
+// cappedBuffer keeps the first identifyMaxOutput bytes written to it and
+// drops the rest.
+type cappedBuffer struct{ bytes.Buffer }
+
+// identifyMaxOutput bounds what is kept of an identify's output.
+const identifyMaxOutput = 4 << 10
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := identifyMaxOutput - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

@@ -39,8 +39,10 @@ type Config struct {
 	AllowOldRuntime bool
 	// CgroupParent names the parent group of every sandbox's cgroup.
 	CgroupParent string
-	// InitBinary is the sandbox init bind-mounted into every sandbox;
-	// empty: this executable.
+	// InitBinary is the sandbox init bind-mounted into every sandbox, which
+	// must speak this package's init protocol; empty: InitName next to this
+	// executable when it is of the same build, else this executable
+	// (initBinary).
 	InitBinary string
 	// DiskQuota is the size of each sandbox's disk, in bytes; 0 or
 	// negative: no disk (the layers share the data directory's).
@@ -137,8 +139,11 @@ func (r *Runtime) Check(ctx context.Context) error {
 	r.probeOnce.Do(func() {
 		r.oci, r.probeErr = lookRuntime(ctx, r.cfg.Runtime, r.runtimeRoot(), r.cfg.CgroupParent, r.cfg.AllowOldRuntime)
 		if r.probeErr == nil {
-			if err := r.prepareRuntime(); err != nil {
-				r.oci, r.probeErr = nil, fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
+			if err := r.prepareRuntime(ctx); err != nil {
+				if !errors.Is(err, ErrInitBinary) { // the runtime works; the init given does not
+					err = fmt.Errorf("%w: %w", ErrIsolationUnavailable, err)
+				}
+				r.oci, r.probeErr = nil, err
 			}
 		}
 	})

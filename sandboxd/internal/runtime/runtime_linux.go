@@ -844,7 +844,7 @@ func (r *Runtime) PrepareDisk(ctx context.Context, id string) error {
 // whose root must traverse the way to the init and to each sandbox's root:
 // the run directory and its parents are world-traversable (0711), while the
 // data directory may be private.
-func (r *Runtime) prepareRuntime() error {
+func (r *Runtime) prepareRuntime(ctx context.Context) error {
 	if r.cfg.DiskQuota > 0 {
 		// Spare disks of an earlier run may be of another size: start afresh.
 		dir := filepath.Join(r.cfg.DataDir, "run", "disks")
@@ -864,14 +864,11 @@ func (r *Runtime) prepareRuntime() error {
 			return err
 		}
 	}
-	exe := r.cfg.InitBinary
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("find the sandbox init: %w", err)
-		}
+	exe, err := r.initBinary(ctx)
+	if err != nil {
+		return err
 	}
-	var err error
+	r.log.Info("sandboxd: the sandbox init", "init", exe)
 	if r.initInterp, r.initLibs, err = elfDeps(exe); err != nil {
 		return err
 	}
