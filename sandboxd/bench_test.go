@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alineo-labs/alineo/internal/registrytest"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -173,7 +173,7 @@ func bareRunc(b *testing.B) func() time.Duration {
 // like sandboxd's own executable it links the whole server, whose init
 // functions each start of the init and of execd runs.
 func BenchmarkCreateFirstExec(b *testing.B) {
-	_, base := startServer(b, sandboxd.Config{InitBinary: registrytest.SandboxInit(b)})
+	_, base := startServer(b, sandboxd.Config{InitBinary: testutil.SandboxInit(b)})
 	_, selfBase := startServer(b, sandboxd.Config{})
 	bare := bareRunc(b)
 	const n = 20

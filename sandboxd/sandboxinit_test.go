@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alineo-labs/alineo/internal/registrytest"
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/sandboxd"
 	"github.com/alineo-labs/alineo/testenv"
 )
@@ -20,7 +20,7 @@ import (
 // runs it (the binary bound into it is that one), its commands, and a
 // sandbox restored from its snapshot runs the default idle entrypoint.
 func TestSandboxInitProgram(t *testing.T) {
-	p := registrytest.SandboxInit(t)
+	p := testutil.SandboxInit(t)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)

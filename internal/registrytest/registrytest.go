@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // Registry is a registry served on a loopback port in plain HTTP.
@@ -307,43 +309,8 @@ type buildError struct {
 func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + ": " + e.out }
 func (e *buildError) Unwrap() error { return e.err }
 
-var (
-	initOnce sync.Once
-	initPath string
-	initErr  error
-)
-
-// SandboxInit returns cmd/sandboxd-init, the sandbox init's own program,
-// built statically (CGO_ENABLED=0, as the Makefile builds every binary) once
-// per test process, to serve as Config.InitBinary: what sandboxd binds into
-// sandboxes when it is installed next to it.
-func SandboxInit(t testing.TB) string {
-	t.Helper()
-	initOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), "alineo-registrytest-init")
-		if initErr = os.MkdirAll(dir, 0o755); initErr != nil {
-			return
-		}
-		// Test binaries of several packages may build it at once: each
-		// builds its own and renames it into place.
-		tmp, err := os.MkdirTemp(dir, "build-")
-		if err != nil {
-			initErr = err
-			return
-		}
-		defer os.RemoveAll(tmp)
-		initPath = filepath.Join(dir, "sandboxd-init")
-		if initErr = goBuild(filepath.Join(tmp, "sandboxd-init"), "github.com/alineo-labs/alineo/cmd/sandboxd-init"); initErr == nil {
-			initErr = os.Rename(filepath.Join(tmp, "sandboxd-init"), initPath)
-		}
-	})
-	if initErr != nil {
-		t.Fatalf("static sandbox init: %v", initErr)
-	}
-	return initPath
-}
-
-// StaticInit returns SandboxInit's binary to serve as Config.InitBinary
+// StaticInit returns testutil.SandboxInit's binary (cmd/sandboxd-init, built
+// statically) to serve as Config.InitBinary
 // when the test binary itself is dynamically linked (a plain `go test` with
 // cgo on), or "" when the test binary is static already (and serves as the
 // init itself, as sandboxd's own executable does).
@@ -360,5 +327,5 @@ func StaticInit(t testing.TB, static func(string) (bool, error)) string {
 	if ok {
 		return ""
 	}
-	return SandboxInit(t)
+	return testutil.SandboxInit(t)
 }

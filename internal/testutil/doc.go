@@ -1,7 +1,8 @@
 // Package testutil holds the small helpers that tests and test harnesses of
 // this module used to copy: a buffer safe for concurrent writes, free
 // loopback ports, where make deps put a tool (FindTool), the count of
-// goroutines the process started (GoroutinesCreated), and the harness
+// goroutines the process started (GoroutinesCreated), the sandbox init's
+// program built once (SandboxInit), and the harness
 // that starts a command's run function (cmd/*'s run(ctx, args, getenv,
 // stdout)) in a goroutine and stops it.
 //
