@@ -29,8 +29,9 @@ const Replicas = 3
 // one opening them with the default would scale them down to R1.
 const replicasEnv = "ALINEO_NATS_REPLICAS=3"
 
-// binaries are the commands the soak builds and runs.
-var binaries = []string{"sandboxd", "executor", "projector", "api"}
+// binaries are the commands the soak builds and runs, and sandboxd-init,
+// which sandboxd binds into its sandboxes as installed beside it.
+var binaries = []string{"sandboxd", "sandboxd-init", "executor", "projector", "api"}
 
 // Fleet is every process of the soak and where it listens.
 type Fleet struct {
@@ -111,7 +112,7 @@ func (f *Fleet) Crashes() []string {
 }
 
 // build builds the binaries into dir (CGO_ENABLED=0: sandboxd bind-mounts
-// itself into each sandbox as its init and must be static).
+// sandboxd-init into each sandbox as its init, which must be static).
 func build(ctx context.Context, dir string, log io.Writer) error {
 	args := []string{"build", "-o", dir + "/"}
 	for _, b := range binaries {
