@@ -52,10 +52,11 @@ func report(b *testing.B, subject, base []time.Duration) {
 }
 
 // BenchmarkCreateRunning measures POST /sandboxes until GET reports Running
-// (polled every 500µs), against a bare `runc run` of /bin/true from a
+// (polled every 500µs), with cmd/sandboxd-init as the sandbox init (as in
+// BenchmarkCreateFirstExec), against a bare `runc run` of /bin/true from a
 // prepared bundle, in one run.
 func BenchmarkCreateRunning(b *testing.B) {
-	_, base := startServer(b, sandboxd.Config{})
+	_, base := startServer(b, sandboxd.Config{InitBinary: testutil.SandboxInit(b)})
 	bare := bareRunc(b)
 	const n = 30
 	for range b.N {
