@@ -1,21 +1,18 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // TestLinksNoNATSServer: the auditor's CLI talks to the API over HTTP, so its
 // binary must not carry the embedded NATS server (package api's server side
 // imports bus, which imports it; the client lives in api/apiclient for this).
 func TestLinksNoNATSServer(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
 	var server []string
-	for dep := range strings.FieldsSeq(string(out)) {
+	for _, dep := range testutil.LinkedPackages(t) {
 		if strings.HasPrefix(dep, "github.com/nats-io/nats-server/") {
 			server = append(server, dep)
 		}

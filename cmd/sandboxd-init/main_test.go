@@ -1,10 +1,11 @@
 package main
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/alineo-labs/alineo/internal/testutil"
 )
 
 // TestLinksNoServer: the sandbox init's program is the roles and execd
@@ -12,10 +13,6 @@ import (
 // SDKs, the checkpoint stores) runs its init functions at every start, twice
 // in every sandbox's start: the reason this program exists.
 func TestLinksNoServer(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
 	// Packages matched exactly, and prefixes of module paths.
 	exact := []string{
 		"github.com/alineo-labs/alineo/sandboxd", // the server, not its subpackages
@@ -24,7 +21,7 @@ func TestLinksNoServer(t *testing.T) {
 	}
 	prefixes := []string{"gocloud.dev/", "google.golang.org/grpc", "github.com/aws/", "cloud.google.com/", "github.com/Azure/", "modernc.org/sqlite", "github.com/jackc/"}
 	var found []string
-	for dep := range strings.FieldsSeq(string(out)) {
+	for _, dep := range testutil.LinkedPackages(t) {
 		if slices.Contains(exact, dep) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(dep, p) }) {
 			found = append(found, dep)
 		}

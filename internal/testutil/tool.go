@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"testing"
 )
 
 // FindTool returns the path of the program name as make deps installs the
@@ -27,4 +29,16 @@ func FindTool(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found", name)
+}
+
+// LinkedPackages returns the import paths of every package the package in
+// the current directory links (`go list -deps .`), the standard library's
+// included; it fails t if go list fails.
+func LinkedPackages(t testing.TB) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	return strings.Fields(string(out))
 }
