@@ -31,6 +31,9 @@ func TestInstalledWithInit(t *testing.T) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v: %s", pkg, err, b)
 		}
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			p = resolved // as sandboxd names its own executable
+		}
 		return p
 	}
 	bin := build("sandboxd", ".")
