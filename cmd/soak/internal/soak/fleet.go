@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -479,7 +480,15 @@ func (f *Fleet) waitSandboxd(ctx context.Context, p *Proc, url string) error {
 	if exited != nil {
 		return exited
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// It chose its sandbox init before it listened: sandboxd-init, built
+	// beside it, of its build; a warning says it would not.
+	if b, err := os.ReadFile(p.Log); err == nil && bytes.Contains(b, []byte("not using the sandbox init")) {
+		return fmt.Errorf("%s does not use the sandboxd-init built beside it: %s", p.Name, lastRun(p.Log))
+	}
+	return nil
 }
 
 // lastRun returns what the last run of a process wrote to its log path
