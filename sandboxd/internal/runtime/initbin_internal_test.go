@@ -57,7 +57,7 @@ func TestPreferredInit(t *testing.T) {
 		{name: "same build", sibling: answering(t, own), use: true},
 		{name: "no sibling"},
 		{name: "another build", sibling: answering(t, other), warn: "of another build"},
-		{name: "another protocol", sibling: answering(t, newer), warn: "of another build"},
+		{name: "another protocol", sibling: answering(t, newer), warn: "init protocol"},
 		{name: "not an init", sibling: "echo 'sandboxd: unknown role' >&2; exit 2", warn: "unknown role"},
 		{name: "garbage", sibling: "echo hello", warn: "does not identify itself"},
 	} {

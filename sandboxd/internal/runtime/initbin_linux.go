@@ -251,7 +251,7 @@ func (r *Runtime) preferredInit(ctx context.Context, self string) string {
 	case err != nil:
 		r.log.Warn("sandboxd: not using the sandbox init next to this executable", "init", sibling, "err", err)
 	case id != own:
-		r.log.Warn("sandboxd: not using the sandbox init next to this executable: it is of another build (rebuild both, or name it with --init-binary)",
+		r.log.Warn("sandboxd: not using the sandbox init next to this executable: it is of another build or init protocol (rebuild both, or name it with --init-binary)",
 			"init", sibling, "build", id.Build, "protocol", id.Protocol, "sandboxd", own.Build)
 	default:
 		return sibling
