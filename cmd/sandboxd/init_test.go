@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alineo-labs/alineo/internal/testutil"
 	"github.com/alineo-labs/alineo/testenv"
 )
 
@@ -26,10 +27,8 @@ func TestInstalledWithInit(t *testing.T) {
 	dir := t.TempDir()
 	build := func(out, pkg string) string {
 		p := filepath.Join(dir, out)
-		cmd := exec.Command("go", "build", "-o", p, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v: %s", pkg, err, b)
+		if err := testutil.BuildStatic(p, pkg); err != nil {
+			t.Fatal(err)
 		}
 		if resolved, err := filepath.EvalSymlinks(p); err == nil {
 			p = resolved // as sandboxd names its own executable

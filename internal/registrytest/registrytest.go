@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -280,7 +279,7 @@ func App(t testing.TB) []byte {
 		}
 		defer os.RemoveAll(dir)
 		out := filepath.Join(dir, "app")
-		appErr = goBuild(out, "github.com/alineo-labs/alineo/internal/registrytest/app")
+		appErr = testutil.BuildStatic(out, "github.com/alineo-labs/alineo/internal/registrytest/app")
 		if appErr == nil {
 			appBin, appErr = os.ReadFile(out)
 		}
@@ -290,24 +289,6 @@ func App(t testing.TB) []byte {
 	}
 	return appBin
 }
-
-// goBuild builds pkg statically into out.
-func goBuild(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return &buildError{pkg: pkg, out: string(b), err: err}
-	}
-	return nil
-}
-
-type buildError struct {
-	pkg, out string
-	err      error
-}
-
-func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + ": " + e.out }
-func (e *buildError) Unwrap() error { return e.err }
 
 // StaticInit returns testutil.SandboxInit's binary (cmd/sandboxd-init, built
 // statically) to serve as Config.InitBinary

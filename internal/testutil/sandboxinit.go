@@ -1,9 +1,7 @@
 package testutil
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -35,12 +33,8 @@ func SandboxInit(t testing.TB) string {
 			return
 		}
 		defer os.RemoveAll(tmp)
-		const pkg = "github.com/alineo-labs/alineo/cmd/sandboxd-init"
 		built := filepath.Join(tmp, "sandboxd-init")
-		cmd := exec.Command("go", "build", "-o", built, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			initErr = fmt.Errorf("go build %s: %w: %s", pkg, err, out)
+		if initErr = BuildStatic(built, "github.com/alineo-labs/alineo/cmd/sandboxd-init"); initErr != nil {
 			return
 		}
 		initPath = filepath.Join(dir, "sandboxd-init")

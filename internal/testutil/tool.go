@@ -42,3 +42,15 @@ func LinkedPackages(t testing.TB) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// BuildStatic builds the package pkg (an import path, or a directory such as
+// ".") into the file out, statically linked (CGO_ENABLED=0, as the Makefile
+// builds every binary); its error carries go build's output.
+func BuildStatic(out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
+	}
+	return nil
+}
