@@ -233,7 +233,7 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 			c.kill(killSignalDisconnect)
 		}
 	}
-	send(event{Type: evInit, Text: c.id})
+	_ = sw.queue(event{Type: evInit, Text: c.id}) // flushed with the ping
 	send(event{Type: evPing, Text: "pong"})
 
 	var readers sync.WaitGroup
@@ -270,7 +270,9 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, c *command, s
 			exited = nil
 		}
 	}
-	send(terminalEvent(c))
+	// The last event goes with the response's end, in one write, once the
+	// handler returns; the readers are done, so nothing sends after it.
+	_ = sw.queue(terminalEvent(c))
 	return nil
 }
 
@@ -452,9 +454,10 @@ func (s *Server) runBackground(w http.ResponseWriter, c *command, spec procSpec,
 		c.killAfter(timeout)
 	}
 	sw := newStreamWriter(w)
-	_ = sw.send(event{Type: evInit, Text: c.id})
-	_ = sw.send(event{Type: evPing, Text: "pong"})
-	_ = sw.send(event{Type: evComplete})
+	// Sent with the response's end, in one write.
+	_ = sw.queue(event{Type: evInit, Text: c.id})
+	_ = sw.queue(event{Type: evPing, Text: "pong"})
+	_ = sw.queue(event{Type: evComplete})
 	return nil
 }
 

@@ -226,7 +226,7 @@ func (s *Server) runInInterp(w http.ResponseWriter, r *http.Request, in *interp,
 		_ = sw.send(ev)
 	}
 	start := time.Now()
-	send(event{Type: evInit, Text: in.id})
+	_ = sw.queue(event{Type: evInit, Text: in.id}) // flushed with the ping
 	send(event{Type: evPing, Text: "pong"})
 	pingDone := make(chan struct{})
 	defer close(pingDone)

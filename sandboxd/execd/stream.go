@@ -123,8 +123,9 @@ func (c *chunkWriter) Flush() {
 	}
 }
 
-// streamWriter writes events as `<json>\n\n` and flushes each one. Headers are committed on the
-// first event, so errors found before it are still answered as ordinary JSON errors.
+// streamWriter writes events as `<json>\n\n`, each flushed (send) or left for the next flush
+// (queue). Headers are committed on the first event, so errors found before it are still answered
+// as ordinary JSON errors.
 type streamWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -136,7 +137,22 @@ func newStreamWriter(w http.ResponseWriter) *streamWriter {
 	return &streamWriter{w: w, rc: http.NewResponseController(w)}
 }
 
+// send writes ev and flushes it, with any event queued before it, to the client.
 func (sw *streamWriter) send(ev event) error {
+	if sw.queue(ev) != nil {
+		return sw.err
+	}
+	if err := sw.rc.Flush(); err != nil {
+		sw.err = err
+	}
+	return sw.err
+}
+
+// queue writes ev without flushing it: it reaches the client with the next send or, after a
+// handler's last event, with the end of the response, in the same write. Events the client could
+// not act on apart (init and the first ping, a stream's last event and its end) so cost one
+// write and one wake-up of the client, not one each.
+func (sw *streamWriter) queue(ev event) error {
 	if sw.err != nil {
 		return sw.err
 	}
@@ -161,10 +177,6 @@ func (sw *streamWriter) send(ev event) error {
 	}
 	b = append(b, '\n', '\n')
 	if _, err := sw.w.Write(b); err != nil {
-		sw.err = err
-		return err
-	}
-	if err := sw.rc.Flush(); err != nil {
 		sw.err = err
 	}
 	return sw.err

@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alineo-labs/alineo/sandboxd/execd"
 )
@@ -314,4 +318,73 @@ func newHTTPServer(t *testing.T, h http.Handler) *httptest.Server {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return hs
+}
+
+// writeCounter is a listener whose connections count their writes.
+type writeCounter struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *writeCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, writes: &l.writes}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestStreamWrites: events the client cannot act on apart reach it in one
+// write, each a wake-up of the client: the headers, init and first ping in
+// the first; the last event with the end of the response; a background
+// command's whole answer in one. Output in between is flushed as it comes.
+func TestStreamWrites(t *testing.T) {
+	s, err := execd.New(execd.Config{Root: t.TempDir(), PingInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(s)
+	lc := &writeCounter{Listener: hs.Listener}
+	hs.Listener = lc
+	hs.Start()
+	t.Cleanup(func() {
+		hs.Close()
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	e := &env{t: t, srv: s, http: hs}
+	for _, tc := range []struct {
+		body   map[string]any
+		writes int64
+		events []string
+	}{
+		{map[string]any{"command": "true"}, 2, []string{"init", "ping", "execution_complete"}},
+		{map[string]any{"command": "echo hi"}, 3, []string{"init", "ping", "stdout", "execution_complete"}},
+		{map[string]any{"command": "exit 3"}, 2, []string{"init", "ping", "error"}},
+		{map[string]any{"command": "sleep 30", "background": true}, 1, []string{"init", "ping", "execution_complete"}},
+	} {
+		before := lc.writes.Load()
+		res := e.stream("/command", tc.body)
+		var types []string
+		for _, ev := range res.events {
+			types = append(types, ev.Type)
+		}
+		if !slices.Equal(types, tc.events) {
+			t.Errorf("%v: events %v, want %v", tc.body, types, tc.events)
+		}
+		if got := lc.writes.Load() - before; got != tc.writes {
+			t.Errorf("%v: %d writes, want %d", tc.body, got, tc.writes)
+		}
+	}
 }
