@@ -15,7 +15,10 @@
 //     right after it and then every Config.PingInterval, exactly one terminal `error` or
 //     `execution_complete`. Unlike the real execd, the response ends right after the terminal
 //     event (no post-completion grace sleep); every known client reads to EOF or stops at the
-//     terminal event, and the sleep would add a second to every command.
+//     terminal event, and the sleep would add a second to every command. Events are flushed as
+//     they come, but for those written back to back: `init` goes with the first `ping`, and the
+//     terminal event with the response's end, in one write each (a background command's whole
+//     answer too), so a client is woken once for them, not once each.
 //   - Output is one `stdout`/`stderr` event per line, newline stripped; `\n`, `\r` and `\r\n` end a
 //     line; an empty line is sent as "\n"; an unterminated last line is flushed at exit. A line
 //     whose event would be longer than Config.MaxLine bytes on the wire (default 4 MiB, the
