@@ -147,6 +147,9 @@ func (e *Execd) untrack(key any) {
 	e.mu.Unlock()
 }
 
+// testHookDrain, set by tests only, is called for each drain started.
+var testHookDrain func()
+
 // startDrain runs s.drain in the background, tracked by Close. It reports false if
 // the client is closed (the caller then cancels at once).
 func (e *Execd) startDrain(s *Stream) bool {
@@ -154,6 +157,9 @@ func (e *Execd) startDrain(s *Stream) bool {
 	defer e.mu.Unlock()
 	if e.closed {
 		return false
+	}
+	if testHookDrain != nil {
+		testHookDrain()
 	}
 	e.inflight[s] = s.cancel
 	e.wg.Add(1)

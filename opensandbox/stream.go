@@ -165,6 +165,7 @@ type Stream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	body   io.ReadCloser
+	src    *eofReader // body, as the frame reader reads it
 	fr     *frameReader
 	owner  *Execd
 
@@ -182,8 +183,25 @@ type Stream struct {
 }
 
 func newStream(ctx context.Context, cancel context.CancelFunc, op string, resp *http.Response, owner *Execd) *Stream {
-	return &Stream{op: op, ctx: ctx, cancel: cancel, body: resp.Body, fr: newFrameReader(resp.Body), owner: owner,
+	src := &eofReader{r: resp.Body}
+	return &Stream{op: op, ctx: ctx, cancel: cancel, body: resp.Body, src: src, fr: newFrameReader(src), owner: owner,
 		exact: resp.Header.Get(HeaderExactOutput) == "1"}
+}
+
+// eofReader is a reader that records whether it returned io.EOF: a stream
+// whose terminal event came with the response's end (sandboxd's execd writes
+// them together) has read the whole body by then, and has nothing to drain.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err == io.EOF {
+		r.eof = true
+	}
+	return n, err
 }
 
 // Exact reports whether the server streams output as chunks of exact bytes
@@ -270,8 +288,8 @@ func (s *Stream) fail(err error) {
 
 // release ends the request. After a terminal event the rest of the response is
 // drained in the background (bounded by drainTimeout) rather than aborted, since
-// aborting a proxied response mid-way makes some servers' relays fail; otherwise the
-// request is cancelled at once.
+// aborting a proxied response mid-way makes some servers' relays fail; otherwise,
+// or when the response was read to its end already, the request ends at once.
 func (s *Stream) release(graceful bool) {
 	s.mu.Lock()
 	if s.released {
@@ -280,7 +298,7 @@ func (s *Stream) release(graceful bool) {
 	}
 	s.released = true
 	s.mu.Unlock()
-	if !graceful || s.owner == nil || !s.owner.startDrain(s) {
+	if !graceful || s.src.eof || s.owner == nil || !s.owner.startDrain(s) {
 		s.cancel()
 		s.body.Close()
 		if s.owner != nil {
