@@ -587,3 +587,46 @@ func TestIsolationRefused(t *testing.T) {
 		t.Errorf("status = %+v, want the isolation error", sb.Status)
 	}
 }
+
+// TestCPULimitNotChargedWithStart: a sandbox's start (runc's init compiling
+// the seccomp profile, the sandbox init and execd starting: about 60 ms of
+// CPU in its cgroup) is not paid out of its CPU quota, which under 50m took
+// a dozen 100 ms periods, over a second, before it answered; its commands
+// are held to the quota.
+func TestCPULimitNotChargedWithStart(t *testing.T) {
+	_, base := startServer(t, sandboxd.Config{})
+	id := create(t, base, map[string]any{"resourceLimits": map[string]string{"cpu": "50m", "memory": "256Mi"}})
+	waitState(t, base, id, sandboxd.StateRunning)
+	stat := filepath.Join("/sys/fs/cgroup/cpu/alineo-sandboxd", id, "cpu.stat") // v1 (hybrid)
+	if _, err := os.Stat(stat); err != nil {
+		stat = filepath.Join("/sys/fs/cgroup/alineo-sandboxd", id, "cpu.stat") // v2
+	}
+	throttled := func() int {
+		t.Helper()
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatalf("the sandbox's CPU statistics: %v", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "nr_throttled "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatalf("no nr_throttled in %s: %q", stat, b)
+		return 0
+	}
+	// What execd still does of its start after the grace fits in a period
+	// or two of 5 ms.
+	if n := throttled(); n > 2 {
+		t.Errorf("throttled %d times by the time the sandbox ran, want at most 2: its start was charged to its quota", n)
+	}
+	before := throttled()
+	u, tok := execdEndpoint(t, base, id, false)
+	if _, code := run(t, u, tok, "timeout 1 sh -c 'while :; do :; done'"); code != 124 {
+		t.Fatalf("the busy loop ended with %d, want timeout's 124", code)
+	}
+	if n := throttled() - before; n < 5 {
+		t.Errorf("a second of busy loop under 50m was throttled %d times, want about 10: the quota is not applied", n)
+	}
+}

@@ -64,6 +64,9 @@ type specInput struct {
 	Pids     int64
 	ShmBytes int64
 	Cgroup   string // cgroupsPath
+	// CPULater leaves the CPU quota unlimited in the spec: the launcher
+	// writes it once the sandbox runs (setCPULimit).
+	CPULater bool
 	Volumes  []boundVolume
 	IDBase   uint32 // the first host id of the sandbox's range
 }
@@ -156,11 +159,21 @@ func resources(in specInput) *specs.LinuxResources {
 		}
 	}
 	if in.Limits.MilliCPU > 0 {
-		period := uint64(100000)
-		quota := in.Limits.MilliCPU * int64(period) / 1000
-		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+		quota, period := cpuBandwidth(in.Limits.MilliCPU)
+		if in.CPULater {
+			quota = -1 // the period set, the quota written once the sandbox runs
+		}
+		p := uint64(period)
+		r.CPU = &specs.LinuxCPU{Period: &p, Quota: &quota}
 	}
 	return r
+}
+
+// cpuBandwidth returns the CFS quota and period, in microseconds, of a
+// limit of milliCPU thousandths of a CPU: Docker's period of 100 ms.
+func cpuBandwidth(milliCPU int64) (quota, period int64) {
+	period = 100000
+	return milliCPU * period / 1000, period
 }
 
 // swapAccounting reports whether the memory controller accounts swap (v1

@@ -38,3 +38,25 @@ func TestCheckRuncVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUQuotaInSpec: a sandbox whose runtime's cgroups sandboxd writes gets
+// its CPU period in the spec and its quota unlimited there (written once it
+// runs); any other gets the quota in the spec.
+func TestCPUQuotaInSpec(t *testing.T) {
+	for _, tc := range []struct {
+		later bool
+		milli int64
+		quota int64
+	}{{false, 250, 25000}, {true, 250, -1}, {false, 2000, 200000}, {true, 2000, -1}} {
+		r := resources(specInput{Limits: Limits{MilliCPU: tc.milli}, CPULater: tc.later})
+		if r.CPU == nil || r.CPU.Quota == nil || r.CPU.Period == nil {
+			t.Fatalf("%+v: CPU = %+v", tc, r.CPU)
+		}
+		if *r.CPU.Quota != tc.quota || *r.CPU.Period != 100000 {
+			t.Errorf("%+v: quota %d period %d, want %d and 100000", tc, *r.CPU.Quota, *r.CPU.Period, tc.quota)
+		}
+	}
+	if r := resources(specInput{CPULater: true}); r.CPU != nil {
+		t.Errorf("no CPU limit: CPU = %+v, want none", r.CPU)
+	}
+}

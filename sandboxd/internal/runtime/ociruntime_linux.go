@@ -19,20 +19,21 @@ import (
 type ociRuntime struct {
 	path string // the runtime binary
 	root string // its state directory (--root)
-	// freezerParent is, for a runtime that pauses through the cgroup
-	// freezer (runc, crun), the parent group of the containers' cgroups:
+	// cgroupParent is, for a runtime whose containers' cgroups are the
+	// host's own groups (runc, crun), the parent group of those cgroups:
 	// such a runtime is paused and resumed by writing the freezer directly
-	// (see freezer). Empty for any other (gVisor's runsc pauses its own
+	// (see freezer), and a sandbox's CPU bandwidth is written once it runs
+	// (see cpuLimit). Empty for any other (gVisor's runsc pauses its own
 	// kernel).
-	freezerParent string
+	cgroupParent string
 }
 
 // freezer returns container id's cgroup freezer when r pauses through it.
 func (r *ociRuntime) freezer(id string) (freezer, bool) {
-	if r.freezerParent == "" {
+	if r.cgroupParent == "" {
 		return freezer{}, false
 	}
-	return findFreezer(r.freezerParent, id)
+	return findFreezer(r.cgroupParent, id)
 }
 
 // lookRuntime resolves the runtime binary name (a path, or a name looked up
@@ -58,7 +59,7 @@ func lookRuntime(ctx context.Context, name, root, cgroupParent string, allowOld 
 	}
 	rt := &ociRuntime{path: p, root: root}
 	if b := filepath.Base(p); b == "runc" || b == "crun" {
-		rt.freezerParent = cgroupParent
+		rt.cgroupParent = cgroupParent
 	}
 	return rt, nil
 }
