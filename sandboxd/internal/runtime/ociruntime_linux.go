@@ -23,7 +23,7 @@ type ociRuntime struct {
 	// host's own groups (runc, crun), the parent group of those cgroups:
 	// such a runtime is paused and resumed by writing the freezer directly
 	// (see freezer), and a sandbox's CPU bandwidth is written once it runs
-	// (see cpuLimit). Empty for any other (gVisor's runsc pauses its own
+	// (see setCPULimit). Empty for any other (gVisor's runsc pauses its own
 	// kernel).
 	cgroupParent string
 }
