@@ -28,9 +28,13 @@ type ociRuntime struct {
 	cgroupParent string
 }
 
+// writesCgroups reports whether sandboxd writes the cgroups of r's
+// containers itself (cgroupParent).
+func (r *ociRuntime) writesCgroups() bool { return r.cgroupParent != "" }
+
 // freezer returns container id's cgroup freezer when r pauses through it.
 func (r *ociRuntime) freezer(id string) (freezer, bool) {
-	if r.cgroupParent == "" {
+	if !r.writesCgroups() {
 		return freezer{}, false
 	}
 	return findFreezer(r.cgroupParent, id)

@@ -256,6 +256,9 @@ func (l *launcher) run(ctx context.Context) (*Process, error) {
 	if err := l.awaitPort(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.limitCPU(); err != nil {
+		return nil, err
+	}
 	return l.p, nil
 }
 
@@ -380,7 +383,7 @@ func (l *launcher) bundle() (string, error) {
 		ID: l.sb.ID, Root: merged, InitBin: l.r.initBin(), Hostname: shortID(l.sb.ID), Netns: l.netns,
 		Limits: l.sb.Limits, Pids: int64(l.r.cfg.MaxProcesses), ShmBytes: l.r.cfg.ShmSize,
 		Cgroup: "/" + l.r.cfg.CgroupParent + "/" + l.sb.ID, Volumes: vols, IDBase: base,
-		CPULater: l.r.oci.cgroupParent != "",
+		CPULater: l.r.oci.writesCgroups(),
 	})
 	if err != nil {
 		return "", err
@@ -568,7 +571,7 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 			return fmt.Errorf("sandbox start: %w", ctx.Err())
 		}
 	}
-	return l.limitCPU()
+	return nil
 }
 
 // limitCPU writes the sandbox's CPU quota, which its spec left unlimited
@@ -581,7 +584,7 @@ func (l *launcher) awaitPort(ctx context.Context) error {
 // sandbox never runs unlimited.
 func (l *launcher) limitCPU() error {
 	oci := l.r.oci
-	if oci == nil || oci.cgroupParent == "" || l.sb.Limits.MilliCPU <= 0 {
+	if oci == nil || !oci.writesCgroups() || l.sb.Limits.MilliCPU <= 0 {
 		return nil
 	}
 	quota, period := cpuBandwidth(l.sb.Limits.MilliCPU)
