@@ -267,7 +267,8 @@ const (
 	maxRawEvents = 1000
 )
 
-// session reads the session the path names, or renders the error page.
+// session reads the session the path names, its figures counted from its
+// entries, or renders the error page.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (*adapters.SandboxDetails, []events.Entry, bool) {
 	name, id := r.PathValue("name"), r.PathValue("id")
 	d, err := s.cfg.Store.GetSandboxDetails(r.Context(), name, id)
@@ -283,6 +284,12 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) (*adapters.Sand
 	if err != nil {
 		s.renderStoreError(w, r, err)
 		return nil, nil, false
+	}
+	// The page's live stream resumes after the last of es, so its figures
+	// come from es too: a summary read before a projector's commit and es
+	// after it would leave an exec or a close counted in neither.
+	if v := adapters.DetailsOf(es); v != nil {
+		d.Status, d.CompletedAt, d.ExecCount = v.Status, v.CompletedAt, v.ExecCount
 	}
 	return d, es, true
 }

@@ -1,12 +1,15 @@
 package api_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/alineo-labs/alineo/adapters"
+	"github.com/alineo-labs/alineo/adapters/memory"
 	"github.com/alineo-labs/alineo/api"
 	"github.com/alineo-labs/alineo/events"
 	"github.com/alineo-labs/alineo/jobs"
@@ -128,4 +131,49 @@ func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 func mustRequest(t *testing.T, path string) *http.Request {
 	t.Helper()
 	return httptest.NewRequest("GET", path, nil)
+}
+
+// behindStore answers GetSandboxDetails as a read model did before its
+// projector committed a session's last entries: a running sandbox of no
+// completed exec.
+type behindStore struct{ api.Store }
+
+func (s behindStore) GetSandboxDetails(ctx context.Context, name, id string) (*adapters.SandboxDetails, error) {
+	d, err := s.Store.GetSandboxDetails(ctx, name, id)
+	if d != nil {
+		d.Status, d.CompletedAt, d.ExecCount = adapters.StatusRunning, 0, 0
+	}
+	return d, err
+}
+
+// TestSandboxPageFiguresFromItsEntries: the sandbox page's header counts
+// what its entries hold, the entries its live stream resumes after, even
+// when the summary read just before them is behind: an exec or a close
+// the summary missed would otherwise be counted in neither.
+func TestSandboxPageFiguresFromItsEntries(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	for i, e := range []events.Entry{
+		events.New(1000, "n", "S", events.SandboxLevel, events.SandboxCreated, events.SandboxCreatedPayload{SandboxID: "S"}),
+		events.New(1001, "n", "S", 1, events.ExecStarted, events.ExecStartedPayload{Seq: 1, Kind: events.KindCommand, Cmd: "true"}),
+		events.New(1002, "n", "S", 1, events.ExecCompleted, events.ExecCompletedPayload{Seq: 1}),
+		events.New(1003, "n", "S", events.SandboxLevel, events.SandboxClosed, nil),
+	} {
+		e.Seq = uint64(i + 1)
+		if err := st.Append(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := api.New(api.Config{Store: behindStore{st}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	srv.ServeHTTP(rec, mustRequest(t, "/ui/sandboxes/n/S"))
+	body := rec.Body.String()
+	for _, want := range []string{`<dd id="sandbox-execs">1</dd>`, `data-status="completed"`, `lastEventId=4`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("sandbox page lacks %s:\n%s", want, body)
+		}
+	}
 }
