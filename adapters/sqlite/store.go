@@ -112,6 +112,9 @@ type Store struct {
 
 	// gc commits appends: concurrent ones share one transaction (one fsync).
 	gc *groupcommit.Committer[[]events.Entry]
+	// ck checkpoints a file-backed store's WAL in the background once it
+	// is open; nil before, after Close, and for an in-memory store.
+	ck atomic.Pointer[checkpointer]
 
 	mu     sync.RWMutex
 	closed bool
@@ -183,7 +186,26 @@ func (s *Store) dbs(ctx context.Context) (w, r *sql.DB, err error) {
 		return nil, nil, adapters.ErrClosed
 	}
 	s.w, s.r = w, r
+	if s.path != Memory {
+		// sql.Open fails for an unknown driver only (open used it); the
+		// writer's automatic checkpoint would bound the WAL without it.
+		if ck, err := sql.Open("sqlite", s.dsn(false, "synchronous("+s.cfg.Synchronous+")")); err == nil {
+			ck.SetMaxOpenConns(1)
+			ck.SetMaxIdleConns(1)
+			ck.SetConnMaxLifetime(0)
+			ck.SetConnMaxIdleTime(0)
+			s.ck.Store(newCheckpointer(ck, s.cfg.Logger))
+		}
+	}
 	return w, r, nil
+}
+
+// askCheckpoint tells the background checkpointer that a write transaction
+// committed.
+func (s *Store) askCheckpoint() {
+	if c := s.ck.Load(); c != nil {
+		c.commit()
+	}
 }
 
 func (s *Store) handles() (w, r *sql.DB, err error) {
@@ -234,7 +256,7 @@ func (s *Store) open(ctx context.Context) (w, r *sql.DB, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w = sql.OpenDB(countingConnector{dsn: s.dsn(true, syncPragma), drv: drv, opened: &s.writerConns})
+	w = sql.OpenDB(countingConnector{dsn: s.dsn(true, syncPragma, fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointFrames)), drv: drv, opened: &s.writerConns})
 	// One connection, kept for the store's lifetime: that also keeps an
 	// in-memory database alive and the same for every call.
 	w.SetMaxOpenConns(1)
@@ -302,6 +324,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if c := s.ck.Swap(nil); c != nil {
+		_ = c.close()
+	}
 	s.appendsPrepared.Store(false)
 	s.stmts.Range(func(q, st any) bool {
 		_ = st.(*sql.Stmt).Close()

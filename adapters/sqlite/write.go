@@ -184,7 +184,11 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	return inTxOn(ctx, w, f)
+	if err := inTxOn(ctx, w, f); err != nil {
+		return err
+	}
+	s.askCheckpoint()
+	return nil
 }
 
 // txBeginner is the writer's handle (*sql.DB) or its connection (*sql.Conn).
@@ -312,12 +316,17 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	// of the group commit has no caller's ctx anyway.)
 	ctx = context.WithoutCancel(ctx)
 	if s.unchained {
-		return inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
+		err := inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
+		if err == nil {
+			s.askCheckpoint()
+		}
+		return err
 	}
 	var moved headsMoved
 	err = inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.chainInsert(ctx, conn, tx, appends, n, &moved) })
 	committed := err == nil
 	if committed {
+		s.askCheckpoint()
 		// The appends are stored whatever follows; the heads are trusted
 		// only with the data version this commit left.
 		var verr error
