@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -491,6 +492,27 @@ func procs() []procInfo {
 	return out
 }
 
+// thaw thaws the freezer cgroup of the process pid (cgroup v1's freezer, or
+// v2's cgroup.freeze), if it is in one. It ignores every error: the process
+// may be gone, or in no frozen cgroup.
+func thaw(pid int) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return
+	}
+	for line := range strings.Lines(string(data)) {
+		// hierarchy-ID:controllers:path
+		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		switch {
+		case len(f) != 3:
+		case slices.Contains(strings.Split(f[1], ","), "freezer"):
+			_ = os.WriteFile(filepath.Join("/sys/fs/cgroup/freezer", f[2], "freezer.state"), []byte("THAWED"), 0)
+		case f[0] == "0" && f[1] == "":
+			_ = os.WriteFile(filepath.Join("/sys/fs/cgroup", f[2], "cgroup.freeze"), []byte("0"), 0)
+		}
+	}
+}
+
 // killNetnsProcs kills every process in one of the network namespaces
 // inodes, with every descendant of one (the containers of a host's
 // sandboxd run in namespaces of their own, below its runtime's processes)
@@ -533,6 +555,12 @@ func killNetnsProcs(inodes map[uint64]bool, timeout time.Duration, extra ...int)
 	}
 	for pid := range stopped {
 		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	// A process of a frozen cgroup (a sandbox that sandboxd froze for a
+	// checkpoint) takes its SIGKILL only once thawed on cgroup v1; a lost
+	// machine loses it all the same.
+	for pid := range stopped {
+		thaw(pid)
 	}
 	alive := func() []int {
 		var out []int

@@ -414,3 +414,63 @@ func TestKillHostKillsEverythingOnIt(t *testing.T) {
 		t.Error("h2's process died with h1")
 	}
 }
+
+// TestKillNetnsProcsThawsFrozen: a process of a frozen cgroup (a sandbox
+// frozen for its checkpoint when its host is lost) dies with the others. On
+// cgroup v1 its SIGKILL waits until the cgroup is thawed: killNetnsProcs
+// thaws it (without that: "still alive 10s after SIGKILL", checked).
+func TestKillNetnsProcsThawsFrozen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root (a cgroup of its own)")
+		}
+		t.Skip("needs root (a cgroup of its own)")
+	}
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	name := fmt.Sprint("alineo-soak-test-", pid)
+	var dir, freeze, frozen string
+	var isFrozen func() bool
+	if _, err := os.Stat("/sys/fs/cgroup/freezer"); err == nil {
+		dir, freeze, frozen = filepath.Join("/sys/fs/cgroup/freezer", name), "freezer.state", "FROZEN"
+		isFrozen = func() bool {
+			b, _ := os.ReadFile(filepath.Join(dir, "freezer.state"))
+			return strings.TrimSpace(string(b)) == "FROZEN"
+		}
+	} else if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		dir, freeze, frozen = filepath.Join("/sys/fs/cgroup", name), "cgroup.freeze", "1"
+		isFrozen = func() bool {
+			b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+			return strings.Contains(string(b), "frozen 1")
+		}
+	} else {
+		t.Skip("no cgroup freezer here")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		thaw(pid)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if err := os.Remove(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, freeze), []byte(frozen), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !awaitCond(10*time.Second, isFrozen) {
+		t.Fatal("the cgroup did not freeze")
+	}
+	if _, err := killNetnsProcs(nil, 10*time.Second, pid); err != nil {
+		t.Fatal(err)
+	}
+}
