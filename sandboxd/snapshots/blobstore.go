@@ -56,8 +56,8 @@ type BlobConfig struct {
 	// under the GC grace period (ManagerConfig.GCMinAge) minus the longest
 	// capture.
 	RefreshAfter time.Duration
-	// Concurrency is how many blobs a restore reads at once;
-	// DefaultConcurrency when zero.
+	// Concurrency is how many blobs a restore reads, or a capture stores,
+	// at once; DefaultConcurrency when zero.
 	Concurrency int
 }
 

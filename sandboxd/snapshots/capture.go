@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sys/unix"
 
 	"github.com/alineo-labs/alineo/checkpoints"
@@ -91,8 +94,16 @@ const minHole = 64 << 10
 // least 64 KiB) are recorded in its entry and neither read nor stored: its
 // blob holds its data ranges only, so a 3 GiB file of a few kilobytes of data
 // costs a few kilobytes. Past opts.MaxBytes the capture fails (*QuotaError).
+//
+// The blobs are stored while the walk goes on, BlobConfig.Concurrency at
+// once (a blob larger than 16 MiB alone); the first failure stops the walk
+// and the other stores, and is Capture's error.
 func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blobs *BlobStore, opts CaptureOptions) ([]checkpoints.Entry, CaptureStats, error) {
 	c := &capturer{root: root, blobs: blobs, max: opts.MaxBytes, reuse: map[string]checkpoints.Entry{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.g, ctx = errgroup.WithContext(ctx)
+	c.uploads, c.sem = int64(blobs.cfg.Concurrency), semaphore.NewWeighted(int64(blobs.cfg.Concurrency))
 	if prev != nil {
 		c.racyAfter = prev.CreatedAt.Add(-RacyWindow).UnixNano()
 		for _, e := range prev.Files {
@@ -109,8 +120,29 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 		return nil, c.st, fmt.Errorf("capture %s: not a directory", root)
 	}
 	visit := func(p string, d fs.DirEntry, err error) error { return c.visit(ctx, p, d, err) }
-	if err := filepath.WalkDir(root, visit); err != nil {
+	werr := filepath.WalkDir(root, visit)
+	stopped := ctx.Err() != nil // by a failed store, or the caller
+	if werr != nil {
+		cancel() // stops the stores under way
+	}
+	if err := c.g.Wait(); err != nil && (werr == nil || stopped) {
 		return nil, c.st, err
+	}
+	if werr != nil {
+		return nil, c.st, werr
+	}
+	for _, s := range c.stored {
+		e := &c.entries[s.index]
+		e.BlobKey = s.key
+		if len(e.Holes) == 0 {
+			e.Size = s.size
+		}
+		c.st.HashedFiles++
+		c.st.HashedBytes += s.size
+		if s.isNew {
+			c.st.StoredBlobs++
+			c.st.StoredBytes += s.size
+		}
 	}
 	if err := checkpoints.ValidateEntries(c.entries); err != nil {
 		return nil, c.st, fmt.Errorf("capture %s: %w", root, err)
@@ -125,8 +157,27 @@ type capturer struct {
 	max       int64                        // CaptureOptions.MaxBytes
 	reuse     map[string]checkpoints.Entry // the previous checkpoint's files
 	racyAfter int64
-	st        CaptureStats
 	entries   []checkpoints.Entry
+	// g stores the blobs of the files the walk opened while the walk goes
+	// on, BlobConfig.Concurrency (uploads) at once: sem holds a unit of
+	// uploads for each, all of them for a blob larger than s3PutMax, which
+	// an S3 store uploads in parts, several at once, each part in memory.
+	g       *errgroup.Group
+	sem     *semaphore.Weighted
+	uploads int64
+	st      CaptureStats
+	mu      sync.Mutex
+	// stored are the blobs g stored, each for its entry in entries.
+	stored []storedBlob // guarded by mu
+}
+
+// storedBlob is the blob stored for entries[index]: its key and size, and
+// whether the store did not hold it before.
+type storedBlob struct {
+	index int
+	key   string
+	size  int64
+	isNew bool
 }
 
 // visit records the entry at p (a filepath.WalkDirFunc but for ctx).
@@ -229,8 +280,9 @@ func allocated(sys *syscall.Stat_t) int64 {
 }
 
 // file fills in the regular file e at p: the previous checkpoint's blob and
-// holes when the file is unchanged (and not racy), else a blob of its data.
-// It charges the file's disk before reading it.
+// holes when the file is unchanged (and not racy), else its holes, and has
+// g store its data as a blob (Capture fills in its key). It charges the
+// file's disk before reading it.
 func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, info fs.FileInfo, sys *syscall.Stat_t) error {
 	e.Kind = checkpoints.KindFile
 	e.Size = info.Size()
@@ -251,36 +303,54 @@ func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, inf
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	holes, err := findHoles(f, e.Size)
+	if err == nil {
+		e.Holes = holes
+		err = c.charge(max(allocated(sys), e.DataSize()))
+	}
 	if err != nil {
+		f.Close()
 		return err
 	}
-	e.Holes = holes
-	if err := c.charge(max(allocated(sys), e.DataSize())); err != nil {
+	c.count(e)
+	units := int64(1)
+	if e.DataSize() > s3PutMax {
+		units = c.uploads
+	}
+	if err := c.sem.Acquire(ctx, units); err != nil {
+		f.Close()
 		return err
 	}
+	// Stored by g, for the entry visit appends next; f is g's to close.
+	index, entry := len(c.entries), *e
+	c.g.Go(func() error {
+		defer c.sem.Release(units)
+		defer f.Close()
+		if err := c.store(ctx, index, f, entry); err != nil {
+			return &PathError{Op: "capture", Path: entry.Path, Err: err}
+		}
+		return nil
+	})
+	return nil
+}
+
+// store stores the data of the file e, open as f, as the blob of
+// entries[index].
+func (c *capturer) store(ctx context.Context, index int, f *os.File, e checkpoints.Entry) error {
 	var r io.Reader = f
-	if len(holes) > 0 {
-		r = dataReader(f, *e)
+	if len(e.Holes) > 0 {
+		r = dataReader(f, e)
 	}
 	key, size, stored, err := c.blobs.put(ctx, r)
 	if err != nil {
 		return err
 	}
-	if len(holes) == 0 {
-		e.Size = size
-	} else if size != e.DataSize() {
+	if len(e.Holes) > 0 && size != e.DataSize() {
 		return fmt.Errorf("sparse file changed during the capture: read %d data bytes, want %d", size, e.DataSize())
 	}
-	e.BlobKey = key
-	c.count(e)
-	c.st.HashedFiles++
-	c.st.HashedBytes += size
-	if stored {
-		c.st.StoredBlobs++
-		c.st.StoredBytes += size
-	}
+	c.mu.Lock()
+	c.stored = append(c.stored, storedBlob{index, key, size, stored})
+	c.mu.Unlock()
 	return nil
 }
 

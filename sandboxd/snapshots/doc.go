@@ -15,8 +15,8 @@
 // before costs no download.
 //
 // Capture walks a directory tree (a sandbox's overlay upper dir or its merged
-// root) into checkpoint entries, storing each regular file as a blob and
-// re-using the previous checkpoint's blob when a file's size, mtime and mode
+// root) into checkpoint entries, storing each regular file as a blob
+// (several at once, while the walk goes on) and re-using the previous checkpoint's blob when a file's size, mtime and mode
 // are unchanged, so a second checkpoint of a large workspace hashes and stores
 // only what changed. A sparse file's holes (SEEK_DATA, SEEK_HOLE) are
 // recorded in its entry and neither read nor stored, and a capture whose tree

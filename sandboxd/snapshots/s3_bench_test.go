@@ -252,3 +252,92 @@ func BenchmarkSecondCheckpointS3(b *testing.B) {
 	b.ReportMetric(s3MS, "s3-ms")
 	testenv.Target(b, "s3/file", median(ratios), 1.3, true)
 }
+
+// BenchmarkFirstCheckpointS3 takes the first checkpoint of a 200 MB
+// workspace (200 files of 1 MB) into an empty S3 bucket, against a raw
+// upload of the same 200 files with the same client library (gocloud.dev/
+// blob's s3blob) into another empty bucket, DefaultConcurrency at once. It
+// reports raw/capture as the ratio (target ≥ 0.8): a capture reads each file
+// twice (its key is its hash) and asks whether the bucket holds it first.
+func BenchmarkFirstCheckpointS3(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.S3(b)
+	dir := b.TempDir()
+	src := filepath.Join(dir, "src")
+	workspace(b, src)
+	var files []string
+	must(b, filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return err
+	}))
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "ckpt.db"), checkpoints.Options{})
+	must(b, err)
+	defer store.Close()
+	bucket := func() string {
+		name, err := srv.NewBucket()
+		must(b, err)
+		return srv.URL(name)
+	}
+	rawUpload := func() time.Duration {
+		raw, err := blob.OpenBucket(ctx, bucket())
+		must(b, err)
+		defer raw.Close()
+		t0 := time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(snapshots.DefaultConcurrency)
+		for i, p := range files {
+			g.Go(func() error {
+				f, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w, err := raw.NewWriter(gctx, fmt.Sprint("raw/", i), nil)
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(w, f); err != nil {
+					_ = w.Close()
+					return err
+				}
+				return w.Close()
+			})
+		}
+		must(b, g.Wait())
+		return time.Since(t0)
+	}
+	capture := func(round int) time.Duration {
+		blobs, err := snapshots.OpenBlobStoreURL(ctx, bucket(), snapshots.BlobConfig{CacheDir: filepath.Join(dir, fmt.Sprint("cache-", round))})
+		must(b, err)
+		defer blobs.Close()
+		t0 := time.Now()
+		_, st, err := snapshots.NewManager(store, blobs, snapshots.ManagerConfig{}).Snapshot(ctx, snapshots.SnapshotInput{ThreadID: fmt.Sprint("bench-", round), Root: src})
+		took := time.Since(t0)
+		must(b, err)
+		if st.StoredBlobs != benchFiles {
+			b.Fatalf("first checkpoint stored %d blobs, want %d", st.StoredBlobs, benchFiles)
+		}
+		return took
+	}
+	var ratios []float64
+	var rawMS, captureMS float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for r := range benchRounds {
+			var rd, cd time.Duration
+			if r%2 == 0 {
+				rd, cd = rawUpload(), capture(i*benchRounds+r)
+			} else {
+				cd, rd = capture(i*benchRounds+r), rawUpload()
+			}
+			ratios = append(ratios, float64(rd)/float64(cd))
+			rawMS, captureMS = ms(rd), ms(cd)
+			b.Logf("raw upload %v, first checkpoint %v", rd, cd)
+		}
+	}
+	b.ReportMetric(rawMS, "raw-ms")
+	b.ReportMetric(captureMS, "capture-ms")
+	testenv.Target(b, "raw/capture", median(ratios), 0.8, false)
+}
