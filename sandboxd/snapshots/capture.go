@@ -131,6 +131,9 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 	if werr != nil {
 		return nil, c.st, werr
 	}
+	// Two files of the same content stored at once may both have found
+	// the blob missing: it is one new blob all the same.
+	fresh := map[string]bool{}
 	for _, s := range c.stored {
 		e := &c.entries[s.index]
 		e.BlobKey = s.key
@@ -139,7 +142,8 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 		}
 		c.st.HashedFiles++
 		c.st.HashedBytes += s.size
-		if s.isNew {
+		if s.isNew && !fresh[s.key] {
+			fresh[s.key] = true
 			c.st.StoredBlobs++
 			c.st.StoredBytes += s.size
 		}

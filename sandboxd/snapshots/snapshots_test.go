@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -230,4 +231,31 @@ func TestRestoreDetectsCorruptBlob(t *testing.T) {
 	if !errors.Is(err, snapshots.ErrBlobNotFound) {
 		t.Fatalf("err = %v, want ErrBlobNotFound", err)
 	}
+}
+
+// TestCaptureEqualFilesOneBlob: files of one content, stored at once, are
+// one new blob in the stats however many of their stores found it missing,
+// and restore byte for byte.
+func TestCaptureEqualFilesOneBlob(t *testing.T) {
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "src")
+	// Each long enough to hash that the stores under way all look for the
+	// blob before the first has stored it.
+	content := strings.Repeat("same bytes\n", 200<<10)
+	for i := range 16 {
+		write(t, src, fmt.Sprintf("d/copy%02d.txt", i), content, 0o644)
+	}
+	blobs := openBlobs(t)
+	entries, st, err := snapshots.Capture(ctx, src, nil, blobs, snapshots.CaptureOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HashedFiles != 16 || st.StoredBlobs != 1 || st.StoredBytes != int64(len(content)) {
+		t.Fatalf("stats = %+v, want 16 files hashed, 1 blob of %d bytes stored", st, len(content))
+	}
+	dest := filepath.Join(t.TempDir(), "dest")
+	if err := snapshots.Restore(ctx, entries, blobs, dest, snapshots.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	diff(t, "restored tree", describe(t, dest, true), describe(t, src, true))
 }
