@@ -59,8 +59,8 @@ func (c *checkpointer) run() {
 	defer close(c.done)
 	wait := 100 * time.Millisecond
 	var frames int64 // the WAL's frames at the last round
-	t := time.NewTimer(0)
-	<-t.C
+	t := time.NewTimer(wait)
+	t.Stop()
 	for {
 		select {
 		case <-c.ask:
@@ -74,7 +74,7 @@ func (c *checkpointer) run() {
 			t.Stop()
 			return
 		}
-		var busy, wal, copied int64
+		var busy, wal, copied int64 // copied: the frames in the database now
 		if err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &wal, &copied); err != nil {
 			c.log.Debug("sqlite: background checkpoint failed", "err", err)
 			continue

@@ -184,11 +184,7 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	if err := inTxOn(ctx, w, f); err != nil {
-		return err
-	}
-	s.askCheckpoint()
-	return nil
+	return s.inTxOn(ctx, w, f)
 }
 
 // txBeginner is the writer's handle (*sql.DB) or its connection (*sql.Conn).
@@ -197,8 +193,9 @@ type txBeginner interface {
 }
 
 // inTxOn runs f in one immediate transaction begun on b and commits it,
-// or rolls it back when f fails: it committed when it returns nil.
-func inTxOn(ctx context.Context, b txBeginner, f func(tx *sql.Tx) error) error {
+// or rolls it back when f fails: it committed when it returns nil. A commit
+// asks the background checkpointer for a round.
+func (s *Store) inTxOn(ctx context.Context, b txBeginner, f func(tx *sql.Tx) error) error {
 	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -207,7 +204,11 @@ func inTxOn(ctx context.Context, b txBeginner, f func(tx *sql.Tx) error) error {
 		_ = tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.askCheckpoint()
+	return nil
 }
 
 // Append implements adapters.Ledger: it validates e.
@@ -316,17 +317,12 @@ func (s *Store) commitAppends(ctx context.Context, appends [][]events.Entry) err
 	// of the group commit has no caller's ctx anyway.)
 	ctx = context.WithoutCancel(ctx)
 	if s.unchained {
-		err := inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
-		if err == nil {
-			s.askCheckpoint()
-		}
-		return err
+		return s.inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.insertUnchained(ctx, tx, appends, n) })
 	}
 	var moved headsMoved
-	err = inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.chainInsert(ctx, conn, tx, appends, n, &moved) })
+	err = s.inTxOn(ctx, conn, func(tx *sql.Tx) error { return s.chainInsert(ctx, conn, tx, appends, n, &moved) })
 	committed := err == nil
 	if committed {
-		s.askCheckpoint()
 		// The appends are stored whatever follows; the heads are trusted
 		// only with the data version this commit left.
 		var verr error

@@ -103,7 +103,7 @@ func Capture(ctx context.Context, root string, prev *checkpoints.Checkpoint, blo
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.g, ctx = errgroup.WithContext(ctx)
-	c.uploads, c.sem = int64(blobs.cfg.Concurrency), semaphore.NewWeighted(int64(blobs.cfg.Concurrency))
+	c.sem = semaphore.NewWeighted(int64(blobs.cfg.Concurrency))
 	if prev != nil {
 		c.racyAfter = prev.CreatedAt.Add(-RacyWindow).UnixNano()
 		for _, e := range prev.Files {
@@ -163,14 +163,13 @@ type capturer struct {
 	racyAfter int64
 	entries   []checkpoints.Entry
 	// g stores the blobs of the files the walk opened while the walk goes
-	// on, BlobConfig.Concurrency (uploads) at once: sem holds a unit of
-	// uploads for each, all of them for a blob larger than s3PutMax, which
-	// an S3 store uploads in parts, several at once, each part in memory.
-	g       *errgroup.Group
-	sem     *semaphore.Weighted
-	uploads int64
-	st      CaptureStats
-	mu      sync.Mutex
+	// on, BlobConfig.Concurrency at once: sem holds a unit for each, all of
+	// them for a blob larger than s3PutMax, which an S3 store uploads in
+	// parts, several at once, each part in memory.
+	g   *errgroup.Group
+	sem *semaphore.Weighted
+	st  CaptureStats
+	mu  sync.Mutex
 	// stored are the blobs g stored, each for its entry in entries.
 	stored []storedBlob // guarded by mu
 }
@@ -319,7 +318,7 @@ func (c *capturer) file(ctx context.Context, p string, e *checkpoints.Entry, inf
 	c.count(e)
 	units := int64(1)
 	if e.DataSize() > s3PutMax {
-		units = c.uploads
+		units = int64(c.blobs.cfg.Concurrency)
 	}
 	if err := c.sem.Acquire(ctx, units); err != nil {
 		f.Close()
